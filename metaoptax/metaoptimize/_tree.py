@@ -1,0 +1,76 @@
+"""Small pytree helpers shared by the MetaOptimize variants."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+def wide_dtype(dtype) -> jnp.dtype:
+  """float32, or the dtype itself if it is wider (float64)."""
+  return jnp.result_type(jnp.float32, dtype)
+
+
+def widen(tree: Any) -> Any:
+  """Casts every floating leaf to float32 or wider."""
+  return jax.tree.map(lambda x: x.astype(wide_dtype(x.dtype)), tree)
+
+
+def cast_like(tree: Any, like: Any) -> Any:
+  """Casts each leaf of ``tree`` to the dtype of the matching leaf of ``like``."""
+  return jax.tree.map(lambda x, y: x.astype(jnp.asarray(y).dtype), tree, like)
+
+
+def scale(tree: Any, factor) -> Any:
+  return jax.tree.map(lambda x: factor * x, tree)
+
+
+def add(a: Any, b: Any) -> Any:
+  return jax.tree.map(jnp.add, a, b)
+
+
+def all_finite(tree: Any) -> jax.Array:
+  """True when every floating leaf of ``tree`` is finite."""
+  leaves = [
+      jnp.all(jnp.isfinite(x))
+      for x in jax.tree.leaves(tree)
+      if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)
+  ]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
+  """Leafwise ``where(pred, on_true, on_false)`` for two trees of one structure."""
+  return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+class FloatSplit(NamedTuple):
+  """Where the floating leaves of a tree sit, to rebuild it from them."""
+
+  treedef: Any
+  leaves: list
+  float_index: tuple
+
+
+def split_floats(tree: Any) -> tuple[tuple, FloatSplit]:
+  """The floating leaves of ``tree`` (widened to float32+) and how to put them back.
+
+  Integer leaves (step counters) carry no sensitivities, so only the floating
+  leaves of an optimizer state are differentiated.
+  """
+  leaves, treedef = jax.tree.flatten(tree)
+  index = tuple(
+      i for i, x in enumerate(leaves) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)
+  )
+  floats = tuple(widen(leaves[i]) for i in index)
+  return floats, FloatSplit(treedef, leaves, index)
+
+
+def merge_floats(floats: tuple, split: FloatSplit) -> Any:
+  """Inverse of :func:`split_floats` (floats cast back to the original dtypes)."""
+  leaves = list(split.leaves)
+  for i, x in zip(split.float_index, floats):
+    leaves[i] = x.astype(jnp.asarray(leaves[i]).dtype)
+  return jax.tree.unflatten(split.treedef, leaves)

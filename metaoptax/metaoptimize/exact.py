@@ -1,0 +1,176 @@
+r"""The exact-Hessian steps: L-approximation and 2x2, by forward mode.
+
+The whole MetaOptimize step is a function
+:math:`F: (\beta, \bar y, w, \tilde x) \mapsto (\beta', \bar y', \Delta, \tilde x')`
+of the meta-parameters, meta state, weights and base state. The sensitivities
+:math:`Z = [Y; X]` follow (paper eq. 15, the last row and column dropped)
+
+.. math::
+
+  Z_{t+1} = \partial F \,\big(\gamma Z_t + (1-\gamma) E\big),
+  \qquad Y^\beta_0 = I,\ \text{everything else } 0,
+
+one column per block, evaluated by ``jax.linearize`` of :math:`F` and
+``jax.vmap`` of its linear map over the columns. Inside :math:`F` the gradient
+is :math:`\nabla f(w)` of the user's ``obj_fn`` (its primal value replaced by the
+gradient the user passed in), so every column picks up the Hessian-vector
+product :math:`\nabla^2 f(w_t)\,\gamma X^w_t[:, j]` exactly.
+
+* ``"2x2"``: the meta-gradient :math:`s = H^\top \nabla f(w)` depends on
+  :math:`w` (with :math:`H` held fixed), giving the :math:`\partial y'/\partial x` block;
+* ``"l_approx"``: :math:`s` is held fixed as well (that block is dropped).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from metaoptax.metaoptimize import _tree
+from metaoptax.metaoptimize.blocks import BlockLayout
+from metaoptax.metaoptimize.state import ExactTrace
+
+MAX_EXACT_BLOCKS = 256
+
+
+def check_num_blocks(layout: BlockLayout) -> None:
+  if layout.num_blocks > MAX_EXACT_BLOCKS:
+    raise ValueError(
+        f"The exact variants carry one params-sized trace column and one "
+        f"Hessian-vector product per block; this layout has {layout.num_blocks} "
+        f"blocks (limit {MAX_EXACT_BLOCKS}). Use approximation='hessian_free' "
+        "(one params-sized trace whatever the number of blocks), or fewer blocks."
+    )
+
+
+def basis(beta: Any) -> Any:
+  """Unit tangents ``e_j`` of a beta tree, stacked on a leading axis of size m."""
+  flat, unravel = ravel_pytree(beta)
+  return jax.vmap(unravel)(jnp.eye(flat.size, dtype=flat.dtype))
+
+
+def init_trace(params: Any, beta: Any, base_state: Any, meta_state: Any) -> ExactTrace:
+  """``X_0 = 0`` and ``Y_0 = [I; 0]`` (paper Algorithm 1)."""
+  m = ravel_pytree(beta)[0].size
+
+  def zeros(tree):
+    return jax.tree.map(lambda x: jnp.zeros((m,) + jnp.shape(x), x.dtype), tree)
+
+  return ExactTrace(
+      weights=zeros(_tree.widen(params)),
+      base_state=zeros(_tree.split_floats(base_state)[0]),
+      meta_params=basis(beta),
+      meta_state=zeros(_tree.split_floats(meta_state)[0]),
+  )
+
+
+def _zero_nan(tree: Any) -> Any:
+  """NaN tangents -> 0: where an update is not differentiable its sensitivity is 0.
+
+  ``sqrt`` in Adam / RMSProp (base or meta) has an infinite derivative at 0, and a
+  coordinate whose gradient is exactly 0 gives ``inf * 0 = nan`` in forward mode
+  although the one-sided derivatives are finite (``|t|``-shaped); we take 0.
+  Infinite tangents are kept, so genuine overflow still trips the finiteness guard.
+  """
+  return jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), x), tree)
+
+
+def check_objective(obj_fn: Callable | None, params: Any) -> None:
+  if obj_fn is None:
+    raise ValueError(
+        "The exact variants ('l_approx', '2x2') need the objective for "
+        "Hessian-vector products: call update(grads, state, params, obj_fn=loss) "
+        "with loss(params) -> scalar, or use approximation='hessian_free'."
+    )
+  out = jax.eval_shape(obj_fn, params)
+  if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+    raise ValueError(
+        f"obj_fn must return a floating-point scalar; it returned {out}."
+    )
+
+
+def step(
+    *,
+    grads: Any,
+    params: Any,
+    beta: Any,
+    base_state: Any,
+    meta_state: Any,
+    trace: ExactTrace,
+    layout: BlockLayout,
+    base_update: Callable,
+    meta_update: Callable,
+    obj_fn: Callable,
+    step_size_of: Callable,
+    clip_beta: Callable,
+    gamma,
+    weight_decay,
+    approximation: str,
+    meta_update_first: bool,
+):
+  """One exact step. Returns ``(delta, beta', meta_state', base_state', trace')``."""
+  base_floats, base_split = _tree.split_floats(base_state)
+  meta_floats, meta_split = _tree.split_floats(meta_state)
+  beta_flat_dtype = ravel_pytree(beta)[0].dtype
+  unravel_beta = ravel_pytree(beta)[1]
+  H = trace.weights  # held fixed inside F (the 2x2 approximation drops dF/dH)
+  m = layout.num_blocks
+  grad_fn = jax.grad(obj_fn)
+
+  def meta_gradient(g):
+    s = sum(
+        jnp.tensordot(h.reshape(m, -1), gl.reshape(-1).astype(h.dtype), axes=1)
+        for h, gl in zip(jax.tree.leaves(H), jax.tree.leaves(g))
+    )
+    return unravel_beta(s.astype(beta_flat_dtype))
+
+  def F(beta, meta_floats, wide_params, base_floats):
+    own = _tree.cast_like(wide_params, params)
+    live = grad_fn(own)
+    # Primal value: the user's gradient; tangent: the Hessian-vector product.
+    g = jax.tree.map(lambda u, l: u + (l - jax.lax.stop_gradient(l)), grads, live)
+    g_meta = g if approximation == "2x2" else jax.lax.stop_gradient(g)
+    meta_upd, new_meta = meta_update(
+        meta_gradient(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
+    )
+    new_beta = clip_beta(jax.tree.map(jnp.add, beta, meta_upd))
+    direction, new_base = base_update(g, _tree.merge_floats(base_floats, base_split), own)
+    alpha = layout.expand(step_size_of(new_beta if meta_update_first else beta))
+
+    def leaf(a, d, w):
+      d = d.astype(w.dtype)
+      if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):
+        d = d + weight_decay * w
+      return -a.astype(w.dtype) * d
+
+    delta = jax.tree.map(leaf, alpha, direction, wide_params)
+    outputs = (
+        new_beta,
+        _tree.split_floats(new_meta)[0],
+        delta,
+        _tree.split_floats(new_base)[0],
+    )
+    return outputs, (new_meta, new_base)
+
+  primals = (beta, meta_floats, _tree.widen(params), base_floats)
+  (new_beta, _, delta, _), linear, (new_meta, new_base) = jax.linearize(
+      F, *primals, has_aux=True
+  )
+  one_minus_gamma = 1.0 - gamma
+  tangents = (
+      _tree.add(_tree.scale(trace.meta_params, gamma), _tree.scale(basis(beta), one_minus_gamma)),
+      _tree.scale(trace.meta_state, gamma),
+      _tree.scale(trace.weights, gamma),
+      _tree.scale(trace.base_state, gamma),
+  )
+  d_beta, d_meta, d_delta, d_base = _zero_nan(jax.vmap(linear)(*tangents))
+  new_trace = ExactTrace(
+      weights=_tree.add(tangents[2], d_delta),
+      base_state=d_base,
+      meta_params=d_beta,
+      meta_state=d_meta,
+  )
+  return delta, new_beta, new_meta, new_base, new_trace

@@ -1,0 +1,83 @@
+"""The state of :func:`metaoptax.metaoptimize` and accessors for logging."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class ExactTrace(NamedTuple):
+  """Sensitivities ``Z = [Y; X]`` of the exact variants, one column per block.
+
+  Every field has a leading axis of size ``m`` (the number of step sizes);
+  column ``j`` is the discounted sensitivity to ``beta[j]``. Only the
+  floating-point leaves of the optimizer states carry sensitivities.
+  """
+
+  weights: Any  # X^w = H, params-shaped leaves with a leading m axis
+  base_state: tuple  # X for the float leaves of the base optimizer state
+  meta_params: Any  # Y^beta, beta-tree leaves with a leading m axis
+  meta_state: tuple  # Y for the float leaves of the meta optimizer state
+
+
+class MetaOptimizeState(NamedTuple):
+  """State of :func:`metaoptax.metaoptimize`."""
+
+  base_state: optax.OptState  # state of the base (direction) transformation
+  meta_params: Any  # beta: log step sizes (or step sizes for "linear")
+  meta_state: optax.OptState  # state of the meta transformation acting on beta
+  trace: Any  # Hessian-free: params-shaped h; exact: an ExactTrace
+  log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
+  skipped_steps: jax.Array  # int32: steps skipped because of non-finite values
+
+
+def _find_states(state: Any) -> list[MetaOptimizeState]:
+  found = []
+
+  def visit(x):
+    if isinstance(x, MetaOptimizeState):
+      found.append(x)
+    return x
+
+  jax.tree.map(visit, state, is_leaf=lambda x: isinstance(x, MetaOptimizeState))
+  return found
+
+
+def _the_state(state: Any) -> MetaOptimizeState:
+  found = _find_states(state)
+  if len(found) != 1:
+    raise ValueError(
+        f"Expected exactly one MetaOptimizeState in the optimizer state, found {len(found)}."
+    )
+  return found[0]
+
+
+def step_sizes(state: Any) -> Any:
+  """Current step sizes ``alpha = sigma(beta)``, one per block.
+
+  Args:
+    state: a :class:`MetaOptimizeState`, or any optimizer state (e.g. of an
+      ``optax.chain``) that contains exactly one.
+
+  Returns:
+    A beta tree: shape ``(1,)`` for scalar blocks, ``(m,)`` for ``m`` blocks, or a
+    params-shaped tree for weight-wise step sizes.
+  """
+  s = _the_state(state)
+  return jax.tree.map(
+      lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b), s.meta_params
+  )
+
+
+def trace(state: Any) -> Any:
+  """The trace ``H`` (sensitivity of the weights to the meta-parameters).
+
+  Hessian-free: a params-shaped tree ``h`` with ``h[i] = H[i, b(i)]``.
+  Exact variants: a params-shaped tree whose leaves have a leading axis of size
+  ``m``, one column ``H[:, j]`` per block.
+  """
+  s = _the_state(state)
+  return s.trace.weights if isinstance(s.trace, ExactTrace) else s.trace

@@ -1,0 +1,218 @@
+r"""MetaOptimize: step sizes learned while training runs (Sharifnassab et al., 2024)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, hessian_free
+from metaoptax.metaoptimize.state import MetaOptimizeState
+
+APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
+PARAMETRIZATIONS = ("log", "linear")
+DEFAULT_STEP_SIZE_BOUNDS = (1e-10, 1.0)
+
+
+def metaoptimize(
+    base: optax.GradientTransformation,
+    meta: optax.GradientTransformation,
+    *,
+    init_step_size: float,
+    blocks: blocks_lib.BlockSpec = "scalar",
+    gamma: float = 1.0,
+    approximation: str = "hessian_free",
+    weight_decay: float = 0.0,
+    step_size_bounds: tuple[float, float] = DEFAULT_STEP_SIZE_BOUNDS,
+    parametrization: str = "log",
+    meta_update_first: bool = False,
+    skip_nonfinite: bool = True,
+) -> optax.GradientTransformationExtraArgs:
+  r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
+
+  At each step, with gradient :math:`g_t`, base direction :math:`d_t` and
+  step sizes :math:`\alpha = \sigma(\beta)` (one per block, :math:`\sigma = \exp`
+  by default):
+
+  .. math::
+
+    s_t &= H_t^\top g_t  && \text{meta-gradient}\\
+    w_{t+1} &= w_t - \alpha_t \odot (d_t + \kappa w_t) && \text{base step}\\
+    H_{t+1} &= \text{trace update (approximation)} \\
+    \beta_{t+1} &= \beta_t + \text{meta}(s_t) && \text{meta step}
+
+  :math:`H_t` is the discounted sensitivity of the weights to :math:`\beta`
+  (eq. 8 of the paper), a causal surrogate for the gradient of the
+  :math:`\gamma`-discounted future loss with respect to :math:`\beta`.
+
+  Args:
+    base: an optax transformation producing the update *direction*
+      (``optax.scale_by_adam()``, ``optax.scale_by_lion()``,
+      ``optax.scale_by_rms()``, ``optax.trace(0.9)``, ``optax.identity()``, ...).
+      Do not include a learning rate or a sign flip: metaoptax applies
+      ``-alpha * (d + weight_decay * w)``.
+    meta: an optax transformation acting on the meta-parameters ``beta``
+      (``optax.adam(1e-3)``, ``optax.lion(1e-3)``, ``optax.sgd(1e-3)``). It must
+      not read ``beta`` itself (no weight decay on ``beta``).
+    init_step_size: initial step size ``alpha_0 > 0`` (the paper starts one to
+      two orders of magnitude below a good fixed step size, e.g. ``1e-6``).
+    blocks: ``"scalar"``, ``"per_leaf"`` (one step size per parameter array),
+      ``"per_param"`` (weight-wise), a pytree of integer labels matching params
+      (one label per weight or one per array), or a callable params -> labels.
+    gamma: discount ``gamma`` in ``[0, 1]`` of future losses; ``1`` (default) is
+      the paper's choice, ``0`` gives hypergradient descent.
+    approximation: ``"hessian_free"`` (no extra function evaluations, one
+      params-sized trace), ``"l_approx"`` or ``"2x2"`` (exact Hessian terms by
+      Hessian-vector products; need the extra argument ``obj_fn``).
+    weight_decay: decoupled weight decay ``kappa``, scaled by the learned step size.
+    step_size_bounds: ``(lower, upper)``: ``beta`` is clipped so the step sizes
+      stay in this range after every meta update.
+    parametrization: ``"log"`` (``alpha = exp(beta)``) or ``"linear"``
+      (``alpha = beta``, as in hypergradient descent).
+    meta_update_first: apply the meta update before the base step, so the step
+      uses ``alpha_{t+1}`` (the ordering of IDBD and hypergradient descent). The
+      paper's default uses ``alpha_t``.
+    skip_nonfinite: if a gradient, the new trace or the new ``beta`` is not
+      finite, return zero updates and keep the previous state (counting the
+      skipped step in ``state.skipped_steps``).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
+    the exact variants also need ``obj_fn`` (``params -> scalar loss`` on the
+    same batch as the gradient). Other extra arguments are passed to ``base``.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax, metaoptax
+    >>> opt = metaoptax.metaoptimize(
+    ...     optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-6,
+    ...     weight_decay=0.1)
+    >>> params = {"w": jnp.ones(3)}
+    >>> state = opt.init(params)
+    >>> grads = {"w": jnp.array([0.1, -0.2, 0.3])}
+    >>> updates, state = opt.update(grads, state, params)
+    >>> params = optax.apply_updates(params, updates)
+    >>> metaoptax.step_sizes(state)
+    Array([1.e-06], dtype=float32)
+
+  References:
+    Sharifnassab, Salehkaleybar and Sutton, `MetaOptimize: A Framework for
+    Optimizing Step Sizes and Other Meta-parameters
+    <https://arxiv.org/abs/2402.02342>`_, 2024.
+  """
+  _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
+            step_size_bounds, parametrization)
+  base = optax.with_extra_args_support(base)
+  log = parametrization == "log"
+  lower, upper = step_size_bounds
+  beta_bounds = (math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log else (
+      lower, upper)
+  init_beta = math.log(init_step_size) if log else float(init_step_size)
+
+  def step_size_of(beta):
+    return jax.tree.map(jnp.exp if log else (lambda b: b), beta)
+
+  def clip_beta(beta):
+    return jax.tree.map(lambda b: jnp.clip(b, *beta_bounds).astype(b.dtype), beta)
+
+  def init_fn(params):
+    layout = blocks_lib.resolve(blocks, params)
+    beta = layout.init_beta(init_beta, blocks_lib.state_dtypes(params))
+    base_state = base.init(params)
+    meta_state = meta.init(beta)
+    if approximation == "hessian_free":
+      trace = _tree.widen(jax.tree.map(jnp.zeros_like, params))
+    else:
+      exact.check_num_blocks(layout)
+      trace = exact.init_trace(params, beta, base_state, meta_state)
+    return MetaOptimizeState(
+        base_state=base_state,
+        meta_params=beta,
+        meta_state=meta_state,
+        trace=trace,
+        log_parametrization=jnp.asarray(log),
+        skipped_steps=jnp.zeros([], jnp.int32),
+    )
+
+  def update_fn(updates, state, params=None, **extra_args):
+    if params is None:
+      raise ValueError("metaoptimize needs params: call update(grads, state, params).")
+    layout = blocks_lib.resolve(blocks, params)
+    grads = updates
+    if approximation == "hessian_free":
+      delta, new_state = _hessian_free_update(grads, state, params, layout, extra_args)
+    else:
+      obj_fn = extra_args.get("obj_fn")
+      exact.check_objective(obj_fn, params)
+      delta, new_beta, new_meta, new_base, new_trace = exact.step(
+          grads=grads, params=params, beta=state.meta_params,
+          base_state=state.base_state, meta_state=state.meta_state,
+          trace=state.trace, layout=layout,
+          base_update=lambda g, s, p: base.update(g, s, p, **extra_args),
+          meta_update=meta.update, obj_fn=obj_fn, step_size_of=step_size_of,
+          clip_beta=clip_beta, gamma=gamma, weight_decay=weight_decay,
+          approximation=approximation, meta_update_first=meta_update_first)
+      new_state = state._replace(base_state=new_base, meta_params=new_beta,
+                                 meta_state=new_meta, trace=new_trace)
+    updates = _tree.cast_like(delta, params)
+    if not skip_nonfinite:
+      return updates, new_state
+    ok = (_tree.all_finite(grads) & _tree.all_finite(new_state.trace)
+          & _tree.all_finite(new_state.meta_params))
+    updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
+    new_state = _tree.select(ok, new_state, state)
+    return updates, new_state._replace(
+        skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
+
+  def _hessian_free_update(grads, state, params, layout, extra_args):
+    s = hessian_free.meta_gradient(layout, state.trace, grads)
+    s = _tree.cast_like(s, state.meta_params)
+    meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)
+    new_beta = clip_beta(optax.apply_updates(state.meta_params, meta_updates))
+    change = hessian_free.weight_change(
+        lambda g, s_, p: base.update(g, s_, p, **extra_args), grads,
+        state.base_state, params, layout, step_size_of, weight_decay)
+    beta_for_step = new_beta if meta_update_first else state.meta_params
+    delta, new_trace, new_base_state = hessian_free.trace_step(
+        change, params, beta_for_step, state.trace, gamma)
+    return delta, state._replace(
+        base_state=new_base_state, meta_params=new_beta,
+        meta_state=new_meta_state, trace=new_trace)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def _is_number(x) -> bool:
+  return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
+              step_size_bounds, parametrization):
+  for name, tx in (("base", base), ("meta", meta)):
+    if not (hasattr(tx, "init") and hasattr(tx, "update")):
+      raise TypeError(f"{name} must be an optax.GradientTransformation, got {type(tx).__name__}.")
+  if approximation not in APPROXIMATIONS:
+    raise ValueError(f"Unknown approximation={approximation!r}; expected one of {APPROXIMATIONS}.")
+  if parametrization not in PARAMETRIZATIONS:
+    raise ValueError(
+        f"Unknown parametrization={parametrization!r}; expected one of {PARAMETRIZATIONS}.")
+  blocks_lib.validate_blocks_spec(blocks)
+  if _is_number(gamma) and not 0.0 <= gamma <= 1.0:
+    raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
+  if _is_number(weight_decay) and weight_decay < 0:
+    raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
+  try:
+    lower, upper = (float(b) for b in step_size_bounds)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"step_size_bounds must be (lower, upper), got {step_size_bounds!r}.") from e
+  if not (0.0 <= lower < upper) or math.isnan(upper):
+    raise ValueError(f"step_size_bounds must satisfy 0 <= lower < upper, got {step_size_bounds}.")
+  if not _is_number(init_step_size) or not math.isfinite(init_step_size):
+    raise ValueError(f"init_step_size must be a finite number, got {init_step_size!r}.")
+  if init_step_size <= 0 and parametrization == "log":
+    raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
+  if not lower <= init_step_size <= upper:
+    raise ValueError(
+        f"init_step_size={init_step_size} is outside step_size_bounds={step_size_bounds}.")

@@ -94,8 +94,8 @@ def metaoptimize(
     >>> grads = {"w": jnp.array([0.1, -0.2, 0.3])}
     >>> updates, state = opt.update(grads, state, params)
     >>> params = optax.apply_updates(params, updates)
-    >>> metaoptax.step_sizes(state)
-    Array([1.e-06], dtype=float32)
+    >>> print(f"{float(metaoptax.step_sizes(state)[0]):.2g}")
+    1e-06
 
   References:
     Sharifnassab, Salehkaleybar and Sutton, `MetaOptimize: A Framework for

@@ -1,0 +1,102 @@
+"""Named (base, meta) pairs with the paper's default hyperparameters.
+
+Defaults (Sharifnassab et al. 2024, Appendix C, Tables 1-3): meta step size
+``eta = 1e-3``, ``gamma = 1``, initial step size ``1e-6``; base Adam
+``rho = 0.9, lambda = 0.999``, weight decay ``kappa = 0.1``; base Lion
+``c = 0.9, rho = 0.99``; base RMSProp ``lambda = 0.999``; base momentum
+``rho = 0.9``; meta Adam ``0.9, 0.999``; meta Lion ``c = 0.9, rho = 0.99``.
+
+Every preset takes ``init_step_size`` first and forwards any other keyword
+(``blocks``, ``approximation``, ``gamma``, ``step_size_bounds``, ...) to
+:func:`metaoptax.metaoptimize`.
+
+Example:
+  >>> import metaoptax
+  >>> opt = metaoptax.presets.adamw_adam(1e-6, blocks="per_leaf")
+"""
+
+from __future__ import annotations
+
+import optax
+
+from metaoptax.metaoptimize.transform import metaoptimize
+
+INIT_STEP_SIZE = 1e-6
+META_STEP_SIZE = 1e-3
+WEIGHT_DECAY = 0.1
+
+
+def _meta_adam(meta_step_size):
+  return optax.adam(meta_step_size, b1=0.9, b2=0.999)
+
+
+def _meta_lion(meta_step_size):
+  return optax.lion(meta_step_size, b1=0.9, b2=0.99)
+
+
+def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+  """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
+  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), _meta_adam(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+  """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
+  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), _meta_lion(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+              weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.99, **kwargs):
+  """(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta."""
+  return metaoptimize(optax.scale_by_lion(b1=b1, b2=b2), _meta_lion(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+                 weight_decay=WEIGHT_DECAY, decay=0.999, eps=1e-8, **kwargs):
+  """(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``."""
+  return metaoptimize(optax.scale_by_rms(decay=decay, eps=eps), _meta_adam(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+                      weight_decay=WEIGHT_DECAY, momentum=0.9, **kwargs):
+  """(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction."""
+  return metaoptimize(optax.trace(decay=momentum), _meta_adam(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+            weight_decay=0.0, **kwargs):
+  """(SGD, SGD): plain gradient direction, plain gradient step on ``beta``."""
+  return metaoptimize(optax.identity(), optax.sgd(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+             weight_decay=0.0, **kwargs):
+  """(SGD, Adam): plain gradient direction, Adam on ``beta``."""
+  return metaoptimize(optax.identity(), _meta_adam(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
+                 weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+  """(AMSGrad, Adam): Adam with the running maximum of ``v``."""
+  return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps), _meta_adam(meta_step_size),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+
+
+PRESETS = {
+    "adamw_adam": adamw_adam,
+    "adamw_lion": adamw_lion,
+    "lion_lion": lion_lion,
+    "rmsprop_adam": rmsprop_adam,
+    "sgd_momentum_adam": sgd_momentum_adam,
+    "sgd_sgd": sgd_sgd,
+    "sgd_adam": sgd_adam,
+    "amsgrad_adam": amsgrad_adam,
+}

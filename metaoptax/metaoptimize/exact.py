@@ -74,6 +74,11 @@ def _zero_nan(tree: Any) -> Any:
   coordinate whose gradient is exactly 0 gives ``inf * 0 = nan`` in forward mode
   although the one-sided derivatives are finite (``|t|``-shaped); we take 0.
   Infinite tangents are kept, so genuine overflow still trips the finiteness guard.
+
+  The rule is applied per output entry: a NaN arising *inside* a shared
+  computation (meta Adam's ``sqrt(v)`` with ``v = 0`` on the first step) would
+  wipe a whole column. Give Adam-type transformations ``eps_root > 0`` (inside
+  the square root; the presets use 1e-30) so their derivative stays finite.
   """
   return jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), x), tree)
 

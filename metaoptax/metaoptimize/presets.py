@@ -6,6 +6,10 @@ Defaults (Sharifnassab et al. 2024, Appendix C, Tables 1-3): meta step size
 ``c = 0.9, rho = 0.99``; base RMSProp ``lambda = 0.999``; base momentum
 ``rho = 0.9``; meta Adam ``0.9, 0.999``; meta Lion ``c = 0.9, rho = 0.99``.
 
+Adam-type transformations get ``eps_root = 1e-30`` (inside the square root):
+it leaves the update unchanged unless ``v < 1e-28`` but keeps the derivative
+of ``sqrt(v)`` finite at ``v = 0``, which the exact variants differentiate.
+
 Every preset takes ``init_step_size`` first and forwards any other keyword
 (``blocks``, ``approximation``, ``gamma``, ``step_size_bounds``, ...) to
 :func:`metaoptax.metaoptimize`.
@@ -26,8 +30,11 @@ META_STEP_SIZE = 1e-3
 WEIGHT_DECAY = 0.1
 
 
+EPS_ROOT = 1e-30
+
+
 def _meta_adam(meta_step_size):
-  return optax.adam(meta_step_size, b1=0.9, b2=0.999)
+  return optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=EPS_ROOT)
 
 
 def _meta_lion(meta_step_size):
@@ -37,14 +44,14 @@ def _meta_lion(meta_step_size):
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
-  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), _meta_adam(meta_step_size),
+  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), _meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
 def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
-  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), _meta_lion(meta_step_size),
+  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), _meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -86,7 +93,7 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AMSGrad, Adam): Adam with the running maximum of ``v``."""
-  return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps), _meta_adam(meta_step_size),
+  return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), _meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 

@@ -31,7 +31,8 @@ class MetaOptimizeState(NamedTuple):
   meta_state: optax.OptState  # state of the meta transformation acting on beta
   trace: Any  # Hessian-free: params-shaped h; exact: an ExactTrace
   log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
-  skipped_steps: jax.Array  # int32: steps skipped because of non-finite values
+  skipped_steps: jax.Array  # int32: steps skipped (non-finite gradient or update)
+  trace_resets: jax.Array  # int32: trace restarts (finite step, non-finite trace)
 
 
 def _find_states(state: Any) -> list[MetaOptimizeState]:

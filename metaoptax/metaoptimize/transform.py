@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, hessian_free
-from metaoptax.metaoptimize.state import MetaOptimizeState
+from metaoptax.metaoptimize.state import ExactTrace, MetaOptimizeState
 
 APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
 PARAMETRIZATIONS = ("log", "linear")
@@ -75,9 +75,11 @@ def metaoptimize(
     meta_update_first: apply the meta update before the base step, so the step
       uses ``alpha_{t+1}`` (the ordering of IDBD and hypergradient descent). The
       paper's default uses ``alpha_t``.
-    skip_nonfinite: if a gradient, the new trace or the new ``beta`` is not
-      finite, return zero updates and keep the previous state (counting the
-      skipped step in ``state.skipped_steps``).
+    skip_nonfinite: guard the state against non-finite values: a non-finite
+      gradient or update skips the step (zero updates, previous state kept,
+      counted in ``state.skipped_steps``); a finite step whose new trace or
+      ``beta`` is not finite is taken with ``beta`` kept and the trace restarted
+      from its initial value (counted in ``state.trace_resets``).
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -134,6 +136,7 @@ def metaoptimize(
         trace=trace,
         log_parametrization=jnp.asarray(log),
         skipped_steps=jnp.zeros([], jnp.int32),
+        trace_resets=jnp.zeros([], jnp.int32),
     )
 
   def update_fn(updates, state, params=None, **extra_args):
@@ -159,12 +162,7 @@ def metaoptimize(
     updates = _tree.cast_like(delta, params)
     if not skip_nonfinite:
       return updates, new_state
-    ok = (_tree.all_finite(grads) & _tree.all_finite(new_state.trace)
-          & _tree.all_finite(new_state.meta_params))
-    updates = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
-    new_state = _tree.select(ok, new_state, state)
-    return updates, new_state._replace(
-        skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
+    return _guard_nonfinite(grads, updates, state, new_state)
 
   def _hessian_free_update(grads, state, params, layout, extra_args):
     s = hessian_free.meta_gradient(layout, state.trace, grads)
@@ -182,6 +180,36 @@ def metaoptimize(
         meta_state=new_meta_state, trace=new_trace)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def _guard_nonfinite(grads, updates, state, new_state):
+  """Keeps non-finite values out of the state.
+
+  * A non-finite gradient or update: the step is skipped (zero updates, the
+    previous state kept) and counted in ``skipped_steps``.
+  * A finite step whose new trace or ``beta`` is not finite (the sensitivity
+    of a run can grow without bound, e.g. Adam near an optimum where
+    ``alpha / sqrt(v)`` explodes): the step is taken, ``beta`` and the meta state
+    are kept, and the trace restarts from its initial value; counted in
+    ``trace_resets``.
+  """
+  step_ok = _tree.all_finite(grads) & _tree.all_finite(updates)
+  trace_ok = _tree.all_finite(new_state.trace) & _tree.all_finite(new_state.meta_params)
+  restarted = _tree.select(trace_ok, new_state, new_state._replace(
+      meta_params=state.meta_params, meta_state=state.meta_state,
+      trace=_initial_trace(new_state.trace, state.meta_params)))
+  guarded = _tree.select(step_ok, restarted, state)
+  updates = jax.tree.map(lambda u: jnp.where(step_ok, u, jnp.zeros_like(u)), updates)
+  return updates, guarded._replace(
+      skipped_steps=state.skipped_steps + (~step_ok).astype(jnp.int32),
+      trace_resets=state.trace_resets + (step_ok & ~trace_ok).astype(jnp.int32))
+
+
+def _initial_trace(trace, beta):
+  zeros = jax.tree.map(jnp.zeros_like, trace)
+  if isinstance(trace, ExactTrace):
+    return zeros._replace(meta_params=exact.basis(beta))
+  return zeros
 
 
 def _is_number(x) -> bool:

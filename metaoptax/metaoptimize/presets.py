@@ -38,7 +38,8 @@ def _meta_adam(meta_step_size):
 
 
 def _meta_lion(meta_step_size):
-  return optax.lion(meta_step_size, b1=0.9, b2=0.99)
+  # optax.lion decays its params by default; on beta that would pull log alpha to 0.
+  return optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0.0)
 
 
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,

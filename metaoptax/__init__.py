@@ -1,6 +1,7 @@
 """metaoptax: learn the knobs of optimization while training runs."""
 
 from metaoptax.metaoptimize import ExactTrace
+from metaoptax.metaoptimize import HessianFreeTrace
 from metaoptax.metaoptimize import IDBDState
 from metaoptax.metaoptimize import MetaOptimizeState
 from metaoptax.metaoptimize import hypergradient_descent
@@ -15,6 +16,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "ExactTrace",
+    "HessianFreeTrace",
     "IDBDState",
     "MetaOptimizeState",
     "hypergradient_descent",

@@ -153,5 +153,5 @@ def test_bf16_params_train():
   loss = lambda p: quadratic({"w": p["w"].astype(jnp.float32)})
   final, state = run(metaoptax.presets.adamw_adam(1e-4, weight_decay=0.0), loss, params, 5000)
   assert final < 0.05 * float(loss(params)), final
-  assert state.trace["w"].dtype == jnp.float32
+  assert metaoptax.trace(state)["w"].dtype == jnp.float32
   assert state.meta_params.dtype == jnp.float32

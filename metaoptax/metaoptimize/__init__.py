@@ -3,5 +3,6 @@
 from metaoptax.metaoptimize import presets
 from metaoptax.metaoptimize.idbd import IDBDState, idbd
 from metaoptax.metaoptimize.special_cases import hypergradient_descent, xu_idbd
-from metaoptax.metaoptimize.state import ExactTrace, MetaOptimizeState, step_sizes, trace
+from metaoptax.metaoptimize.state import (
+    ExactTrace, HessianFreeTrace, MetaOptimizeState, step_sizes, trace)
 from metaoptax.metaoptimize.transform import metaoptimize

@@ -1,10 +1,10 @@
 r"""The Hessian-free step: a compressed, params-sized trace.
 
 With every :math:`\nabla^2 f` term of the sensitivity Jacobian :math:`G_t` set
-to zero, each block of :math:`G_t` is diagonal and column :math:`j` of the trace
-:math:`H` is non-zero only on block :math:`j`'s weights. One params-shaped vector
-``h`` with :math:`h_i = H_{i, b(i)}` holds all of it, whatever the number of
-blocks, and (paper eqs. 8-15, Algorithm 3)
+to zero, each block of :math:`G_t` is diagonal (for an elementwise base) and
+column :math:`j` of the trace :math:`H` is non-zero only on block :math:`j`'s
+weights. One params-shaped vector ``h`` with :math:`h_i = H_{i, b(i)}` holds all
+of it, whatever the number of blocks, and (paper eqs. 8-15, Algorithm 3)
 
 .. math::
 
@@ -13,14 +13,16 @@ blocks, and (paper eqs. 8-15, Algorithm 3)
 
 where :math:`\Delta(w, \beta) = -\sigma(\beta)_{b} \odot (d(w) + \kappa w)` is the
 weight change with the gradient held fixed. ``jax.jvp`` evaluates the tangent,
-so any base whose direction reads the params is handled exactly; for a base
-that does not (Adam, Lion, RMSProp, momentum) the jvp reduces to the paper's
-closed form :math:`h_{t+1} = \gamma(1-\kappa\alpha_t) h_t - \alpha_t (d_t + \kappa w_t)`
+so a base that reads the params (``add_decayed_weights`` before Adam) is handled
+exactly, its state's sensitivities carried alongside ``h``; for a base that does
+not (Adam, Lion, RMSProp, momentum) the jvp reduces to the paper's closed form
+:math:`h_{t+1} = \gamma(1-\kappa\alpha_t) h_t - \alpha_t (d_t + \kappa w_t)`
 (log parametrization).
 
-This assumes the meta update does not read :math:`\beta`
-(:math:`\partial \beta_{t+1} / \partial \beta_t = I`), true of SGD, Adam, Lion,
-RMSProp and momentum on :math:`\beta`.
+Assumptions: the base is elementwise (all of optax's ``scale_by_*`` are; put
+global-norm clipping before ``metaoptimize``, not inside ``base``), and the meta
+update does not read :math:`\beta` (:math:`\partial \beta_{t+1} / \partial
+\beta_t = I`), true of SGD, Adam, Lion, RMSProp and momentum on :math:`\beta`.
 """
 
 from __future__ import annotations
@@ -31,12 +33,44 @@ import jax
 import jax.numpy as jnp
 
 from metaoptax.metaoptimize import _tree
+from metaoptax.metaoptimize._dependence import dependent_outputs
 from metaoptax.metaoptimize.blocks import BlockLayout
+from metaoptax.metaoptimize.state import HessianFreeTrace
 
 
-def meta_gradient(layout: BlockLayout, trace: Any, grads: Any) -> Any:
+def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any) -> Any:
   """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``."""
-  return layout.reduce(jax.tree.map(lambda h, g: h * g.astype(h.dtype), trace, grads))
+  return layout.reduce(
+      jax.tree.map(lambda h, g: h * g.astype(h.dtype), trace.weights, grads))
+
+
+def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
+                          params: Any) -> tuple[int, ...]:
+  """Float leaves of the base state whose sensitivity to ``beta`` can be non-zero.
+
+  Those the update computes from the params, or (transitively) from such leaves.
+  Found by a dependency walk over the update's jaxpr, at trace time.
+  """
+  floats, split = _tree.split_floats(base_state)
+
+  def new_floats(p, *fl):
+    return _tree.split_floats(base_update(grads, _tree.merge_floats(fl, split), p)[1])[0]
+
+  reading: set[int] = set()
+  while True:
+    sources = [0] + [1 + i for i in sorted(reading)]
+    found = {i for i, d in enumerate(dependent_outputs(new_floats, [params, *floats], sources))
+             if d}
+    if found <= reading:
+      return tuple(sorted(reading))
+    reading |= found
+
+
+def init_trace(params: Any, base_state: Any, reading: tuple[int, ...]) -> HessianFreeTrace:
+  floats, _ = _tree.split_floats(base_state)
+  return HessianFreeTrace(
+      weights=_tree.widen(jax.tree.map(jnp.zeros_like, params)),
+      base_state=tuple(jnp.zeros_like(floats[i]) for i in reading))
 
 
 def weight_change(
@@ -47,16 +81,23 @@ def weight_change(
     layout: BlockLayout,
     step_size_of: Callable,
     weight_decay,
+    reading: tuple[int, ...],
 ) -> Callable:
-  r"""The function :math:`(w, \beta) \mapsto (\Delta, \text{new base state})`.
+  r"""The function :math:`(w, \tilde x_R, \beta) \mapsto (\Delta, \tilde x_R')`.
 
-  ``w`` is a widened (float32+) copy of the params; the base sees them in their
-  own dtype. The gradient is closed over, i.e. held fixed (Hessian-free).
+  ``w`` is a widened (float32+) copy of the params (the base sees them in their
+  own dtype); :math:`\tilde x_R` are the params-reading base-state leaves. The
+  gradient is closed over, i.e. held fixed (Hessian-free). The full new base
+  state is returned as auxiliary output.
   """
+  floats, split = _tree.split_floats(base_state)
 
-  def change(wide_params, beta):
+  def change(wide_params, reading_floats, beta):
+    leaves = list(floats)
+    for i, x in zip(reading, reading_floats):
+      leaves[i] = x
     own = _tree.cast_like(wide_params, params)
-    direction, new_base_state = base_update(grads, base_state, own)
+    direction, new_base_state = base_update(grads, _tree.merge_floats(leaves, split), own)
     alpha = layout.expand(step_size_of(beta))
 
     def leaf(a, d, w):
@@ -65,17 +106,21 @@ def weight_change(
         d = d + weight_decay * w
       return -a.astype(w.dtype) * d
 
-    return jax.tree.map(leaf, alpha, direction, wide_params), new_base_state
+    delta = jax.tree.map(leaf, alpha, direction, wide_params)
+    new_floats = _tree.split_floats(new_base_state)[0]
+    return (delta, tuple(new_floats[i] for i in reading)), new_base_state
 
   return change
 
 
-def trace_step(change: Callable, params: Any, beta: Any, trace: Any, gamma):
+def trace_step(change: Callable, params: Any, base_state: Any, reading: tuple[int, ...],
+               beta: Any, trace: HessianFreeTrace, gamma):
   """One jvp: returns ``(delta, new_trace, new_base_state)``."""
-  wide_params = _tree.widen(params)
-  carried = _tree.scale(trace, gamma)
+  floats, _ = _tree.split_floats(base_state)
+  carried = _tree.scale(trace.weights, gamma)
+  carried_state = _tree.scale(trace.base_state, gamma)
   ones = jax.tree.map(jnp.ones_like, beta)
-  delta, delta_dot, new_base_state = jax.jvp(
-      change, (wide_params, beta), (carried, ones), has_aux=True
-  )
-  return delta, _tree.add(carried, delta_dot), new_base_state
+  (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
+      change, (_tree.widen(params), tuple(floats[i] for i in reading), beta),
+      (carried, carried_state, ones), has_aux=True)
+  return delta, HessianFreeTrace(_tree.add(carried, delta_dot), state_dot), new_base_state

@@ -9,6 +9,20 @@ import jax.numpy as jnp
 import optax
 
 
+class HessianFreeTrace(NamedTuple):
+  """The compressed Hessian-free trace: ``h[i] = H[i, b(i)]``, params-shaped.
+
+  ``base_state`` holds the (equally compressed) sensitivities of the base-state
+  leaves that read the params directly, e.g. the moments of
+  ``chain(add_decayed_weights(...), scale_by_adam())``; it is empty for Adam,
+  Lion, RMSProp, momentum and SGD, whose states depend on the weights only
+  through the gradient.
+  """
+
+  weights: Any  # h, params-shaped
+  base_state: tuple  # sensitivities of params-reading base-state float leaves
+
+
 class ExactTrace(NamedTuple):
   """Sensitivities ``Z = [Y; X]`` of the exact variants, one column per block.
 
@@ -29,7 +43,7 @@ class MetaOptimizeState(NamedTuple):
   base_state: optax.OptState  # state of the base (direction) transformation
   meta_params: Any  # beta: log step sizes (or step sizes for "linear")
   meta_state: optax.OptState  # state of the meta transformation acting on beta
-  trace: Any  # Hessian-free: params-shaped h; exact: an ExactTrace
+  trace: Any  # a HessianFreeTrace or an ExactTrace
   log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
   skipped_steps: jax.Array  # int32: steps skipped (non-finite gradient or update)
   trace_resets: jax.Array  # int32: trace restarts (finite step, non-finite trace)
@@ -80,5 +94,4 @@ def trace(state: Any) -> Any:
   Exact variants: a params-shaped tree whose leaves have a leading axis of size
   ``m``, one column ``H[:, j]`` per block.
   """
-  s = _the_state(state)
-  return s.trace.weights if isinstance(s.trace, ExactTrace) else s.trace
+  return _the_state(state).trace.weights

@@ -125,7 +125,9 @@ def metaoptimize(
     base_state = base.init(params)
     meta_state = meta.init(beta)
     if approximation == "hessian_free":
-      trace = _tree.widen(jax.tree.map(jnp.zeros_like, params))
+      zero_grads = jax.tree.map(jnp.zeros_like, params)
+      reading = hessian_free.params_reading_leaves(base.update, zero_grads, base_state, params)
+      trace = hessian_free.init_trace(params, base_state, reading)
     else:
       exact.check_num_blocks(layout)
       trace = exact.init_trace(params, beta, base_state, meta_state)
@@ -169,12 +171,17 @@ def metaoptimize(
     s = _tree.cast_like(s, state.meta_params)
     meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)
     new_beta = clip_beta(optax.apply_updates(state.meta_params, meta_updates))
+    base_update = lambda g, s_, p: base.update(g, s_, p, **extra_args)
+    reading = hessian_free.params_reading_leaves(base_update, grads, state.base_state, params)
+    if len(reading) != len(state.trace.base_state):
+      raise ValueError("The base state's dependence on the params changed between init "
+                       "and update (different extra arguments?).")
     change = hessian_free.weight_change(
-        lambda g, s_, p: base.update(g, s_, p, **extra_args), grads,
-        state.base_state, params, layout, step_size_of, weight_decay)
+        base_update, grads, state.base_state, params, layout, step_size_of, weight_decay,
+        reading)
     beta_for_step = new_beta if meta_update_first else state.meta_params
     delta, new_trace, new_base_state = hessian_free.trace_step(
-        change, params, beta_for_step, state.trace, gamma)
+        change, params, state.base_state, reading, beta_for_step, state.trace, gamma)
     return delta, state._replace(
         base_state=new_base_state, meta_params=new_beta,
         meta_state=new_meta_state, trace=new_trace)

@@ -1,0 +1,120 @@
+"""Brute-force forward-mode reference ("oracle") for MetaOptimize traces.
+
+Independent of the ``metaoptax`` engine: everything here is recomputed from the
+definition by ``jax.jacfwd`` through an unrolled float64 run.
+
+Step t (t = 0..T-1), with a beta-perturbation delta_t in R^m (delta = 0 in the
+primal run):
+  1. beta_t <- beta_t + delta_t
+  2. g_t = grad f_t(w_t)
+  3. s_t = H_t^T g~_t, with H_t (n x m) a CONSTANT (the oracle's own earlier
+     value, fed in as a fixed array); g~_t = g_t for "2x2", stop_gradient(g_t)
+     for "l_approx" and "hessian_free".
+  4. u, meta_state = meta.update(s_t, meta_state, beta_t); beta_{t+1} = beta_t + u
+  5. g_base = g_t ("2x2", "l_approx") or stop_gradient(g_t) ("hessian_free");
+     d_t, base_state = base.update(g_base, base_state, w_t);
+     alpha_i = sigma(beta_used)[b(i)], beta_used = beta_{t+1} if
+     meta_update_first else beta_t; sigma = exp ("log") or identity ("linear");
+     w_{t+1} = w_t - alpha * (d_t + kappa * w_t).
+beta_0 = sigma^{-1}(alpha0) * ones(m).
+
+Call it under ``with jax.enable_x64(True):`` (float64).
+
+Trace: with c_0 = gamma^(t-1) and c_tau = (1-gamma) gamma^(t-tau-1), 1 <= tau < t,
+    H_t = sum_{tau=0}^{t-1} c_tau * d w_t / d delta_tau      (H_0 = 0)
+(gamma=1: dw_t/d delta_0; gamma=0: dw_t/d delta_{t-1}). Computed sequentially:
+H_t comes from the Jacobian of a t-step run whose step-3 constants are
+H_0..H_{t-1} as already computed here.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+_SIGMA = {"log": (jnp.exp, jnp.log), "linear": (lambda b: b, lambda a: a)}
+_APPROX = ("hessian_free", "l_approx", "2x2")
+
+
+def labels_for(params, layout):
+    """Return (labels pytree of int arrays shaped like params, num_blocks m).
+
+    "scalar": all 0 (m=1); "per_leaf": leaf k (jax.tree.leaves order) -> k;
+    "per_param": flat index in ravel_pytree order (m = n).
+    """
+    leaves, treedef = jax.tree.flatten(params)
+    shapes = [np.shape(l) for l in leaves]
+    if layout == "scalar":
+        labs, m = [np.zeros(s, np.int32) for s in shapes], 1
+    elif layout == "per_leaf":
+        labs, m = [np.full(s, k, np.int32) for k, s in enumerate(shapes)], len(leaves)
+    elif layout == "per_param":
+        labs, off = [], 0
+        for s in shapes:
+            size = int(np.prod(s, dtype=np.int64))
+            labs.append(np.arange(off, off + size, dtype=np.int32).reshape(s))
+            off += size
+        m = off
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    return jax.tree.unflatten(treedef, labs), m
+
+
+def _run(obj_fns, params0, base, meta, labels, beta0, kappa, sigma,
+         approximation, meta_update_first, traces, deltas, num_steps):
+    """Unrolled run of num_steps steps; traces[t] are the constant H_t."""
+    w = params0
+    beta = beta0
+    base_state, meta_state = base.init(params0), meta.init(beta0)
+    ws, betas, sgs = [ravel_pytree(w)[0]], [beta], []
+    for t in range(num_steps):
+        beta = beta + deltas[t]                                     # 1.
+        g = jax.grad(obj_fns[t])(w)                                 # 2.
+        g_flat = ravel_pytree(g)[0]
+        g_meta = g_flat if approximation == "2x2" else jax.lax.stop_gradient(g_flat)
+        s = jax.lax.stop_gradient(traces[t]).T @ g_meta             # 3.
+        u, meta_state = meta.update(s, meta_state, beta)            # 4.
+        beta_next = beta + u
+        g_base = jax.lax.stop_gradient(g) if approximation == "hessian_free" else g
+        d, base_state = base.update(g_base, base_state, w)          # 5.
+        a = sigma(beta_next if meta_update_first else beta)
+        w = jax.tree.map(lambda wi, di, li: wi - a[li] * (di + kappa * wi),
+                         w, d, labels)
+        beta = beta_next
+        ws.append(ravel_pytree(w)[0]); betas.append(beta); sgs.append(s)
+    return ws, betas, sgs, w
+
+
+def unrolled_metaoptimize(obj_fns, params0, base, meta, labels, num_blocks,
+                          init_step_size, gamma, weight_decay=0.0,
+                          parametrization="log", approximation="hessian_free",
+                          meta_update_first=False):
+    """Reference MetaOptimize run over T = len(obj_fns) steps (float64).
+
+    Returns dict with lists: "w" (flat w_t, t=0..T), "beta" (t=0..T),
+    "trace" (H_t, n x m, t=0..T), "meta_grad" (s_t, t=0..T-1), and
+    "params" (final params pytree).
+    """
+    if approximation not in _APPROX:
+        raise ValueError(f"unknown approximation {approximation!r}")
+    sigma, sigma_inv = _SIGMA[parametrization]
+    T, m = len(obj_fns), int(num_blocks)
+    labels = jax.tree.map(lambda l: jnp.asarray(l, jnp.int32), labels)
+    flat0 = ravel_pytree(params0)[0]
+    n = flat0.shape[0]
+    beta0 = jnp.full((m,), sigma_inv(jnp.asarray(init_step_size, flat0.dtype)),
+                     flat0.dtype)
+    args = (obj_fns, params0, base, meta, labels, beta0, weight_decay, sigma,
+            approximation, meta_update_first)
+
+    traces = [jnp.zeros((n, m), flat0.dtype)]
+    for t in range(1, T + 1):
+        # t-step run; step-3 constants are the already computed H_0..H_{t-1}
+        wt = lambda dl: _run(*args, traces, dl, t)[0][t]
+        J = jax.jit(jax.jacfwd(wt))(jnp.zeros((t, m), flat0.dtype))  # (n, t, m)
+        c = [gamma ** (t - 1)] + [(1 - gamma) * gamma ** (t - tau - 1)
+                                  for tau in range(1, t)]
+        traces.append(sum(c[tau] * J[:, tau, :] for tau in range(t)))
+
+    ws, betas, sgs, w = _run(*args, traces, jnp.zeros((T, m), flat0.dtype), T)
+    return {"w": ws, "beta": betas, "trace": traces, "meta_grad": sgs,
+            "params": w}

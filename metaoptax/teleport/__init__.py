@@ -1,0 +1,5 @@
+"""Symmetry teleportation: group actions and classic teleportation (seed 002)."""
+
+from metaoptax.teleport import groups
+from metaoptax.teleport.classic import TeleportState, teleport, with_teleportation
+from metaoptax.teleport.on_the_fly import closed_form_group_gradient, teleport_on_the_fly

@@ -1,0 +1,91 @@
+r"""Parameter-space symmetries as pure group actions with their inverses.
+
+A group action ``act(g, w)`` maps parameters to parameters on the same level set:
+``f(act(g, w)) == f(w)``. Each constructor here returns ``(act, inverse)`` with
+``inverse(g, act(g, w)) == w``.
+
+* SO(2) conjugated by a bijection :math:`h` of :math:`\mathbb{R}^2`:
+  :math:`x \mapsto h^{-1}(R_\theta h(x))`, a symmetry of every
+  :math:`f_h(x) = \|h(x)\|^2` (the 2-D task families of Zhao et al.).
+* The layer-pair action of :math:`GL(k)` on an MLP's consecutive weights:
+  :math:`(W_1, W_2) \mapsto (g W_1, W_2 g^{-1})`, exact for a linear activation;
+  for LeakyReLU it is data-dependent,
+  :math:`W_2 \mapsto W_2\, \sigma(W_1 X)\, \sigma(g W_1 X)^+`, exact when the
+  batch is at least the width (the pseudo-inverse is then a left inverse).
+
+References:
+  Zhao, Dehmamy, Walters and Yu, `Symmetry Teleportation for Accelerated
+  Optimization <https://arxiv.org/abs/2205.10637>`_, NeurIPS 2022.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+Bijection = tuple[Callable, Callable]  # (h, h_inverse)
+
+
+def rotation(theta: jax.Array) -> jax.Array:
+  """The 2x2 rotation matrix :math:`R_\\theta`."""
+  c, s = jnp.cos(theta), jnp.sin(theta)
+  return jnp.array([[c, -s], [s, c]])
+
+
+def conjugated_rotation(bijection: Bijection) -> tuple[Callable, Callable]:
+  """SO(2) acting by :math:`x \\mapsto h^{-1}(R_\\theta h(x))`; returns (act, inverse)."""
+  h, h_inv = bijection
+
+  def act(theta, x):
+    return h_inv(rotation(theta) @ h(x))
+
+  def inverse(theta, x):
+    return act(-theta, x)
+
+  return act, inverse
+
+
+def affine_bijection(a: jax.Array, b: jax.Array) -> Bijection:
+  """:math:`h(x) = A x + b` (generalized Booth / ellipse family)."""
+  return (lambda x: a @ x + b), (lambda u: jnp.linalg.solve(a, u - b))
+
+
+def rosenbrock_bijection(a, b, c: Callable, d: Callable) -> Bijection:
+  """:math:`h(x, y) = (c(x) y + d(x),\\ a x + b)` (generalized Rosenbrock family).
+
+  :math:`h^{-1}(u, v) = (x, (u - d(x)) / c(x))` with :math:`x = (v - b) / a`;
+  ``a`` and ``c(x)`` must stay away from 0.
+  """
+
+  def h(p):
+    x, y = p[0], p[1]
+    return jnp.stack([c(x) * y + d(x), a * x + b])
+
+  def h_inv(q):
+    u, v = q[0], q[1]
+    x = (v - b) / a
+    return jnp.stack([x, (u - d(x)) / c(x)])
+
+  return h, h_inv
+
+
+def linear_layer_pair(g: jax.Array, w1: jax.Array, w2: jax.Array):
+  """:math:`(W_1, W_2) \\mapsto (g W_1, W_2 g^{-1})`: exact for ``W2 @ (W1 @ X)``."""
+  return g @ w1, jnp.linalg.solve(g.T, w2.T).T
+
+
+def leaky_relu(x, negative_slope=0.1):
+  return jnp.where(x >= 0, x, negative_slope * x)
+
+
+def leaky_relu_layer_pair(g, w1, w2, x, negative_slope=0.1):
+  """:math:`W_1 \\mapsto g W_1`, :math:`W_2 \\mapsto W_2 \\sigma(W_1 X) \\sigma(g W_1 X)^+`.
+
+  Keeps ``W2 @ sigma(W1 @ X)`` unchanged on the batch ``X`` (columns are
+  examples) when ``X`` has at least as many columns as ``W1`` has rows.
+  """
+  hidden = leaky_relu(w1 @ x, negative_slope)
+  moved = leaky_relu(g @ w1 @ x, negative_slope)
+  return g @ w1, w2 @ hidden @ jnp.linalg.pinv(moved)

@@ -1,0 +1,150 @@
+"""Group actions leave the loss invariant; teleportation; Prop. 4.1; Appendix B.
+
+Tolerances (float64): invariance and inverses to 1e-9 relative; the LeakyReLU
+action through a pseudo-inverse to 1e-6 relative.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from metaoptax.teleport import (closed_form_group_gradient, groups, teleport_on_the_fly,
+                                with_teleportation)
+
+BOOTH_A = jnp.array([[1.0, 2.0], [2.0, 1.0]])
+BOOTH_B = jnp.array([-7.0, -5.0])
+
+
+def f_h(h):
+  return lambda x: jnp.sum(h(x) ** 2)
+
+
+BIJECTIONS = {
+    "booth": groups.affine_bijection(BOOTH_A, BOOTH_B),
+    "ellipse": groups.affine_bijection(jnp.diag(jnp.array([0.5, 3.0])), jnp.zeros(2)),
+    "rosenbrock": groups.rosenbrock_bijection(1.0, -1.0, lambda x: -10.0, lambda x: 10 * x**2),
+    "generalized_rosenbrock": groups.rosenbrock_bijection(
+        1.3, 0.4, lambda x: -2.0, lambda x: 0.4 * x**2 - 0.3 * x + 0.2),
+}
+
+
+@pytest.mark.parametrize("name", list(BIJECTIONS))
+def test_so2_action_is_a_symmetry_with_inverse(name):
+  with jax.enable_x64(True):
+    h, _ = BIJECTIONS[name]
+    act, inverse = groups.conjugated_rotation(BIJECTIONS[name])
+    f = f_h(h)
+    x = jnp.array([0.7, -1.3])
+    for theta in np.linspace(-3, 3, 7):
+      y = act(theta, x)
+      np.testing.assert_allclose(f(y), f(x), rtol=1e-9)
+      np.testing.assert_allclose(inverse(theta, y), x, rtol=1e-9)
+    # the action really moves x (it is not the identity)
+    assert float(jnp.linalg.norm(act(1.0, x) - x)) > 0.1
+
+
+def test_layer_pair_actions_leave_the_loss_invariant():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(size=(20, 30)), rng.uniform(size=(20, 30))  # 30 examples, width 20
+    w1, w2 = rng.uniform(size=(20, 20)), rng.uniform(size=(20, 20))
+    g = np.eye(20) + 0.1 * rng.normal(size=(20, 20))
+    linear = lambda a, b: 0.5 * np.sum((y - b @ (a @ x)) ** 2)
+    np.testing.assert_allclose(linear(*groups.linear_layer_pair(g, w1, w2)), linear(w1, w2),
+                               rtol=1e-10)
+    leaky = lambda a, b: 0.5 * jnp.sum((y - b @ groups.leaky_relu(a @ x)) ** 2)
+    a2, b2 = groups.leaky_relu_layer_pair(g, w1, w2, x)
+    np.testing.assert_allclose(leaky(a2, b2), leaky(w1, w2), rtol=1e-6)
+    assert np.abs(a2 - w1).max() > 1e-2  # it moved
+    # with fewer examples than the width the action is only approximate
+    xs = x[:, :10]
+    small = lambda a, b: 0.5 * jnp.sum((y[:, :10] - b @ groups.leaky_relu(a @ xs)) ** 2)
+    a3, b3 = groups.leaky_relu_layer_pair(g, w1, w2, xs)
+    assert abs(float(small(a3, b3)) - float(small(w1, w2))) < 1e-6  # interpolates the batch
+    assert abs(float(leaky(a3, b3)) - float(leaky(w1, w2))) > 1e-3  # but not other data
+
+
+def booth(x):
+  return jnp.sum((BOOTH_A @ x + BOOTH_B) ** 2)
+
+
+def run_booth(opt, steps=9):
+  x = jnp.array([5.0, -5.0])
+  update = jax.jit(lambda g, s, x: opt.update(g, s, x, obj_fn=booth))
+  state = opt.init(x)
+  for _ in range(steps):
+    u, state = update(jax.grad(booth)(x), state, x)
+    x = x + u
+  return float(booth(x)), state
+
+
+def test_one_teleport_speeds_up_gd_on_booth():
+  act, _ = groups.conjugated_rotation(groups.affine_bijection(BOOTH_A, BOOTH_B))
+  gd, _ = run_booth(optax.sgd(0.08))
+  tele, state = run_booth(with_teleportation(
+      optax.sgd(0.08), act, teleport_at=(0,),
+      init_group_param=lambda k: jax.random.uniform(k, (), maxval=jnp.pi),
+      ascent_steps=10, ascent_learning_rate=1e-4))
+  assert abs(gd - 3.12) < 0.01  # GD, lr 0.08 from (5, -5), loss at step 9
+  assert tele < 1e-2 < gd / 100
+  assert int(state.teleports) == 1 and int(state.rejected) == 0
+
+
+def test_teleport_leaving_the_level_set_is_rejected():
+  bad_act = lambda theta, x: x * (1.0 + theta)  # not a symmetry
+  _, state = run_booth(with_teleportation(
+      optax.sgd(0.08), bad_act, teleport_every=3, init_group_param=lambda k: 0.5))
+  assert int(state.teleports) == 0 and int(state.rejected) == 3
+
+
+def newton_perpendicular_product(hessian, grad):
+  """v_perp . d/dw ||grad L||^2 with v the Newton direction (Prop. 4.1)."""
+  v = -np.linalg.solve(hessian, grad)
+  v_perp = v - (v @ grad) / (grad @ grad) * grad
+  return v_perp @ (2 * hessian @ grad)
+
+
+def test_proposition_4_1_convex_functions():
+  def loss(w, a, c):  # convex: a positive definite quadratic plus log-sum-exp
+    return 0.5 * w @ a @ w + jax.nn.logsumexp(c @ w)
+
+  derivatives = jax.jit(lambda w, a, c: (jax.hessian(loss)(w, a, c), jax.grad(loss)(w, a, c)))
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    for trial in range(50):
+      q = rng.normal(size=(5, 5))
+      a = jnp.asarray(q @ q.T + 0.01 * np.eye(5))
+      hessian, grad = derivatives(jnp.asarray(rng.normal(size=5)), a,
+                                  jnp.asarray(rng.normal(size=(4, 5))))
+      value = newton_perpendicular_product(np.asarray(hessian), np.asarray(grad))
+      assert value >= -1e-9 * (1 + abs(value)), (trial, value)
+
+
+def test_proposition_4_1_fails_without_convexity():
+  # the paper's counterexample: H = diag(1, -2), gradient (1, 3)
+  value = newton_perpendicular_product(np.diag([1.0, -2.0]), np.array([1.0, 3.0]))
+  np.testing.assert_allclose(value, 2 * (-10 + 3.5 * 17 / 10), rtol=1e-12)
+  assert value < 0
+
+
+def test_algorithm_2_closed_form_and_learning():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=(2, 2))
+    b = jnp.asarray(q @ q.T + 0.5 * np.eye(2))  # symmetric positive definite
+    a = b.T @ b
+    f = lambda x: x @ a @ x
+    act = lambda theta, x: jnp.linalg.solve(b, groups.rotation(theta) @ b @ x)
+    alpha = 0.05
+    for _ in range(10):
+      x, theta = jnp.asarray(rng.normal(size=2)), float(rng.uniform(-3, 3))
+      autodiff = jax.grad(lambda th: f(act(th, x) - alpha * jax.grad(f)(act(th, x))))(theta)
+      np.testing.assert_allclose(closed_form_group_gradient(b, x, theta, alpha), autodiff,
+                                 rtol=1e-10)
+    x0 = jnp.asarray([1.0, -1.0])
+    learned = teleport_on_the_fly(f, act, x0, 0.0, step_size=alpha, meta_step_size=0.05,
+                                  steps=20)
+    fixed = teleport_on_the_fly(f, act, x0, 0.0, step_size=alpha, meta_step_size=0.0, steps=20)
+    assert float(learned.loss[-1]) < 0.5 * float(fixed.loss[-1])

@@ -1,0 +1,106 @@
+r"""A coordinate-wise LSTM that reads gradients and emits optimizer decisions.
+
+Every coordinate of the optimizee is a row of one batch through the same LSTM
+weights (shared weights, per-coordinate state), so the network applies to any
+number of parameters. Heads, chosen by configuration:
+
+* ``"update"``: the step itself, ``update_scale * Dense(h)`` (vanilla L2O);
+* ``"learning_rate"``: a per-coordinate step size ``lr_scale * exp(Dense(h))``;
+* ``"momentum"``: a per-coordinate momentum coefficient ``sigmoid(Dense(h))``;
+* ``"teleport"``: a group parameter from the mean hidden state over coordinates,
+  ``teleport_scale * tanh(Dense(mean h))`` (``group_dim`` numbers).
+
+Gradient preprocessing (Andrychowicz et al. 2016, App. A), with ``p = 10``:
+:math:`g \mapsto (\log|g| / p,\ \mathrm{sign}(g))` if :math:`|g| \ge e^{-p}`,
+else :math:`(-1,\ e^{p} g)`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+HEADS = ("update", "learning_rate", "momentum", "teleport")
+
+
+class L2OConfig(NamedTuple):
+  """Static configuration of a learned optimizer."""
+
+  heads: tuple[str, ...] = ("update",)
+  hidden: int = 20
+  layers: int = 2
+  group_dim: int = 0
+  update_scale: float = 0.1
+  lr_scale: float = 0.05
+  momentum_init: float = 0.5
+  teleport_scale: float = 3.14159
+  teleport_every: int = 1
+
+
+def validate(config: L2OConfig) -> None:
+  unknown = set(config.heads) - set(HEADS)
+  if unknown:
+    raise ValueError(f"Unknown heads {sorted(unknown)}; expected a subset of {HEADS}.")
+  if ("update" in config.heads) == ("learning_rate" in config.heads):
+    raise ValueError("Choose exactly one of the heads 'update' (the step itself) and "
+                     "'learning_rate' (a step size for the gradient).")
+  if "momentum" in config.heads and "learning_rate" not in config.heads:
+    raise ValueError("The 'momentum' head needs the 'learning_rate' head.")
+  if "teleport" in config.heads and config.group_dim < 1:
+    raise ValueError("The 'teleport' head needs group_dim >= 1 (the task family's group_dim).")
+  if config.hidden < 1 or config.layers < 1 or config.teleport_every < 1:
+    raise ValueError("hidden, layers and teleport_every must be >= 1.")
+
+
+def preprocess(grad: jax.Array, p: float = 10.0) -> jax.Array:
+  """Per-coordinate features ``(n,) -> (n, 2)`` of the gradient."""
+  magnitude = jnp.abs(grad)
+  large = magnitude >= jnp.exp(-p)
+  first = jnp.where(large, jnp.log(jnp.maximum(magnitude, jnp.exp(-p))) / p, -1.0)
+  second = jnp.where(large, jnp.sign(grad), jnp.exp(p) * grad)
+  return jnp.stack([first, second], axis=-1)
+
+
+class CoordinateLSTM(nn.Module):
+  """``(carry, features (n, F)) -> (carry, heads)``; carry is one (c, h) per layer."""
+
+  config: L2OConfig
+
+  @nn.compact
+  def __call__(self, carry, features):
+    cfg = self.config
+    x = features
+    new_carry = []
+    for layer in range(cfg.layers):
+      c, x = nn.OptimizedLSTMCell(cfg.hidden, name=f"lstm_{layer}")(carry[layer], x)
+      new_carry.append(c)
+    small = nn.initializers.normal(1e-3)
+    out = {}
+    if "update" in cfg.heads:
+      out["update"] = cfg.update_scale * nn.Dense(1, kernel_init=small, name="update")(x)[:, 0]
+    if "learning_rate" in cfg.heads:
+      out["learning_rate"] = cfg.lr_scale * jnp.exp(
+          nn.Dense(1, kernel_init=small, name="learning_rate")(x)[:, 0])
+    if "momentum" in cfg.heads:
+      bias = nn.initializers.constant(jnp.log(cfg.momentum_init / (1 - cfg.momentum_init)))
+      out["momentum"] = jax.nn.sigmoid(
+          nn.Dense(1, kernel_init=small, bias_init=bias, name="momentum")(x)[:, 0])
+    if "teleport" in cfg.heads:
+      pooled = jnp.mean(x, axis=0)
+      out["teleport"] = cfg.teleport_scale * jnp.tanh(
+          nn.Dense(cfg.group_dim, kernel_init=small, name="teleport")(pooled))
+    return tuple(new_carry), out
+
+
+def initial_carry(config: L2OConfig, num_coordinates: int, dtype=jnp.float32):
+  zeros = jnp.zeros((num_coordinates, config.hidden), dtype)
+  return tuple((zeros, zeros) for _ in range(config.layers))
+
+
+def init_network(key: jax.Array, config: L2OConfig):
+  """Initial network weights (independent of the optimizee's size)."""
+  validate(config)
+  return CoordinateLSTM(config).init(key, initial_carry(config, 1), jnp.zeros((1, 2)))

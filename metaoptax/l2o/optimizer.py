@@ -1,0 +1,126 @@
+r"""The learned optimizer's step, as a pure function and as an optax transformation.
+
+With heads from :mod:`metaoptax.l2o.network` and gradient :math:`\nabla_t`
+(Algorithm 3 of the L2O-teleportation paper):
+
+* ``update``: :math:`x_t = x_{t-1} + m_\phi(\nabla_t)` (vanilla L2O);
+* ``learning_rate``: :math:`x_t = x_{t-1} - \alpha_t \odot \nabla_t`;
+* ``learning_rate`` + ``momentum``: :math:`v_t = \beta_t v_{t-1} - \alpha_t \nabla_t`,
+  :math:`x_t = x_{t-1} + v_t`;
+* ``teleport`` (any of the above): at teleport steps :math:`x_t \leftarrow
+  g_{\theta_t} \cdot x_t` with :math:`\theta_t` from the teleport head and the
+  task's group action.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from metaoptax.l2o.network import (CoordinateLSTM, L2OConfig, initial_carry, preprocess,
+                                   validate)
+from metaoptax.metaoptimize import _tree
+
+
+class L2OState(NamedTuple):
+  """Per-optimizee state of a learned optimizer."""
+
+  carry: tuple  # LSTM (c, h) per layer, each (num_coordinates, hidden)
+  momentum: jax.Array  # v, flat (num_coordinates,)
+  count: jax.Array  # int32 steps taken
+  skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
+
+
+def init_state(config: L2OConfig, params: Any) -> L2OState:
+  flat = ravel_pytree(params)[0]
+  return L2OState(initial_carry(config, flat.size), jnp.zeros_like(flat),
+                  jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
+
+
+def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads: Any,
+         act: Callable | None = None):
+  """One learned step: ``(new_params, new_state, head_outputs)``.
+
+  ``act(theta, params) -> params`` is the task's group action (teleport head).
+  """
+  flat_x, unravel = ravel_pytree(params)
+  flat_g = ravel_pytree(grads)[0].astype(flat_x.dtype)
+  carry, out = CoordinateLSTM(config).apply(network_params, state.carry, preprocess(flat_g))
+  momentum = state.momentum
+  if "update" in config.heads:
+    delta = out["update"]
+  elif "momentum" in config.heads:
+    momentum = out["momentum"] * momentum - out["learning_rate"] * flat_g
+    delta = momentum
+  else:
+    delta = -out["learning_rate"] * flat_g
+  new_params = unravel(flat_x + delta)
+  if "teleport" in config.heads and act is not None:
+    teleport_now = state.count % config.teleport_every == 0
+    new_params = _tree.select(teleport_now, act(out["teleport"], new_params), new_params)
+  return new_params, L2OState(carry, momentum, state.count + 1, state.skipped_steps), out
+
+
+def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransformationExtraArgs:
+  """A trained meta-optimizer as an optax transformation on any params pytree.
+
+  ``update(grads, state, params, act=None)``: ``act(theta, params)`` enables the
+  teleport head (a group action of the problem); without it the head is unused.
+  A non-finite gradient or step is skipped (zero update, state kept, counted).
+
+  Examples:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from metaoptax import l2o
+    >>> config = l2o.L2OConfig(heads=("learning_rate", "momentum"))
+    >>> net = l2o.init_network(jax.random.key(0), config)
+    >>> opt = l2o.learned_optimizer(net, config)
+    >>> params = {"w": jnp.ones(3)}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update({"w": jnp.ones(3)}, state, params)
+    >>> updates["w"].shape
+    (3,)
+  """
+  validate(config)
+
+  def init_fn(params):
+    return init_state(config, params)
+
+  def update_fn(updates, state, params=None, act=None, **extra_args):
+    del extra_args
+    if params is None:
+      raise ValueError("learned_optimizer needs params: update(grads, state, params).")
+    new_params, new_state, _ = step(network_params, config, state, params, updates, act)
+    deltas = jax.tree.map(lambda n, p: (n - p).astype(p.dtype), new_params, params)
+    ok = _tree.all_finite(updates) & _tree.all_finite(deltas)
+    new_state = _tree.select(ok, new_state, state)
+    deltas = jax.tree.map(lambda d: jnp.where(ok, d, jnp.zeros_like(d)), deltas)
+    return deltas, new_state._replace(
+        skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def save(path: str, network_params, config: L2OConfig) -> None:
+  """Writes the network weights and configuration (flax msgpack)."""
+  payload = {"config": {k: (list(v) if isinstance(v, tuple) else v)
+                        for k, v in config._asdict().items()},
+             "params": flax.serialization.to_state_dict(network_params)}
+  with open(path, "wb") as f:
+    f.write(flax.serialization.msgpack_serialize(payload))
+
+
+def load(path: str):
+  """Reads ``(network_params, config)`` written by :func:`save`."""
+  with open(path, "rb") as f:
+    payload = flax.serialization.msgpack_restore(f.read())
+  fields = dict(payload["config"])
+  fields["heads"] = tuple(fields["heads"].values() if isinstance(fields["heads"], dict)
+                          else fields["heads"])
+  config = L2OConfig(**fields)
+  params = jax.tree.map(jnp.asarray, payload["params"])
+  return params, config

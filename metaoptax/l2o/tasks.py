@@ -1,0 +1,183 @@
+r"""Task families for learned optimizers, each with its symmetry group.
+
+A family samples task instances (pytrees of arrays, so ``jax.vmap`` batches
+them) and starting points, evaluates the loss, and acts on the parameters by
+its symmetry group: ``act(task, theta, params)`` keeps the loss unchanged.
+
+* :func:`ellipse` - generalized Booth: :math:`f(x) = \|A x + b\|^2`, SO(2)
+  conjugated by :math:`h(x) = Ax + b` (``group_dim = 1``).
+* :func:`rosenbrock` - generalized Rosenbrock: :math:`f = \|h(x, y)\|^2`,
+  :math:`h = (c\,y + d_1 x^2 + d_2 x + d_3,\ a x + b)`.
+* :func:`mlp_regression` - :math:`\tfrac12\|Y - W_2 \sigma(W_1 X)\|^2` (LeakyReLU),
+  acted on by :math:`g = I + T` on the layer pair (``group_dim`` = width²).
+* :func:`mlp_classifier` - an MLP on scikit-learn's bundled digits.
+
+Samplers keep maps away from singular: :math:`|\det A|`, :math:`|a|` and
+:math:`|c|` are bounded below, so :math:`h^{-1}` stays finite.
+Weights are initialized with the variance-preserving schemes of seed 003:
+Glorot/Xavier for linear or tanh layers, He/Kaiming for (leaky) ReLU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from metaoptax.teleport import groups
+
+
+class TaskFamily(NamedTuple):
+  """A distribution of optimization problems with a symmetry group."""
+
+  name: str
+  sample_task: Callable[[jax.Array], Any]  # key -> task (pytree of arrays)
+  init_params: Callable[[jax.Array, Any], Any]  # key, task -> params
+  loss: Callable[[Any, Any], jax.Array]  # task, params -> scalar
+  act: Callable[[Any, jax.Array, Any], Any]  # task, theta, params -> params
+  group_dim: int  # size of theta
+
+
+def _away_from_zero(x, minimum):
+  return jnp.where(jnp.abs(x) < minimum, jnp.sign(x + 1e-12) * minimum, x)
+
+
+def ellipse(varying: bool = True, min_abs_det: float = 0.3) -> TaskFamily:
+  """Generalized Booth / ellipses. Fixed task: ``A = diag(0.5, 3), b = 0``.
+
+  Varying: entries of ``A`` and ``b`` iid N(0, 1), with ``A`` resampled (up to
+  20 times, then replaced by a well-conditioned fallback) until
+  ``|det A| >= min_abs_det``. Starting points ``x0 ~ N(0, I)``.
+  """
+
+  def sample_task(key):
+    if not varying:
+      return {"a": jnp.diag(jnp.array([0.5, 3.0])), "b": jnp.zeros(2)}
+    ka, kb = jax.random.split(key)
+
+    def draw(state):
+      k, _, tries = state
+      k, sub = jax.random.split(k)
+      return k, jax.random.normal(sub, (2, 2)), tries + 1
+
+    def bad(state):
+      _, a, tries = state
+      return (jnp.abs(jnp.linalg.det(a)) < min_abs_det) & (tries < 20)
+
+    _, a, _ = jax.lax.while_loop(bad, draw, draw((ka, jnp.zeros((2, 2)), 0)))
+    a = jnp.where(jnp.abs(jnp.linalg.det(a)) < min_abs_det, jnp.eye(2), a)
+    return {"a": a, "b": jax.random.normal(kb, (2,))}
+
+  def loss(task, x):
+    return jnp.sum((task["a"] @ x + task["b"]) ** 2)
+
+  def act(task, theta, x):
+    rotate, _ = groups.conjugated_rotation(groups.affine_bijection(task["a"], task["b"]))
+    return rotate(theta[0], x)
+
+  return TaskFamily("ellipse" if varying else "ellipse_fixed", sample_task,
+                    lambda key, task: jax.random.normal(key, (2,)), loss, act, 1)
+
+
+def rosenbrock(varying: bool = True, min_abs: float = 0.5) -> TaskFamily:
+  """Generalized Rosenbrock. Fixed task: ``a=1, b=-1, c=-2, d(x) = 0.4 x^2``.
+
+  Varying: ``a, b, c, d1, d2, d3`` iid N(0, 1) with ``|a|, |c| >= min_abs``.
+  """
+
+  def sample_task(key):
+    if not varying:
+      return jnp.array([1.0, -1.0, -2.0, 0.4, 0.0, 0.0])
+    z = jax.random.normal(key, (6,))
+    return z.at[0].set(_away_from_zero(z[0], min_abs)).at[2].set(_away_from_zero(z[2], min_abs))
+
+  def bijection(task):
+    a, b, c, d1, d2, d3 = task
+    return groups.rosenbrock_bijection(a, b, lambda x: c, lambda x: d1 * x**2 + d2 * x + d3)
+
+  def loss(task, x):
+    h, _ = bijection(task)
+    return jnp.sum(h(x) ** 2)
+
+  def act(task, theta, x):
+    return groups.conjugated_rotation(bijection(task))[0](theta[0], x)
+
+  return TaskFamily("rosenbrock" if varying else "rosenbrock_fixed", sample_task,
+                    lambda key, task: jax.random.normal(key, (2,)), loss, act, 1)
+
+
+def glorot_normal(key, fan_out, fan_in):
+  """Glorot/Xavier: Var = 2 / (fan_in + fan_out) (linear and tanh layers)."""
+  return jax.random.normal(key, (fan_out, fan_in)) * jnp.sqrt(2.0 / (fan_in + fan_out))
+
+
+def he_normal(key, fan_out, fan_in, negative_slope=0.0):
+  """He/Kaiming: Var = 2 / ((1 + slope^2) fan_in) ((leaky) ReLU layers)."""
+  return jax.random.normal(key, (fan_out, fan_in)) * jnp.sqrt(
+      2.0 / ((1.0 + negative_slope**2) * fan_in))
+
+
+def mlp_regression(width: int = 20, examples: int = 20, teleport_scale: float = 0.01,
+                   negative_slope: float = 0.1) -> TaskFamily:
+  r"""Two-layer regression :math:`\tfrac12\|Y - W_2\,\mathrm{LeakyReLU}(W_1 X)\|^2`.
+
+  ``X, Y`` entries ~ U[0, 1) (width x examples); ``W1`` He-initialized for
+  LeakyReLU, ``W2`` Glorot. The group element is :math:`g = I + T` with ``T``
+  (from theta, width² numbers) rescaled to Frobenius norm ``teleport_scale``;
+  the action is exact on the batch when ``examples >= width``.
+  """
+
+  def sample_task(key):
+    kx, ky = jax.random.split(key)
+    return {"x": jax.random.uniform(kx, (width, examples)),
+            "y": jax.random.uniform(ky, (width, examples))}
+
+  def init_params(key, task):
+    k1, k2 = jax.random.split(key)
+    return {"w1": he_normal(k1, width, width, negative_slope),
+            "w2": glorot_normal(k2, width, width)}
+
+  def loss(task, p):
+    hidden = groups.leaky_relu(p["w1"] @ task["x"], negative_slope)
+    return 0.5 * jnp.sum((task["y"] - p["w2"] @ hidden) ** 2)
+
+  def act(task, theta, p):
+    t = theta.reshape(width, width)
+    t = teleport_scale * t / (jnp.linalg.norm(t) + 1e-12)
+    w1, w2 = groups.leaky_relu_layer_pair(jnp.eye(width) + t, p["w1"], p["w2"], task["x"],
+                                          negative_slope)
+    return {"w1": w1, "w2": w2}
+
+  return TaskFamily("mlp_regression", sample_task, init_params, loss, act, width * width)
+
+
+def mlp_classifier(hidden: int = 32, batch: int = 128) -> TaskFamily:
+  """An MLP (64-hidden-10, ReLU, He init) on minibatches of scikit-learn's digits.
+
+  A task is a minibatch drawn from the standardized training split; the group
+  action is the identity (no teleportation: ``group_dim = 0``).
+  """
+  from sklearn.datasets import load_digits  # bundled with scikit-learn
+
+  digits = load_digits()
+  x = jnp.asarray(digits.data, jnp.float32)
+  x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+  y = jnp.asarray(digits.target)
+
+  def sample_task(key):
+    idx = jax.random.choice(key, x.shape[0], (batch,), replace=False)
+    return {"x": x[idx], "y": y[idx]}
+
+  def init_params(key, task):
+    k1, k2 = jax.random.split(key)
+    return {"w1": he_normal(k1, hidden, 64), "b1": jnp.zeros(hidden),
+            "w2": glorot_normal(k2, 10, hidden), "b2": jnp.zeros(10)}
+
+  def loss(task, p):
+    h = jax.nn.relu(task["x"] @ p["w1"].T + p["b1"])
+    logits = h @ p["w2"].T + p["b2"]
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), task["y"][:, None], 1))
+
+  return TaskFamily("mlp_classifier", sample_task, init_params, loss,
+                    lambda task, theta, p: p, 0)

@@ -125,7 +125,8 @@ def mlp_regression(width: int = 20, examples: int = 20, teleport_scale: float = 
   ``X, Y`` entries ~ U[0, 1) (width x examples); ``W1`` He-initialized for
   LeakyReLU, ``W2`` Glorot. The group element is :math:`g = I + T` with ``T``
   (from theta, width² numbers) rescaled to Frobenius norm ``teleport_scale``;
-  the action is exact on the batch when ``examples >= width``.
+  the action is exact on the batch when ``examples <= width`` (the default has
+  ``examples == width``).
   """
 
   def sample_task(key):

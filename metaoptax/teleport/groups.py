@@ -10,8 +10,11 @@ A group action ``act(g, w)`` maps parameters to parameters on the same level set
 * The layer-pair action of :math:`GL(k)` on an MLP's consecutive weights:
   :math:`(W_1, W_2) \mapsto (g W_1, W_2 g^{-1})`, exact for a linear activation;
   for LeakyReLU it is data-dependent,
-  :math:`W_2 \mapsto W_2\, \sigma(W_1 X)\, \sigma(g W_1 X)^+`, exact when the
-  batch is at least the width (the pseudo-inverse is then a left inverse).
+  :math:`W_2 \mapsto W_2\, \sigma(W_1 X)\, \sigma(g W_1 X)^+`. On the batch
+  :math:`X` (one column per example) it is exact when :math:`\sigma(g W_1 X)`
+  has full column rank, i.e. at most as many examples as units (then
+  :math:`\sigma^+ \sigma = I`); with more examples it is exact only where no
+  pre-activation changes sign (the linear regime), otherwise approximate.
 
 References:
   Zhao, Dehmamy, Walters and Yu, `Symmetry Teleportation for Accelerated
@@ -84,7 +87,8 @@ def leaky_relu_layer_pair(g, w1, w2, x, negative_slope=0.1):
   """:math:`W_1 \\mapsto g W_1`, :math:`W_2 \\mapsto W_2 \\sigma(W_1 X) \\sigma(g W_1 X)^+`.
 
   Keeps ``W2 @ sigma(W1 @ X)`` unchanged on the batch ``X`` (columns are
-  examples) when ``X`` has at least as many columns as ``W1`` has rows.
+  examples) when ``X`` has at most as many columns as ``W1`` has rows (and
+  ``sigma(g W1 X)`` has full column rank); approximate otherwise.
   """
   hidden = leaky_relu(w1 @ x, negative_slope)
   moved = leaky_relu(g @ w1 @ x, negative_slope)

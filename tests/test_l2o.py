@@ -1,0 +1,149 @@
+"""Learned optimizers: heads, jit/vmap, task families, meta-training, save/load."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from metaoptax import l2o
+
+HEAD_SETS = [
+    ("update",),
+    ("update", "teleport"),
+    ("learning_rate",),
+    ("learning_rate", "teleport"),
+    ("learning_rate", "momentum"),
+    ("learning_rate", "teleport", "momentum"),
+]
+
+
+@pytest.mark.parametrize("heads", HEAD_SETS, ids=["+".join(h) for h in HEAD_SETS])
+def test_every_head_combination_jits_and_vmaps(heads):
+  family = l2o.tasks.ellipse()
+  config = l2o.L2OConfig(heads=heads, group_dim=family.group_dim, hidden=8)
+  net = l2o.init_network(jax.random.key(0), config)
+  tasks, params, states = l2o.sample_problems(config, family, jax.random.key(1), 5)
+
+  def one(task, x, s):
+    g = jax.grad(family.loss, argnums=1)(task, x)
+    return l2o.step(net, config, s, x, g, lambda th, p: family.act(task, th, p))
+
+  new_params, new_states, out = jax.jit(jax.vmap(one))(tasks, params, states)
+  assert new_params.shape == (5, 2)
+  assert new_states.carry[0][0].shape == (5, 2, 8)  # (tasks, coordinates, hidden)
+  for head in heads:
+    assert head in out
+  if "teleport" in heads:
+    assert out["teleport"].shape == (5, 1)
+  if "learning_rate" in heads:
+    assert out["learning_rate"].shape == (5, 2) and bool(jnp.all(out["learning_rate"] > 0))
+  if "momentum" in heads:
+    assert bool(jnp.all((out["momentum"] > 0) & (out["momentum"] < 1)))
+  assert bool(jnp.all(jnp.isfinite(new_params)))
+
+
+@pytest.mark.parametrize("heads,message", [
+    (("update", "learning_rate"), "exactly one"),
+    (("momentum",), "exactly one"),
+    (("update", "momentum"), "needs the 'learning_rate'"),
+    (("learning_rate", "teleport"), "group_dim"),
+    (("update", "steps"), "Unknown heads"),
+])
+def test_bad_configurations(heads, message):
+  with pytest.raises(ValueError, match=message):
+    l2o.init_network(jax.random.key(0), l2o.L2OConfig(heads=heads))
+
+
+FAMILIES = {
+    "ellipse": l2o.tasks.ellipse(),
+    "ellipse_fixed": l2o.tasks.ellipse(varying=False),
+    "rosenbrock": l2o.tasks.rosenbrock(),
+    "rosenbrock_fixed": l2o.tasks.rosenbrock(varying=False),
+    "mlp_regression": l2o.tasks.mlp_regression(width=6, examples=6),
+}
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_task_families_group_action_keeps_the_loss(name):
+  family = FAMILIES[name]
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.key(2), 20)
+    for key in keys:
+      k1, k2, k3 = jax.random.split(key, 3)
+      task = family.sample_task(k1)
+      x = family.init_params(k2, task)
+      theta = jax.random.normal(k3, (family.group_dim,))
+      moved = family.act(task, theta, x)
+      np.testing.assert_allclose(family.loss(task, moved), family.loss(task, x), rtol=1e-7)
+      assert float(jnp.max(jnp.abs(jax.flatten_util.ravel_pytree(moved)[0]
+                                   - jax.flatten_util.ravel_pytree(x)[0]))) > 1e-6
+
+
+def test_samplers_stay_away_from_singular_maps():
+  tasks = jax.vmap(l2o.tasks.ellipse().sample_task)(jax.random.split(jax.random.key(0), 2000))
+  assert float(jnp.min(jnp.abs(jnp.linalg.det(tasks["a"])))) >= 0.3 - 1e-6
+  tasks = jax.vmap(l2o.tasks.rosenbrock().sample_task)(jax.random.split(jax.random.key(0), 2000))
+  assert float(jnp.min(jnp.abs(tasks[:, 0]))) >= 0.5 and float(jnp.min(jnp.abs(tasks[:, 2]))) >= 0.5
+
+
+def test_variance_preserving_initialization():
+  w = l2o.tasks.he_normal(jax.random.key(0), 400, 500)
+  np.testing.assert_allclose(float(jnp.var(w)), 2.0 / 500, rtol=0.02)
+  w = l2o.tasks.glorot_normal(jax.random.key(0), 400, 500)
+  np.testing.assert_allclose(float(jnp.var(w)), 2.0 / 900, rtol=0.02)
+
+
+def test_meta_training_reduces_the_meta_loss_and_is_deterministic():
+  family = l2o.tasks.ellipse()
+  config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1, hidden=8)
+  kwargs = dict(meta_steps=30, tasks_per_step=16, horizon=20, unroll=10, log_loss=True,
+                seed=3, progress=None)
+  result = l2o.meta_train(config, family, **kwargs)
+  first, last = result.meta_losses[:10].mean(), result.meta_losses[-10:].mean()
+  assert last < first - 0.5, (first, last)  # log-loss: more than 1.6x lower
+  assert result.skipped_updates == 0
+  again = l2o.meta_train(config, family, **kwargs)
+  np.testing.assert_array_equal(result.meta_losses, again.meta_losses)
+
+
+def test_non_finite_meta_gradients_are_skipped_and_counted():
+  base = l2o.tasks.ellipse()
+  # a family whose loss is NaN on some tasks
+  poisoned = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > 1.0, jnp.nan, 1.0)
+                           * base.loss(task, x))
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  result = l2o.meta_train(config, poisoned, meta_steps=5, tasks_per_step=8, horizon=10,
+                          unroll=10, progress=None)
+  assert result.skipped_updates > 0
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(result.network_params))
+
+
+def test_trained_optimizer_as_optax_and_save_load(tmp_path):
+  config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8)
+  net = l2o.init_network(jax.random.key(0), config)
+  path = str(tmp_path / "l2o.msgpack")
+  l2o.save(path, net, config)
+  net2, config2 = l2o.load(path)
+  assert config2 == config
+  for a, b in zip(jax.tree.leaves(net), jax.tree.leaves(net2)):
+    np.testing.assert_array_equal(a, b)
+  # any params pytree, inside optax.chain, under jit
+  params = {"dense": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, "s": jnp.asarray(2.0)}
+  loss = lambda p: jnp.sum(p["dense"]["w"] ** 2) + jnp.sum(p["dense"]["b"] - 1) ** 2 + p["s"] ** 2
+  opt = optax.chain(optax.clip_by_global_norm(10.0), l2o.learned_optimizer(net2, config2))
+  state = opt.init(params)
+
+  @jax.jit
+  def train_step(p, s):
+    u, s = opt.update(jax.grad(loss)(p), s, p)
+    return optax.apply_updates(p, u), s
+
+  start = float(loss(params))
+  for _ in range(50):
+    params, state = train_step(params, state)
+  assert float(loss(params)) < start
+  u, new_state = l2o.learned_optimizer(net2, config2).update(
+      jax.tree.map(lambda x: x * jnp.nan, params), state[1], params)
+  assert int(new_state.skipped_steps) == 1
+  assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u))

@@ -7,8 +7,12 @@ number of parameters. Heads, chosen by configuration:
 * ``"update"``: the step itself, ``update_scale * Dense(h)`` (vanilla L2O);
 * ``"learning_rate"``: a per-coordinate step size ``lr_scale * exp(Dense(h))``;
 * ``"momentum"``: a per-coordinate momentum coefficient ``sigmoid(Dense(h))``;
-* ``"teleport"``: a group parameter from the mean hidden state over coordinates,
-  ``teleport_scale * tanh(Dense(mean h))`` (``group_dim`` numbers).
+* ``"teleport"``: a group parameter ``teleport_scale * tanh(Dense(pooled h))``
+  (``group_dim`` numbers). ``teleport_pooling="mean"`` pools the hidden states
+  over coordinates (any number of coordinates, but permutation-invariant: it
+  cannot tell which coordinate has which gradient); ``"concat"`` reads them in
+  place (a fixed ``num_coordinates``, e.g. the 2-D families, where swapping the
+  coordinates must flip the rotation).
 
 Gradient preprocessing (Andrychowicz et al. 2016, App. A), with ``p = 10``:
 :math:`g \mapsto (\log|g| / p,\ \mathrm{sign}(g))` if :math:`|g| \ge e^{-p}`,
@@ -36,8 +40,10 @@ class L2OConfig(NamedTuple):
   update_scale: float = 0.1
   lr_scale: float = 0.05
   momentum_init: float = 0.5
-  teleport_scale: float = 3.14159
+  teleport_scale: float = 0.5
   teleport_every: int = 1
+  teleport_pooling: str = "mean"
+  num_coordinates: int = 0  # needed by teleport_pooling="concat"
 
 
 def validate(config: L2OConfig) -> None:
@@ -51,6 +57,10 @@ def validate(config: L2OConfig) -> None:
     raise ValueError("The 'momentum' head needs the 'learning_rate' head.")
   if "teleport" in config.heads and config.group_dim < 1:
     raise ValueError("The 'teleport' head needs group_dim >= 1 (the task family's group_dim).")
+  if config.teleport_pooling not in ("mean", "concat"):
+    raise ValueError(f"teleport_pooling must be 'mean' or 'concat', got {config.teleport_pooling!r}.")
+  if config.teleport_pooling == "concat" and config.num_coordinates < 1:
+    raise ValueError("teleport_pooling='concat' needs num_coordinates (the optimizee's size).")
   if config.hidden < 1 or config.layers < 1 or config.teleport_every < 1:
     raise ValueError("hidden, layers and teleport_every must be >= 1.")
 
@@ -89,7 +99,7 @@ class CoordinateLSTM(nn.Module):
       out["momentum"] = jax.nn.sigmoid(
           nn.Dense(1, kernel_init=small, bias_init=bias, name="momentum")(x)[:, 0])
     if "teleport" in cfg.heads:
-      pooled = jnp.mean(x, axis=0)
+      pooled = x.reshape(-1) if cfg.teleport_pooling == "concat" else jnp.mean(x, axis=0)
       out["teleport"] = cfg.teleport_scale * jnp.tanh(
           nn.Dense(cfg.group_dim, kernel_init=small, name="teleport")(pooled))
     return tuple(new_carry), out
@@ -103,4 +113,5 @@ def initial_carry(config: L2OConfig, num_coordinates: int, dtype=jnp.float32):
 def init_network(key: jax.Array, config: L2OConfig):
   """Initial network weights (independent of the optimizee's size)."""
   validate(config)
-  return CoordinateLSTM(config).init(key, initial_carry(config, 1), jnp.zeros((1, 2)))
+  n = config.num_coordinates if config.teleport_pooling == "concat" else 1
+  return CoordinateLSTM(config).init(key, initial_carry(config, n), jnp.zeros((n, 2)))

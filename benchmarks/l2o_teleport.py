@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import _report
 from metaoptax import l2o
 
 ELLIPSE_VARIANTS = {
@@ -123,9 +124,7 @@ def table_markdown(title, rows, at):
 
 
 def plot_losses(curves, at, path, title):
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  plt = _report.pyplot()
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for name, losses in curves.items():
     med = np.nanmedian(losses, axis=0)
@@ -145,9 +144,7 @@ def plot_losses(curves, at, path, title):
 
 
 def plot_trajectories(family, trained, gd_lr, adam_lr, path, num_tasks=3, steps=11):
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  plt = _report.pyplot()
   key = jax.random.key(77)
   fig, axes = plt.subplots(1, num_tasks, figsize=(5 * num_tasks, 4.5))
   for k, ax in enumerate(np.atleast_1d(axes)):

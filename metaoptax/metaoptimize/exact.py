@@ -12,9 +12,11 @@ of the meta-parameters, meta state, weights and base state. The sensitivities
 
 one column per block, evaluated by ``jax.linearize`` of :math:`F` and
 ``jax.vmap`` of its linear map over the columns. Inside :math:`F` the gradient
-is :math:`\nabla f(w)` of the user's ``obj_fn`` (its primal value replaced by the
-gradient the user passed in), so every column picks up the Hessian-vector
-product :math:`\nabla^2 f(w_t)\,\gamma X^w_t[:, j]` exactly.
+is the one the user passed in, declared (``jax.custom_jvp``) to have the
+derivative :math:`\nabla^2 f(w)` of the user's ``obj_fn``: every column picks up
+the Hessian-vector product :math:`\nabla^2 f(w_t)\,\gamma X^w_t[:, j]` exactly,
+computed as ``grad(w -> jvp(obj_fn, w, v))``, and the gradient is not evaluated
+a second time.
 
 * ``"2x2"``: the meta-gradient :math:`s = H^\top \nabla f(w)` depends on
   :math:`w` (with :math:`H` held fixed), giving the :math:`\partial y'/\partial x` block;
@@ -83,6 +85,32 @@ def _zero_nan(tree: Any) -> Any:
   return jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), x), tree)
 
 
+def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:
+  r"""``gradient(w, g) = g``, the gradient at ``w`` given by the caller, whose
+  derivative along ``v`` is the Hessian-vector product :math:`\nabla^2 f(w)\,v`.
+
+  The user's gradient is the primal value (no second gradient evaluation), and
+  the product is taken reverse-over-forward,
+  :math:`\nabla_w \langle \nabla f(w), v \rangle = \nabla_w\, \mathrm{jvp}(f, w, v)`:
+  the same numbers as forward-over-reverse, but an ordinary reverse pass, which
+  XLA compiles without the transposed matmul outputs that forward mode through
+  a backward pass produces. A tangent of ``g`` itself is passed through.
+  """
+
+  @jax.custom_jvp
+  def gradient(w, g):
+    del w
+    return g
+
+  @gradient.defjvp
+  def gradient_jvp(primals, tangents):
+    (w, g), (v, g_dot) = primals, tangents
+    hvp = jax.grad(lambda u: jax.jvp(obj_fn, (u,), (v,))[1])(w)
+    return g, jax.tree.map(lambda a, b: a + b.astype(a.dtype), hvp, g_dot)
+
+  return gradient
+
+
 def check_objective(obj_fn: Callable | None, params: Any) -> None:
   if obj_fn is None:
     raise ValueError(
@@ -123,7 +151,7 @@ def step(
   unravel_beta = ravel_pytree(beta)[1]
   H = trace.weights  # held fixed inside F (the 2x2 approximation drops dF/dH)
   m = layout.num_blocks
-  grad_fn = jax.grad(obj_fn)
+  gradient = _gradient_with_hvp_tangent(obj_fn)
 
   def meta_gradient(g):
     s = sum(
@@ -134,9 +162,8 @@ def step(
 
   def F(beta, meta_floats, wide_params, base_floats):
     own = _tree.cast_like(wide_params, params)
-    live = grad_fn(own)
     # Primal value: the user's gradient; tangent: the Hessian-vector product.
-    g = jax.tree.map(lambda u, l: u + (l - jax.lax.stop_gradient(l)), grads, live)
+    g = gradient(own, _tree.cast_like(grads, own))
     g_meta = g if approximation == "2x2" else jax.lax.stop_gradient(g)
     meta_upd, new_meta = meta_update(
         meta_gradient(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
@@ -171,7 +198,12 @@ def step(
       _tree.scale(trace.weights, gamma),
       _tree.scale(trace.base_state, gamma),
   )
-  d_beta, d_meta, d_delta, d_base = _zero_nan(jax.vmap(linear)(*tangents))
+  if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
+    column = jax.tree.map(lambda t: t[0], tangents)
+    d_beta, d_meta, d_delta, d_base = _zero_nan(
+        jax.tree.map(lambda t: t[None], linear(*column)))
+  else:
+    d_beta, d_meta, d_delta, d_base = _zero_nan(jax.vmap(linear)(*tangents))
   new_trace = ExactTrace(
       weights=_tree.add(tangents[2], d_delta),
       base_state=d_base,

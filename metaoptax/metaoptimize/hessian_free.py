@@ -104,7 +104,11 @@ def weight_change(
       d = d.astype(w.dtype)
       if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):
         d = d + weight_decay * w
-      return -a.astype(w.dtype) * d
+      # -d / (1 / a) == -a * d; written as a division so that XLA (which does not
+      # duplicate divisions into a second consumer) writes delta once and the
+      # trace kernel reads it, instead of writing the direction d and
+      # recomputing delta from it in two kernels: one params-sized pass less.
+      return -d / (1 / a.astype(w.dtype))
 
     delta = jax.tree.map(leaf, alpha, direction, wide_params)
     new_floats = _tree.split_floats(new_base_state)[0]
@@ -114,13 +118,25 @@ def weight_change(
 
 
 def trace_step(change: Callable, params: Any, base_state: Any, reading: tuple[int, ...],
-               beta: Any, trace: HessianFreeTrace, gamma):
-  """One jvp: returns ``(delta, new_trace, new_base_state)``."""
+               beta: Any, trace: HessianFreeTrace, gamma, log_parametrization: bool):
+  r"""One jvp: returns ``(delta, new_trace, new_base_state)``.
+
+  The tangent along :math:`\beta` needs no differentiation under the log
+  parametrization: :math:`\Delta = -e^{\beta_b} (d + \kappa w)` and the base never
+  sees :math:`\beta`, so :math:`\partial\Delta/\partial\beta \cdot \mathbf 1 = \Delta`.
+  Adding :math:`\Delta` itself (instead of a second product with the direction)
+  lets the trace kernel read :math:`\Delta` rather than the direction.
+  """
   floats, _ = _tree.split_floats(base_state)
   carried = _tree.scale(trace.weights, gamma)
   carried_state = _tree.scale(trace.base_state, gamma)
-  ones = jax.tree.map(jnp.ones_like, beta)
-  (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
-      change, (_tree.widen(params), tuple(floats[i] for i in reading), beta),
-      (carried, carried_state, ones), has_aux=True)
+  primals = (_tree.widen(params), tuple(floats[i] for i in reading), beta)
+  if log_parametrization:
+    (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
+        lambda w, x: change(w, x, beta), primals[:2], (carried, carried_state), has_aux=True)
+    delta_dot = _tree.add(delta_dot, delta)
+  else:
+    ones = jax.tree.map(jnp.ones_like, beta)
+    (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
+        change, primals, (carried, carried_state, ones), has_aux=True)
   return delta, HessianFreeTrace(_tree.add(carried, delta_dot), state_dot), new_base_state

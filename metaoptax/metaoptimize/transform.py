@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, hessian_free
-from metaoptax.metaoptimize.state import ExactTrace, MetaOptimizeState
+from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, guard, hessian_free
+from metaoptax.metaoptimize.state import MetaOptimizeState
 
 APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
 PARAMETRIZATIONS = ("log", "linear")
@@ -75,11 +75,13 @@ def metaoptimize(
     meta_update_first: apply the meta update before the base step, so the step
       uses ``alpha_{t+1}`` (the ordering of IDBD and hypergradient descent). The
       paper's default uses ``alpha_t``.
-    skip_nonfinite: guard the state against non-finite values: a non-finite
-      gradient or update skips the step (zero updates, previous state kept,
-      counted in ``state.skipped_steps``); a finite step whose new trace or
-      ``beta`` is not finite is taken with ``beta`` kept and the trace restarted
-      from its initial value (counted in ``state.trace_resets``).
+    skip_nonfinite: guard the state against non-finite values: a step with a
+      non-finite gradient is skipped (zero updates; ``beta``, the meta state and
+      the trace kept; Hessian-free: the base state advances as for a zero
+      gradient, exact variants: kept), counted in ``state.skipped_steps``; a
+      finite step whose trace or ``beta`` is not finite is taken with ``beta``
+      kept and the trace restarted, counted in ``state.trace_resets``. See
+      ``metaoptax.metaoptimize.guard``. Free for the Hessian-free variant.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -147,28 +149,32 @@ def metaoptimize(
     layout = blocks_lib.resolve(blocks, params)
     grads = updates
     if approximation == "hessian_free":
-      delta, new_state = _hessian_free_update(grads, state, params, layout, extra_args)
-    else:
-      obj_fn = extra_args.get("obj_fn")
-      exact.check_objective(obj_fn, params)
-      delta, new_beta, new_meta, new_base, new_trace = exact.step(
-          grads=grads, params=params, beta=state.meta_params,
-          base_state=state.base_state, meta_state=state.meta_state,
-          trace=state.trace, layout=layout,
-          base_update=lambda g, s, p: base.update(g, s, p, **extra_args),
-          meta_update=meta.update, obj_fn=obj_fn, step_size_of=step_size_of,
-          clip_beta=clip_beta, gamma=gamma, weight_decay=weight_decay,
-          approximation=approximation, meta_update_first=meta_update_first)
-      new_state = state._replace(base_state=new_base, meta_params=new_beta,
-                                 meta_state=new_meta, trace=new_trace)
+      s = _tree.cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
+                          state.meta_params)
+      attempt = lambda g, st, s_: _hessian_free_update(g, st, s_, params, layout, extra_args)
+      if not skip_nonfinite:
+        delta, new_state = attempt(grads, state, s)
+        return _tree.cast_like(delta, params), new_state
+      delta, new_state = guard.guarded_hessian_free_step(attempt, grads, state, s)
+      return _tree.cast_like(delta, params), new_state
+    obj_fn = extra_args.get("obj_fn")
+    exact.check_objective(obj_fn, params)
+    delta, new_beta, new_meta, new_base, new_trace = exact.step(
+        grads=grads, params=params, beta=state.meta_params,
+        base_state=state.base_state, meta_state=state.meta_state,
+        trace=state.trace, layout=layout,
+        base_update=lambda g, s, p: base.update(g, s, p, **extra_args),
+        meta_update=meta.update, obj_fn=obj_fn, step_size_of=step_size_of,
+        clip_beta=clip_beta, gamma=gamma, weight_decay=weight_decay,
+        approximation=approximation, meta_update_first=meta_update_first)
+    new_state = state._replace(base_state=new_base, meta_params=new_beta,
+                               meta_state=new_meta, trace=new_trace)
     updates = _tree.cast_like(delta, params)
     if not skip_nonfinite:
       return updates, new_state
-    return _guard_nonfinite(grads, updates, state, new_state)
+    return guard.guard_by_selection(grads, updates, state, new_state)
 
-  def _hessian_free_update(grads, state, params, layout, extra_args):
-    s = hessian_free.meta_gradient(layout, state.trace, grads)
-    s = _tree.cast_like(s, state.meta_params)
+  def _hessian_free_update(grads, state, s, params, layout, extra_args):
     meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)
     new_beta = clip_beta(optax.apply_updates(state.meta_params, meta_updates))
     base_update = lambda g, s_, p: base.update(g, s_, p, **extra_args)
@@ -181,42 +187,12 @@ def metaoptimize(
         reading)
     beta_for_step = new_beta if meta_update_first else state.meta_params
     delta, new_trace, new_base_state = hessian_free.trace_step(
-        change, params, state.base_state, reading, beta_for_step, state.trace, gamma)
+        change, params, state.base_state, reading, beta_for_step, state.trace, gamma, log)
     return delta, state._replace(
         base_state=new_base_state, meta_params=new_beta,
         meta_state=new_meta_state, trace=new_trace)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
-
-
-def _guard_nonfinite(grads, updates, state, new_state):
-  """Keeps non-finite values out of the state.
-
-  * A non-finite gradient or update: the step is skipped (zero updates, the
-    previous state kept) and counted in ``skipped_steps``.
-  * A finite step whose new trace or ``beta`` is not finite (the sensitivity
-    of a run can grow without bound, e.g. Adam near an optimum where
-    ``alpha / sqrt(v)`` explodes): the step is taken, ``beta`` and the meta state
-    are kept, and the trace restarts from its initial value; counted in
-    ``trace_resets``.
-  """
-  step_ok = _tree.all_finite(grads) & _tree.all_finite(updates)
-  trace_ok = _tree.all_finite(new_state.trace) & _tree.all_finite(new_state.meta_params)
-  restarted = _tree.select(trace_ok, new_state, new_state._replace(
-      meta_params=state.meta_params, meta_state=state.meta_state,
-      trace=_initial_trace(new_state.trace, state.meta_params)))
-  guarded = _tree.select(step_ok, restarted, state)
-  updates = jax.tree.map(lambda u: jnp.where(step_ok, u, jnp.zeros_like(u)), updates)
-  return updates, guarded._replace(
-      skipped_steps=state.skipped_steps + (~step_ok).astype(jnp.int32),
-      trace_resets=state.trace_resets + (step_ok & ~trace_ok).astype(jnp.int32))
-
-
-def _initial_trace(trace, beta):
-  zeros = jax.tree.map(jnp.zeros_like, trace)
-  if isinstance(trace, ExactTrace):
-    return zeros._replace(meta_params=exact.basis(beta))
-  return zeros
 
 
 def _is_number(x) -> bool:

@@ -1,0 +1,168 @@
+"""Train-step time and optimizer-state memory of metaoptax vs optax.adamw.
+
+An MLP 784-1024-512-10 (1.33M parameters), batch 128, cross-entropy. Each
+method's train step (loss + gradient + optimizer update + apply, one jitted
+function) runs side by side in one process; repeats are interleaved across
+methods and the median is reported as a ratio to optax.adamw's step.
+
+    python benchmarks/step_time.py            # ~2 min on 2 CPU cores
+    python benchmarks/step_time.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import _report
+import metaoptax
+
+TARGETS = {"Hessian-free": 1.10, "exact 2x2": 2.5}
+
+
+class AdamWPlusHVP:
+  """optax.adamw plus one Hessian-vector product of the loss per step: the floor
+  of what an exact variant (one HVP per block column) can cost."""
+
+  def __init__(self):
+    self.inner = optax.adamw(1e-3, weight_decay=0.1)
+
+  def init(self, params):
+    return (self.inner.init(params), jax.tree.map(jnp.ones_like, params))
+
+  def update(self, grads, state, params, obj_fn):
+    inner_state, v = state
+    _, hv = jax.jvp(jax.grad(obj_fn), (params,), (v,))
+    updates, inner_state = self.inner.update(grads, inner_state, params)
+    return updates, (inner_state, jax.tree.map(lambda h: h / (1 + jnp.abs(h)), hv))
+
+
+def methods():
+  adam = metaoptax.presets.adamw_adam
+  return {
+      "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), False, None),
+      "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), True, None),
+      "(AdamW, Adam) HF scalar": (adam(1e-6), False, "Hessian-free"),
+      "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), False, "Hessian-free"),
+      "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), False, None),
+      "(AdamW, Adam) HF scalar, no guard": (adam(1e-6, skip_nonfinite=False), False, None),
+      "(Lion, Lion) HF scalar": (metaoptax.presets.lion_lion(1e-6), False, None),
+      "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), True, "exact 2x2"),
+      "(AdamW, Adam) exact L scalar": (adam(1e-6, approximation="l_approx"), True, None),
+  }
+
+
+def init_mlp(key, sizes):
+  params = []
+  for k, (a, b) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes, sizes[1:])):
+    params.append({"w": jax.random.normal(k, (a, b)) * jnp.sqrt(2.0 / a), "b": jnp.zeros(b)})
+  return params
+
+
+def loss_fn(params, x, y):
+  for layer in params[:-1]:
+    x = jax.nn.relu(x @ layer["w"] + layer["b"])
+  logits = x @ params[-1]["w"] + params[-1]["b"]
+  return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def make_step(opt, needs_objective):
+  def step(params, state, x, y):
+    grads = jax.grad(loss_fn)(params, x, y)
+    extra = {"obj_fn": lambda p: loss_fn(p, x, y)} if needs_objective else {}
+    updates, state = opt.update(grads, state, params, **extra)
+    return optax.apply_updates(params, updates), state
+
+  return jax.jit(step, donate_argnums=(0, 1))
+
+
+def nbytes(tree):
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--repeats", type=int, default=9)
+  parser.add_argument("--steps", type=int, default=30)
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  parser.add_argument("--quick", action="store_true")
+  args = parser.parse_args()
+  sizes = (784, 64, 10) if args.quick else (784, 1024, 512, 10)
+  if args.quick:
+    args.repeats, args.steps = 3, 5
+  os.makedirs(args.out, exist_ok=True)
+  key = jax.random.key(0)
+  x = jax.random.normal(key, (128, sizes[0]))
+  y = jax.random.randint(key, (128,), 0, 10)
+  params0 = init_mlp(key, sizes)
+  n_params = sum(p.size for p in jax.tree.leaves(params0))
+  table = methods()
+  runs = {}
+  for name, (opt, needs_obj, _) in table.items():
+    params = jax.tree.map(jnp.copy, params0)
+    state = opt.init(params)
+    step = make_step(opt, needs_obj)
+    params, state = step(params, state, x, y)  # compile
+    jax.block_until_ready(params)
+    runs[name] = {"step": step, "params": params, "state": state, "times": [],
+                  "state_bytes": nbytes(state)}
+    print(f"compiled {name}", flush=True)
+  for r in range(args.repeats):
+    for name, run in runs.items():
+      params, state = run["params"], run["state"]
+      start = time.perf_counter()
+      for _ in range(args.steps):
+        params, state = run["step"](params, state, x, y)
+      jax.block_until_ready(params)
+      run["times"].append((time.perf_counter() - start) / args.steps)
+      run["params"], run["state"] = params, state
+    print(f"repeat {r + 1}/{args.repeats}", flush=True)
+  ref = np.median(runs["optax.adamw"]["times"])
+  ref_bytes = runs["optax.adamw"]["state_bytes"]
+  params_bytes = nbytes(params0)
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+  lines = [f"MLP {'-'.join(map(str, sizes))} ({n_params:,} params), batch 128, "
+           f"{args.repeats} interleaved repeats x {args.steps} steps, {os.cpu_count()} CPU cores, "
+           f"jax {jax.__version__}, commit `{commit}`", "",
+           "| method | median step (ms) | ratio to adamw | target | state (MB) | extra params-sized vectors |",
+           "|---|---|---|---|---|---|"]
+  ratios = {}
+  for name, run in runs.items():
+    med = np.median(run["times"])
+    ratios[name] = med / ref
+    target = table[name][2]
+    extra = (run["state_bytes"] - ref_bytes) / params_bytes
+    lines.append(f"| {name} | {1e3 * med:.2f} | {med / ref:.3f} | "
+                 f"{'<= %.2f' % TARGETS[target] if target else '-'} | "
+                 f"{run['state_bytes'] / 2**20:.2f} | {extra:+.3f} |")
+  _report.write_table(lines, os.path.join(args.out, "step_time.md"))
+  plot(ratios, table, os.path.join(args.out, "step_time.png"))
+
+
+def plot(ratios, table, path):
+  plt = _report.pyplot()
+  fig, ax = plt.subplots(figsize=(9, 4))
+  names = list(ratios)
+  ax.barh(names, [ratios[n] for n in names], color="tab:blue")
+  for target, value in TARGETS.items():
+    ax.axvline(value, ls="--", color="tab:red" if "exact" in target else "tab:green", lw=1,
+               label=f"target {target} ({value}x)")
+  ax.axvline(1.0, color="black", lw=0.8)
+  ax.invert_yaxis()
+  ax.set_xlabel("train-step time / optax.adamw train-step time (median)")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+if __name__ == "__main__":
+  main()

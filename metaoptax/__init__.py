@@ -1,5 +1,9 @@
 """metaoptax: learn the knobs of optimization while training runs."""
 
+from metaoptax import l2hmc
+from metaoptax import l2o
+from metaoptax import teleport
+
 from metaoptax.metaoptimize import ExactTrace
 from metaoptax.metaoptimize import HessianFreeTrace
 from metaoptax.metaoptimize import IDBDState
@@ -15,6 +19,9 @@ from metaoptax.metaoptimize import xu_idbd
 __version__ = "0.1.0"
 
 __all__ = (
+    "l2hmc",
+    "l2o",
+    "teleport",
     "ExactTrace",
     "HessianFreeTrace",
     "IDBDState",

@@ -1,0 +1,9 @@
+"""Samplers whose leapfrog step sizes (and S, Q, T networks) are trained: L2HMC (seed 000)."""
+
+from metaoptax.l2hmc import ess, targets
+from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, leapfrog,
+                                      make_masks)
+from metaoptax.l2hmc.kernel import (L2HMCInfo, L2HMCState, SamplingAlgorithm,
+                                    acceptance_probability, build_kernel, init, l2hmc,
+                                    propose, sample_chains)
+from metaoptax.l2hmc.training import TrainingResult, esjd_loss, train

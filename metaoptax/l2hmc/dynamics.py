@@ -1,0 +1,190 @@
+r"""The generalized leapfrog with trainable step sizes (seed 000; Levy et al. 2018).
+
+One leapfrog step ``k`` of ``K`` in the forward direction (:math:`d = +1`), with
+:math:`\nabla U = -\nabla \log p`, a binary mask :math:`m_k` (:math:`\bar m_k = 1-m_k`),
+time embedding :math:`t_k` and step sizes :math:`\varepsilon^k_x, \varepsilon^k_v`:
+
+.. math::
+
+  \Gamma^+:\ v &\leftarrow v \odot e^{\frac{\varepsilon_v}{2} S_v(\zeta_v)}
+      - \tfrac{\varepsilon_v}{2}\big(\nabla U(x) \odot e^{\varepsilon_v Q_v(\zeta_v)}\big)
+      + T_v(\zeta_v), \qquad \zeta_v = (x, \nabla U(x), t_k) \\
+  \Lambda^+:\ x &\leftarrow m \odot x + \bar m \odot \big[x \odot e^{\varepsilon_x S_x(\zeta_x)}
+      + \varepsilon_x \big(v \odot e^{\varepsilon_x Q_x(\zeta_x)}\big) + T_x(\zeta_x)\big],
+      \qquad \zeta_x = (m \odot x, v, t_k)
+
+then :math:`\Lambda^+` again with the roles of :math:`m` and :math:`\bar m` swapped,
+then :math:`\Gamma^+` at the new position. The translations :math:`T` enter
+outside the step-size brackets with a ``+`` sign, as in the seed's equations
+(the paper writes :math:`-\frac{\varepsilon}{2}(\ldots + T_v)`; the public code
+flips that sign; since :math:`T` is learned the choice is a parametrisation).
+
+Each update is a triangular map whose inputs :math:`\zeta` do not depend on the
+coordinates it changes, so the Jacobian's log-determinant is exact:
+
+.. math::
+
+  \log|\det J| = \sum_k \Big(\tfrac{\varepsilon^k_v}{2} \textstyle\sum S_v(\zeta_v^{(1)})
+      + \varepsilon^k_x \sum \bar m\, S_x(\zeta_x^{(1)})
+      + \varepsilon^k_x \sum m\, S_x(\zeta_x^{(2)})
+      + \tfrac{\varepsilon^k_v}{2} \sum S_v(\zeta_v^{(2)})\Big).
+
+The backward direction (:math:`d = -1`) is the exact inverse: the same steps'
+inverses in reverse order (``k = K-1, ..., 0``), with the negated log-determinant.
+With the networks off (:math:`S = Q = T = 0`) and one step size this is the
+plain leapfrog of HMC.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from metaoptax.l2hmc.networks import SQTNetwork, init_networks, time_embedding
+
+STEP_SIZE_MODES = ("shared", "per_step")
+
+
+class L2HMCConfig(NamedTuple):
+  """Static configuration of the sampler."""
+
+  dim: int
+  num_steps: int = 10  # K leapfrog steps per transition
+  hidden: int = 10
+  init_step_size: float = 0.1
+  step_sizes: str = "shared"  # one (eps_x, eps_v) pair, or one pair per leapfrog step
+  use_networks: bool = True  # False: S = Q = T = 0 (plain HMC)
+
+
+class L2HMCParams(NamedTuple):
+  """Trainable parameters: the two networks and the log step sizes."""
+
+  networks: dict
+  log_step_size_x: jax.Array  # (1,) shared or (K,) per step
+  log_step_size_v: jax.Array
+
+
+def validate(config: L2HMCConfig) -> None:
+  if config.dim < 1 or config.num_steps < 1 or config.hidden < 1:
+    raise ValueError("dim, num_steps and hidden must be >= 1.")
+  if config.step_sizes not in STEP_SIZE_MODES:
+    raise ValueError(f"step_sizes must be one of {STEP_SIZE_MODES}, got {config.step_sizes!r}.")
+  if not config.init_step_size > 0:
+    raise ValueError(f"init_step_size must be > 0, got {config.init_step_size}.")
+
+
+def init_params(key: jax.Array, config: L2HMCConfig) -> L2HMCParams:
+  validate(config)
+  n = config.num_steps if config.step_sizes == "per_step" else 1
+  log_eps = jnp.full((n,), jnp.log(config.init_step_size), jnp.float32)
+  return L2HMCParams(init_networks(key, config.dim, config.hidden), log_eps, log_eps)
+
+
+def make_masks(key: jax.Array, config: L2HMCConfig) -> jax.Array:
+  """One random half-mask per leapfrog step, ``(K, dim)`` of 0/1 (fixed for a sampler)."""
+  keys = jax.random.split(key, config.num_steps)
+  ones = config.dim // 2
+
+  def mask(k):
+    return (jax.random.permutation(k, config.dim) < ones).astype(jnp.float32)
+
+  return jax.vmap(mask)(keys)
+
+
+class _Leapfrog(NamedTuple):
+  x: jax.Array
+  v: jax.Array
+  logdensity: jax.Array
+  grad: jax.Array  # grad log p(x) = -grad U(x)
+  log_det: jax.Array
+
+
+def _heads(config, params, name, inputs):
+  if not config.use_networks:
+    zeros = jnp.zeros(config.dim, inputs[0].dtype)
+    return zeros, zeros, zeros
+  return SQTNetwork(config.dim, config.hidden).apply(params.networks[name], inputs)
+
+
+def _step_sizes(config, params, k):
+  index = k if config.step_sizes == "per_step" else 0
+  return jnp.exp(params.log_step_size_x[index]), jnp.exp(params.log_step_size_v[index])
+
+
+def _momentum(config, params, state, t, eps_v, sign):
+  """Gamma^+ (sign=+1) or its inverse (sign=-1); x is unchanged."""
+  grad_u = -state.grad
+  s, q, tr = _heads(config, params, "v_net", (state.x, grad_u, t))
+  force = 0.5 * eps_v * grad_u * jnp.exp(eps_v * q)
+  if sign > 0:
+    v = state.v * jnp.exp(0.5 * eps_v * s) - force + tr
+  else:
+    v = (state.v - tr + force) * jnp.exp(-0.5 * eps_v * s)
+  return state._replace(v=v, log_det=state.log_det + sign * 0.5 * eps_v * jnp.sum(s))
+
+
+def _position(config, params, state, t, eps_x, update, sign, logdensity_and_grad=None):
+  """Lambda^+ (sign=+1) or its inverse on the coordinates where ``update`` is 1.
+
+  ``log p`` and its gradient are re-evaluated only if ``logdensity_and_grad`` is
+  given (after the second half-update; the first needs neither).
+  """
+  keep = 1.0 - update
+  s, q, tr = _heads(config, params, "x_net", (keep * state.x, state.v, t))
+  drift = eps_x * state.v * jnp.exp(eps_x * q) + tr
+  if sign > 0:
+    moved = state.x * jnp.exp(eps_x * s) + drift
+  else:
+    moved = (state.x - drift) * jnp.exp(-eps_x * s)
+  x = keep * state.x + update * moved
+  logdensity, grad = (state.logdensity, state.grad) if logdensity_and_grad is None else (
+      logdensity_and_grad(x))
+  return _Leapfrog(x, state.v, logdensity, grad,
+                   state.log_det + sign * eps_x * jnp.sum(update * s))
+
+
+def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
+             logdensity_fn: Callable, x: jax.Array, v: jax.Array, logdensity: jax.Array,
+             grad: jax.Array, direction: jax.Array):
+  """``K`` generalized leapfrog steps in ``direction`` (+1 or -1).
+
+  Args:
+    config, params, masks: the sampler.
+    logdensity_fn: ``log p`` (up to a constant).
+    x, v: position and momentum.
+    logdensity, grad: ``log p(x)`` and its gradient (carried, not recomputed).
+    direction: +1 (forward) or -1 (the exact inverse).
+
+  Returns:
+    ``(x', v', log p(x'), grad log p(x'), log|det J|)``; ``K`` gradient evaluations.
+  """
+  logdensity_and_grad = jax.value_and_grad(logdensity_fn)
+  start = _Leapfrog(x, v, logdensity, grad, jnp.zeros((), x.dtype))
+  K = config.num_steps
+
+  def forward_step(state, k):
+    t = time_embedding(k, K)
+    eps_x, eps_v = _step_sizes(config, params, k)
+    m = masks[k]
+    state = _momentum(config, params, state, t, eps_v, +1)
+    state = _position(config, params, state, t, eps_x, 1.0 - m, +1)
+    state = _position(config, params, state, t, eps_x, m, +1, logdensity_and_grad)
+    return _momentum(config, params, state, t, eps_v, +1), None
+
+  def backward_step(state, k):
+    t = time_embedding(k, K)
+    eps_x, eps_v = _step_sizes(config, params, k)
+    m = masks[k]
+    state = _momentum(config, params, state, t, eps_v, -1)
+    state = _position(config, params, state, t, eps_x, m, -1)
+    state = _position(config, params, state, t, eps_x, 1.0 - m, -1, logdensity_and_grad)
+    return _momentum(config, params, state, t, eps_v, -1), None
+
+  steps = jnp.arange(K)
+  end = jax.lax.cond(
+      direction > 0,
+      lambda: jax.lax.scan(forward_step, start, steps)[0],
+      lambda: jax.lax.scan(backward_step, start, steps[::-1])[0])
+  return end.x, end.v, end.logdensity, end.grad, end.log_det

@@ -1,0 +1,153 @@
+r"""The L2HMC transition kernel, blackjax-style.
+
+A transition draws a fresh momentum :math:`v \sim \mathcal N(0, I)` and a direction
+:math:`d \in \{+1, -1\}` (each with probability 1/2), runs the generalized
+leapfrog :math:`\xi' = L_d(\xi)` and accepts with the Metropolis-Hastings
+probability
+
+.. math::
+
+  A(\xi'|\xi) = \min\big(1,\ \exp\big(H(\xi) - H(\xi') + \log|\det J_{L_d}(\xi)|\big)\big),
+  \qquad H(x, v) = U(x) + \tfrac12 \|v\|^2,
+
+which is exact because flipping :math:`d` after :math:`L_d` is an involution. A
+non-finite acceptance probability counts as 0 (the proposal is rejected).
+
+Usage::
+
+  sampler = metaoptax.l2hmc.l2hmc(target.logdensity_fn, config, params, masks)
+  state = sampler.init(position)
+  state, info = jax.jit(sampler.step)(rng_key, state)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
+
+
+class L2HMCState(NamedTuple):
+  """Position of a chain, with its log density and gradient (carried, not recomputed)."""
+
+  position: jax.Array
+  logdensity: jax.Array
+  logdensity_grad: jax.Array
+
+
+class L2HMCInfo(NamedTuple):
+  """What one transition did."""
+
+  acceptance_rate: jax.Array  # A(xi'|xi)
+  is_accepted: jax.Array
+  direction: jax.Array  # +1 or -1
+  log_det_jacobian: jax.Array
+  proposal: jax.Array  # x'
+  num_gradient_evaluations: jax.Array
+
+
+class SamplingAlgorithm(NamedTuple):
+  init: Callable
+  step: Callable
+
+
+def init(position: jax.Array, logdensity_fn: Callable) -> L2HMCState:
+  logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
+  return L2HMCState(position, logdensity, grad)
+
+
+def acceptance_probability(energy_before, energy_after, log_det):
+  """``min(1, exp(H - H' + log|det J|))``; non-finite -> 0."""
+  log_ratio = energy_before - energy_after + log_det
+  return jnp.where(jnp.isfinite(log_ratio), jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
+
+
+def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
+            logdensity_fn: Callable, state: L2HMCState, momentum: jax.Array,
+            direction: jax.Array):
+  """The proposal and its acceptance probability (differentiable in ``params``).
+
+  Returns ``(proposed_state, acceptance, log_det)``.
+  """
+  x, v, logdensity, grad, log_det = leapfrog(
+      config, params, masks, logdensity_fn, state.position, momentum, state.logdensity,
+      state.logdensity_grad, direction)
+  energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2)
+  energy_after = -logdensity + 0.5 * jnp.sum(v**2)
+  acceptance = acceptance_probability(energy_before, energy_after, log_det)
+  return L2HMCState(x, logdensity, grad), acceptance, log_det
+
+
+def build_kernel(config: L2HMCConfig):
+  """``kernel(rng_key, state, logdensity_fn, params, masks) -> (state, info)``."""
+
+  def kernel(rng_key, state: L2HMCState, logdensity_fn: Callable, params: L2HMCParams,
+             masks: jax.Array):
+    k_momentum, k_direction, k_accept = jax.random.split(rng_key, 3)
+    momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
+    direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
+    proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
+                                            momentum, direction)
+    accepted = jax.random.uniform(k_accept) < acceptance
+    new_state = jax.tree.map(lambda a, b: jnp.where(accepted, a, b), proposal, state)
+    info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
+                     jnp.asarray(config.num_steps, jnp.int32))
+    return new_state, info
+
+  return kernel
+
+
+def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
+          masks: jax.Array) -> SamplingAlgorithm:
+  """A trained (or untrained) L2HMC sampler: ``init(position)``, ``step(rng_key, state)``.
+
+  With ``config.use_networks=False`` and ``config.step_sizes="shared"`` it is HMC
+  with step size ``exp(params.log_step_size_x[0])`` and ``config.num_steps``
+  leapfrog steps.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from metaoptax import l2hmc
+    >>> target = l2hmc.targets.strongly_correlated_gaussian()
+    >>> config = l2hmc.L2HMCConfig(dim=2, num_steps=5)
+    >>> params = l2hmc.init_params(jax.random.key(0), config)
+    >>> masks = l2hmc.make_masks(jax.random.key(1), config)
+    >>> sampler = l2hmc.l2hmc(target.logdensity_fn, config, params, masks)
+    >>> state = sampler.init(jnp.zeros(2))
+    >>> state, info = jax.jit(sampler.step)(jax.random.key(2), state)
+    >>> state.position.shape, bool(0 <= info.acceptance_rate <= 1)
+    ((2,), True)
+
+  References:
+    Levy, Hoffman and Sohl-Dickstein, `Generalizing Hamiltonian Monte Carlo with
+    Neural Networks <https://arxiv.org/abs/1711.09268>`_, ICLR 2018.
+  """
+  kernel = build_kernel(config)
+
+  def init_fn(position):
+    return init(position, logdensity_fn)
+
+  def step_fn(rng_key, state):
+    return kernel(rng_key, state, logdensity_fn, params, masks)
+
+  return SamplingAlgorithm(init_fn, step_fn)
+
+
+def sample_chains(sampler: SamplingAlgorithm, rng_key: jax.Array, positions: jax.Array,
+                  num_samples: int):
+  """Runs ``len(positions)`` chains (vmapped) for ``num_samples`` transitions.
+
+  Returns ``(samples (num_samples, chains, dim), acceptance (num_samples, chains))``.
+  """
+  states = jax.vmap(sampler.init)(positions)
+
+  def one(states, key):
+    keys = jax.random.split(key, positions.shape[0])
+    states, info = jax.vmap(sampler.step)(keys, states)
+    return states, (states.position, info.acceptance_rate)
+
+  _, (samples, acceptance) = jax.lax.scan(one, states, jax.random.split(rng_key, num_samples))
+  return samples, acceptance

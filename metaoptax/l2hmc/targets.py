@@ -1,0 +1,81 @@
+r"""Target distributions of the L2HMC paper, as energies :math:`U(x) = -\log p(x)`.
+
+Each :class:`Target` carries its dimension, the (unnormalised) log density, the
+exact mean and covariance where known (for checking samples and for the
+truncated ESS estimator's scale) and the initial distribution chains start from
+(a standard normal, as in the paper's code).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Target(NamedTuple):
+  """A distribution to sample: ``logdensity_fn(x) = -U(x)`` up to a constant."""
+
+  name: str
+  dim: int
+  logdensity_fn: Callable[[jax.Array], jax.Array]
+  mean: jax.Array | None  # exact mean, if known
+  covariance: jax.Array | None  # exact covariance, if known
+
+
+def gaussian(covariance: jax.Array, mean: jax.Array | None = None, name: str = "gaussian"
+             ) -> Target:
+  """:math:`\\mathcal N(\\mu, \\Sigma)`: :math:`U(x) = \\tfrac12 (x-\\mu)^\\top \\Sigma^{-1} (x-\\mu)`."""
+  covariance = jnp.asarray(covariance, jnp.float32)
+  dim = covariance.shape[0]
+  mean = jnp.zeros(dim) if mean is None else jnp.asarray(mean, jnp.float32)
+  precision = jnp.linalg.inv(covariance)
+
+  def logdensity_fn(x):
+    d = x - mean
+    return -0.5 * d @ precision @ d
+
+  return Target(name, dim, logdensity_fn, mean, covariance)
+
+
+def ill_conditioned_gaussian(dim: int = 50) -> Target:
+  """50-d Gaussian, diagonal, variances log-spaced from 1e-2 to 1e2."""
+  return gaussian(jnp.diag(jnp.logspace(-2.0, 2.0, dim)), name=f"ill-conditioned Gaussian ({dim}-d)")
+
+
+def strongly_correlated_gaussian() -> Target:
+  """2-d Gaussian with variances 100 and 0.1 along axes rotated by pi/4."""
+  c, s = math.cos(math.pi / 4), math.sin(math.pi / 4)
+  rotation = jnp.array([[c, -s], [s, c]])
+  covariance = rotation @ jnp.diag(jnp.array([100.0, 0.1])) @ rotation.T
+  return gaussian(covariance, name="strongly correlated Gaussian (2-d)")
+
+
+def mixture_of_gaussians(distance: float = 4.0, variance: float = 0.1) -> Target:
+  """Equal mixture of two isotropic 2-d Gaussians ``distance`` apart (variance 0.1)."""
+  means = jnp.array([[-distance / 2, 0.0], [distance / 2, 0.0]])
+
+  def logdensity_fn(x):
+    sq = jnp.sum((x - means) ** 2, axis=-1)
+    return jax.nn.logsumexp(-0.5 * sq / variance) - math.log(2.0)
+
+  covariance = jnp.diag(jnp.array([variance + distance**2 / 4, variance]))
+  return Target("mixture of two Gaussians (2-d)", 2, logdensity_fn, jnp.zeros(2), covariance)
+
+
+def rough_well(dim: int = 2, eta: float = 1e-2) -> Target:
+  """:math:`U(x) = \\tfrac12 x^\\top x + \\eta \\sum_i \\cos(x_i/\\eta)`: a well with fine ripples."""
+
+  def logdensity_fn(x):
+    return -(0.5 * x @ x + eta * jnp.sum(jnp.cos(x / eta)))
+
+  return Target(f"rough well ({dim}-d)", dim, logdensity_fn, jnp.zeros(dim), None)
+
+
+def all_targets() -> dict[str, Target]:
+  return {"ill_conditioned": ill_conditioned_gaussian(),
+          "correlated": strongly_correlated_gaussian(),
+          "mixture": mixture_of_gaussians(),
+          "rough_well": rough_well()}

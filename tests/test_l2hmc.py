@@ -169,3 +169,9 @@ def test_training_improves_jumps_and_is_deterministic():
     l2hmc.train(TARGET, config._replace(dim=3), **kwargs)
   with pytest.raises(ValueError, match="step_sizes"):
     l2hmc.init_params(jax.random.key(0), config._replace(step_sizes="bogus"))
+
+
+def test_geyer_ess_sees_chains_stuck_apart():
+  rng = np.random.default_rng(0)
+  stuck = rng.normal(size=(1000, 4, 1)) * 0.1 + np.array([-2.0, -2.0, 2.0, 2.0])[:, None]
+  assert l2hmc.ess.geyer_ess(stuck) < 0.01  # well mixed within, not between chains

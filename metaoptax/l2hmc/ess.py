@@ -4,11 +4,15 @@ Both take samples ``(num_samples, num_chains, dim)`` and return the ESS as a
 fraction of the number of samples per chain (multiply by ``num_samples *
 num_chains`` for a count).
 
-* :func:`geyer_ess`: per dimension, autocorrelations averaged over chains (from
-  the FFT), pairs :math:`P_k = \rho_{2k} + \rho_{2k+1}` summed up to the first
-  non-positive pair and made monotone (Geyer's initial monotone sequence,
-  1992); :math:`\hat\tau = -1 + 2\sum_k P_k`, ESS fraction :math:`1/\hat\tau`,
-  averaged over dimensions.
+* :func:`geyer_ess`: per dimension, the multi-chain autocorrelation of Stan
+  (Gelman et al., BDA3 11.5): :math:`\rho_t = 1 - (W - \bar\gamma_t)/\widehat{\mathrm{var}}^+`
+  from the chains' autocovariances :math:`\gamma_t` (FFT), the within-chain
+  variance :math:`W` and the between-chain variance, so chains stuck in
+  different places count as correlated; pairs
+  :math:`P_k = \rho_{2k} + \rho_{2k+1}` summed up to the first non-positive pair
+  and made monotone (Geyer's initial monotone sequence, 1992);
+  :math:`\hat\tau = -1 + 2\sum_k P_k` (at least :math:`1/\log_{10}(nM)`, as in
+  Stan), ESS fraction :math:`1/\hat\tau`, averaged over dimensions.
 * :func:`truncated_ess`: the public L2HMC notebook's estimate: the autocovariance
   of all chains and dimensions together about the known target mean, divided by
   a known scale (:math:`\sqrt{\mathrm{tr}\,\Sigma}`), summed up to the first lag
@@ -23,28 +27,23 @@ from __future__ import annotations
 import numpy as np
 
 
-def _autocorrelation(x: np.ndarray) -> np.ndarray:
-  """Per-chain, per-dimension autocorrelation along axis 0 (FFT), ``rho_0 = 1``."""
-  n = x.shape[0]
-  x = x - x.mean(axis=0, keepdims=True)
-  size = 2 ** int(np.ceil(np.log2(2 * n)))
-  f = np.fft.rfft(x, n=size, axis=0)
-  acov = np.fft.irfft(f * np.conj(f), n=size, axis=0)[:n] / n
-  return acov / np.maximum(acov[:1], 1e-300)
-
-
 def geyer_ess(samples) -> float:
   samples = np.asarray(samples, np.float64)
-  n = samples.shape[0]
-  rho = _autocorrelation(samples).mean(axis=1)  # (n, dim), averaged over chains
+  n, m = samples.shape[:2]
+  x = samples - samples.mean(axis=0, keepdims=True)
+  size = 2 ** int(np.ceil(np.log2(2 * n)))
+  f = np.fft.rfft(x, n=size, axis=0)
+  acov = np.fft.irfft(f * np.conj(f), n=size, axis=0)[:n] / n  # (n, chains, dim)
+  within = acov[0].mean(axis=0) * n / (n - 1)  # W, per dimension
+  between = samples.mean(axis=0).var(axis=0, ddof=1) if m > 1 else 0.0  # B / n
+  var_plus = within * (n - 1) / n + between
+  rho = 1.0 - (within - acov.mean(axis=1)) / var_plus  # (n, dim)
   fractions = []
   for d in range(rho.shape[1]):
-    r = rho[:, d]
-    pairs = r[: 2 * (n // 2)].reshape(-1, 2).sum(axis=1)
-    positive = np.nonzero(pairs <= 0)[0]
-    pairs = pairs[: positive[0]] if positive.size else pairs
-    pairs = np.minimum.accumulate(pairs)
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / n)
+    pairs = rho[: 2 * (n // 2), d].reshape(-1, 2).sum(axis=1)
+    non_positive = np.nonzero(pairs <= 0)[0]
+    pairs = np.minimum.accumulate(pairs[: non_positive[0]] if non_positive.size else pairs)
+    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / np.log10(n * m))
     fractions.append(1.0 / tau)
   return float(np.mean(fractions))
 

@@ -23,6 +23,7 @@ class Target(NamedTuple):
   logdensity_fn: Callable[[jax.Array], jax.Array]
   mean: jax.Array | None  # exact mean, if known
   covariance: jax.Array | None  # exact covariance, if known
+  sample: Callable[[jax.Array, int], jax.Array] | None = None  # exact draws (key, n), if known
 
 
 def gaussian(covariance: jax.Array, mean: jax.Array | None = None, name: str = "gaussian"
@@ -37,7 +38,10 @@ def gaussian(covariance: jax.Array, mean: jax.Array | None = None, name: str = "
     d = x - mean
     return -0.5 * d @ precision @ d
 
-  return Target(name, dim, logdensity_fn, mean, covariance)
+  def sample(key, n):
+    return jax.random.multivariate_normal(key, mean, covariance, (n,))
+
+  return Target(name, dim, logdensity_fn, mean, covariance, sample)
 
 
 def ill_conditioned_gaussian(dim: int = 50) -> Target:
@@ -61,8 +65,14 @@ def mixture_of_gaussians(distance: float = 4.0, variance: float = 0.1) -> Target
     sq = jnp.sum((x - means) ** 2, axis=-1)
     return jax.nn.logsumexp(-0.5 * sq / variance) - math.log(2.0)
 
+  def sample(key, n):
+    k_component, k_noise = jax.random.split(key)
+    component = jax.random.bernoulli(k_component, shape=(n,)).astype(jnp.int32)
+    return means[component] + jnp.sqrt(variance) * jax.random.normal(k_noise, (n, 2))
+
   covariance = jnp.diag(jnp.array([variance + distance**2 / 4, variance]))
-  return Target("mixture of two Gaussians (2-d)", 2, logdensity_fn, jnp.zeros(2), covariance)
+  return Target("mixture of two Gaussians (2-d)", 2, logdensity_fn, jnp.zeros(2), covariance,
+                sample)
 
 
 def rough_well(dim: int = 2, eta: float = 1e-2) -> Target:

@@ -125,6 +125,17 @@ def check_objective(obj_fn: Callable | None, params: Any) -> None:
     )
 
 
+def meta_gradient(trace_weights: Any, grads: Any, beta: Any) -> Any:
+  """``s = H^T g``: one entry per block column of the trace (a beta tree)."""
+  flat_beta, unravel_beta = ravel_pytree(beta)
+  m = flat_beta.size
+  s = sum(
+      jnp.tensordot(h.reshape(m, -1), g.reshape(-1).astype(h.dtype), axes=1)
+      for h, g in zip(jax.tree.leaves(trace_weights), jax.tree.leaves(grads))
+  )
+  return unravel_beta(s.astype(flat_beta.dtype))
+
+
 def step(
     *,
     grads: Any,
@@ -153,12 +164,8 @@ def step(
   m = layout.num_blocks
   gradient = _gradient_with_hvp_tangent(obj_fn)
 
-  def meta_gradient(g):
-    s = sum(
-        jnp.tensordot(h.reshape(m, -1), gl.reshape(-1).astype(h.dtype), axes=1)
-        for h, gl in zip(jax.tree.leaves(H), jax.tree.leaves(g))
-    )
-    return unravel_beta(s.astype(beta_flat_dtype))
+  def meta_gradient_at(g):
+    return meta_gradient(H, g, beta)
 
   def F(beta, meta_floats, wide_params, base_floats):
     own = _tree.cast_like(wide_params, params)
@@ -166,7 +173,7 @@ def step(
     g = gradient(own, _tree.cast_like(grads, own))
     g_meta = g if approximation == "2x2" else jax.lax.stop_gradient(g)
     meta_upd, new_meta = meta_update(
-        meta_gradient(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
+        meta_gradient_at(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
     )
     new_beta = clip_beta(jax.tree.map(jnp.add, beta, meta_upd))
     direction, new_base = base_update(g, _tree.merge_floats(base_floats, base_split), own)

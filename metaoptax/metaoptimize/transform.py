@@ -77,8 +77,8 @@ def metaoptimize(
       paper's default uses ``alpha_t``.
     skip_nonfinite: guard the state against non-finite values: a step with a
       non-finite gradient is skipped (zero updates; ``beta``, the meta state and
-      the trace kept; Hessian-free: the base state advances as for a zero
-      gradient, exact variants: kept), counted in ``state.skipped_steps``; a
+      the trace kept; the base state advances as for a zero gradient), counted
+      in ``state.skipped_steps``; a
       finite step whose trace or ``beta`` is not finite is taken with ``beta``
       kept and the trace restarted, counted in ``state.trace_resets``. See
       ``metaoptax.metaoptimize.guard``. Free for the Hessian-free variant.
@@ -152,13 +152,20 @@ def metaoptimize(
       s = _tree.cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
                           state.meta_params)
       attempt = lambda g, st, s_: _hessian_free_update(g, st, s_, params, layout, extra_args)
-      if not skip_nonfinite:
-        delta, new_state = attempt(grads, state, s)
-        return _tree.cast_like(delta, params), new_state
-      delta, new_state = guard.guarded_hessian_free_step(attempt, grads, state, s)
-      return _tree.cast_like(delta, params), new_state
-    obj_fn = extra_args.get("obj_fn")
-    exact.check_objective(obj_fn, params)
+    else:
+      obj_fn = extra_args.get("obj_fn")
+      exact.check_objective(obj_fn, params)
+      s = exact.meta_gradient(state.trace.weights, grads, state.meta_params)
+      attempt = lambda g, st, s_: _exact_update(g, st, params, layout, obj_fn, extra_args)
+    if not skip_nonfinite:
+      delta, new_state = attempt(grads, state, s)
+    else:
+      delta, new_state = guard.guarded_step(attempt, grads, state, s,
+                                            check_new_trace=approximation != "hessian_free")
+    return _tree.cast_like(delta, params), new_state
+
+  def _exact_update(grads, state, params, layout, obj_fn, extra_args):
+    """The exact step (computes its meta-gradient inside, differentiably)."""
     delta, new_beta, new_meta, new_base, new_trace = exact.step(
         grads=grads, params=params, beta=state.meta_params,
         base_state=state.base_state, meta_state=state.meta_state,
@@ -167,12 +174,8 @@ def metaoptimize(
         meta_update=meta.update, obj_fn=obj_fn, step_size_of=step_size_of,
         clip_beta=clip_beta, gamma=gamma, weight_decay=weight_decay,
         approximation=approximation, meta_update_first=meta_update_first)
-    new_state = state._replace(base_state=new_base, meta_params=new_beta,
-                               meta_state=new_meta, trace=new_trace)
-    updates = _tree.cast_like(delta, params)
-    if not skip_nonfinite:
-      return updates, new_state
-    return guard.guard_by_selection(grads, updates, state, new_state)
+    return delta, state._replace(base_state=new_base, meta_params=new_beta,
+                                 meta_state=new_meta, trace=new_trace)
 
   def _hessian_free_update(grads, state, s, params, layout, extra_args):
     meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)

@@ -28,12 +28,13 @@ import numpy as np
 import _report
 from metaoptax import l2hmc
 
-# (target, training iterations, HMC step-size grid)
+# target: (training iterations, HMC step-size grid, L2HMC initial step size)
 TARGETS = {
-    "correlated": (5000, (0.1, 0.15, 0.2)),  # the notebook's grid
-    "ill_conditioned": (3000, (0.02, 0.05, 0.1, 0.15)),
-    "mixture": (3000, (0.05, 0.1, 0.2, 0.3)),
-    "rough_well": (3000, (0.01, 0.03, 0.1, 0.2)),
+    "correlated": (5000, (0.1, 0.15, 0.2), 0.1),  # the notebook's grid and init
+    # the smallest standard deviation is 0.1: at 0.1 the 50-d leapfrog accepts ~1%
+    "ill_conditioned": (3000, (0.02, 0.03, 0.05, 0.1), 0.03),
+    "mixture": (3000, (0.05, 0.1, 0.2, 0.3), 0.1),
+    "rough_well": (3000, (0.01, 0.03, 0.1, 0.2), 0.1),
 }
 
 
@@ -70,6 +71,9 @@ def main():
   parser.add_argument("--burn-in", type=int, default=1000)
   parser.add_argument("--samples", type=int, default=2000)
   parser.add_argument("--num-steps", type=int, default=10)
+  parser.add_argument("--step-sizes", default="per_step", choices=("shared", "per_step"))
+  parser.add_argument("--hidden", type=int, default=50,
+                      help="width of the S/Q/T networks (the public code uses 10)")
   parser.add_argument("--targets", default=",".join(TARGETS))
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
@@ -80,10 +84,12 @@ def main():
   start = time.perf_counter()
   for name in args.targets.split(","):
     target = all_targets[name]
-    iterations, grid = TARGETS[name]
+    iterations, grid, init_step_size = TARGETS[name]
     if args.quick:
       iterations, args.chains, args.burn_in, args.samples = 40, 16, 20, 100
-    config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=args.num_steps)
+    config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=args.num_steps,
+                               init_step_size=init_step_size, step_sizes=args.step_sizes,
+                               hidden=args.hidden)
     print(f"{target.name}: training L2HMC for {iterations} iterations", flush=True)
     result = l2hmc.train(target, config, num_iterations=iterations, seed=args.seed,
                          log_every=max(1, iterations // 5), progress=lambda i, loss, acc: print(
@@ -93,13 +99,15 @@ def main():
     draws, acc = run_chains(target, config, result.params, result.masks, key, args.chains,
                             args.burn_in, args.samples)
     geyer, truncated = ess_both(target, draws)
-    eps_x = float(np.exp(result.params.log_step_size_x[0]))
-    eps_v = float(np.exp(result.params.log_step_size_v[0]))
-    l2 = dict(sampler="L2HMC (trained)", step=f"x {eps_x:.3g}, v {eps_v:.3g}", acc=acc,
+    eps_x = np.exp(np.asarray(result.params.log_step_size_x))
+    eps_v = np.exp(np.asarray(result.params.log_step_size_v))
+    step = (f"x {eps_x[0]:.3g}, v {eps_v[0]:.3g}" if eps_x.size == 1 else
+            f"x {eps_x.min():.3g}-{eps_x.max():.3g}, v {eps_v.min():.3g}-{eps_v.max():.3g}")
+    l2 = dict(sampler=f"L2HMC (trained, {config.step_sizes} step sizes)", step=step, acc=acc,
               geyer=geyer, truncated=truncated, seconds=result.seconds)
     curves[(name, "L2HMC")] = autocorrelation(draws)
     traces[(name, "L2HMC")] = draws[:500, 0]
-    hmc_config = config._replace(use_networks=False)
+    hmc_config = config._replace(use_networks=False, step_sizes="shared")
     best = None
     for eps in grid:
       params = l2hmc.init_params(jax.random.key(0), hmc_config._replace(init_step_size=eps))
@@ -125,7 +133,8 @@ def main():
                           text=True, cwd=os.path.dirname(__file__)).stdout.strip()
   k = args.num_steps
   lines = [f"# L2HMC vs HMC: effective sample size\n",
-           f"K = {k} leapfrog steps, {args.chains} chains, {args.burn_in} burn-in + "
+           f"K = {k} leapfrog steps, {args.step_sizes} step sizes, networks of width "
+           f"{args.hidden}, {args.chains} chains, {args.burn_in} burn-in + "
            f"{args.samples} samples each; commit `{commit}`, "
            f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores"
            f"{' (--quick)' if args.quick else ''}. ESS as a fraction of samples; per gradient "

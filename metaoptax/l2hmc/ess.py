@@ -12,7 +12,9 @@ num_chains`` for a count).
   :math:`P_k = \rho_{2k} + \rho_{2k+1}` summed up to the first non-positive pair
   and made monotone (Geyer's initial monotone sequence, 1992);
   :math:`\hat\tau = -1 + 2\sum_k P_k` (at least :math:`1/\log_{10}(nM)`, as in
-  Stan), ESS fraction :math:`1/\hat\tau`, averaged over dimensions.
+  Stan), ESS fraction :math:`1/\hat\tau`; the minimum over dimensions (the
+  slowest-mixing coordinate: an average would let a well-mixed coordinate hide
+  chains stuck in one mode of a mixture).
 * :func:`truncated_ess`: the public L2HMC notebook's estimate: the autocovariance
   of all chains and dimensions together about the known target mean, divided by
   a known scale (:math:`\sqrt{\mathrm{tr}\,\Sigma}`), summed up to the first lag
@@ -45,7 +47,7 @@ def geyer_ess(samples) -> float:
     pairs = np.minimum.accumulate(pairs[: non_positive[0]] if non_positive.size else pairs)
     tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / np.log10(n * m))
     fractions.append(1.0 / tau)
-  return float(np.mean(fractions))
+  return float(np.min(fractions))
 
 
 def truncated_ess(samples, mean=None, scale=None, threshold: float = 0.05) -> float:

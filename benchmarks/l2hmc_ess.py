@@ -58,10 +58,7 @@ def ess_both(target, draws):
 
 
 def autocorrelation(draws, lags=200):
-  x = draws - draws.mean(axis=0, keepdims=True)
-  n = x.shape[0]
-  f = np.fft.rfft(x, n=2 ** int(np.ceil(np.log2(2 * n))), axis=0)
-  acov = np.fft.irfft(f * np.conj(f), axis=0)[:n].sum(axis=(1, 2))
+  acov = l2hmc.ess.lagged_products(draws - draws.mean(axis=0, keepdims=True)).sum(axis=(1, 2))
   return acov[:lags] / acov[0]
 
 

@@ -29,13 +29,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def lagged_products(x: np.ndarray) -> np.ndarray:
+  """:math:`\sum_t x_t x_{t+\tau}` along axis 0 for every lag (FFT), other axes kept."""
+  n = x.shape[0]
+  size = 2 ** int(np.ceil(np.log2(2 * n)))
+  f = np.fft.rfft(x, n=size, axis=0)
+  return np.fft.irfft(f * np.conj(f), n=size, axis=0)[:n]
+
+
 def geyer_ess(samples) -> float:
   samples = np.asarray(samples, np.float64)
   n, m = samples.shape[:2]
-  x = samples - samples.mean(axis=0, keepdims=True)
-  size = 2 ** int(np.ceil(np.log2(2 * n)))
-  f = np.fft.rfft(x, n=size, axis=0)
-  acov = np.fft.irfft(f * np.conj(f), n=size, axis=0)[:n] / n  # (n, chains, dim)
+  acov = lagged_products(samples - samples.mean(axis=0, keepdims=True)) / n  # (n, chains, dim)
   within = acov[0].mean(axis=0) * n / (n - 1)  # W, per dimension
   between = samples.mean(axis=0).var(axis=0, ddof=1) if m > 1 else 0.0  # B / n
   var_plus = within * (n - 1) / n + between
@@ -54,10 +59,7 @@ def truncated_ess(samples, mean=None, scale=None, threshold: float = 0.05) -> fl
   samples = np.asarray(samples, np.float64)
   n = samples.shape[0]
   x = samples - (0.0 if mean is None else np.asarray(mean))
-  size = 2 ** int(np.ceil(np.log2(2 * n)))
-  f = np.fft.rfft(x, n=size, axis=0)
-  acov = np.fft.irfft(f * np.conj(f), n=size, axis=0)[:n]  # sums over t of x_t x_{t+tau}
-  acov = acov.sum(axis=(1, 2)) / x.shape[1] / (n - np.arange(n))
+  acov = lagged_products(x).sum(axis=(1, 2)) / x.shape[1] / (n - np.arange(n))
   rho = acov / (acov[0] if scale is None else scale**2)
   below = np.nonzero(rho[1:] < threshold)[0]
   rho = rho[1: 1 + (below[0] if below.size else n)]

@@ -27,6 +27,7 @@ import optax
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import init, propose
 from metaoptax.l2hmc.targets import Target
+from metaoptax.metaoptimize import _tree
 
 
 class TrainingResult(NamedTuple):
@@ -110,11 +111,10 @@ def train(target: Target, config: L2HMCConfig, *, num_iterations: int = 5000,
     k_loss, k_accept = jax.random.split(key)
     (loss, (proposals, acceptance)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         params, chains, k_loss)
-    finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+    finite = _tree.all_finite(grads)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
-    params, opt_state = jax.tree.map(lambda a, b: jnp.where(finite, a, b),
-                                     (new_params, new_opt_state), (params, opt_state))
+    params, opt_state = _tree.select(finite, (new_params, new_opt_state), (params, opt_state))
     accepted = jax.random.uniform(k_accept, acceptance.shape) < acceptance
     chains = jax.tree.map(
         lambda p, c: jnp.where(accepted.reshape((-1,) + (1,) * (p.ndim - 1)), p, c),

@@ -98,7 +98,7 @@ def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransf
     deltas = jax.tree.map(lambda n, p: (n - p).astype(p.dtype), new_params, params)
     ok = _tree.all_finite(updates) & _tree.all_finite(deltas)
     new_state = _tree.select(ok, new_state, state)
-    deltas = jax.tree.map(lambda d: jnp.where(ok, d, jnp.zeros_like(d)), deltas)
+    deltas = _tree.zeros_unless(ok, deltas)
     return deltas, new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 

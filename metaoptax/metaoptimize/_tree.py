@@ -46,6 +46,11 @@ def select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
   return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
+def zeros_unless(pred: jax.Array, tree: Any) -> Any:
+  """``tree`` where ``pred`` holds, zeros of the same shapes otherwise."""
+  return jax.tree.map(lambda x: jnp.where(pred, x, jnp.zeros_like(x)), tree)
+
+
 class FloatSplit(NamedTuple):
   """Where the floating leaves of a tree sit, to rebuild it from them."""
 

@@ -158,8 +158,6 @@ def step(
   """One exact step. Returns ``(delta, beta', meta_state', base_state', trace')``."""
   base_floats, base_split = _tree.split_floats(base_state)
   meta_floats, meta_split = _tree.split_floats(meta_state)
-  beta_flat_dtype = ravel_pytree(beta)[0].dtype
-  unravel_beta = ravel_pytree(beta)[1]
   H = trace.weights  # held fixed inside F (the 2x2 approximation drops dF/dH)
   m = layout.num_blocks
   gradient = _gradient_with_hvp_tangent(obj_fn)

@@ -66,11 +66,10 @@ def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_g
   s_ok = _tree.all_finite(meta_grad)
   # Only when s is not finite: is it the gradient (skip) or the trace (restart)?
   grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True), lambda: _tree.all_finite(grads))
-  zero_if = lambda ok, tree: jax.tree.map(lambda x: jnp.where(ok, x, jnp.zeros_like(x)), tree)
   restart_trace = initial_trace(state.trace, state.meta_params)
-  delta, new = attempt(zero_if(grads_ok, grads),
+  delta, new = attempt(_tree.zeros_unless(grads_ok, grads),
                        state._replace(trace=_tree.select(s_ok, state.trace, restart_trace)),
-                       zero_if(s_ok, meta_grad))
+                       _tree.zeros_unless(s_ok, meta_grad))
   trace_ok = _tree.all_finite(new.trace) if check_new_trace else jnp.asarray(True)
   meta_ok = s_ok & trace_ok & _tree.all_finite(new.meta_params)
   new_trace = _tree.select(trace_ok, new.trace, restart_trace)
@@ -78,4 +77,4 @@ def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_g
       meta_params=_tree.select(meta_ok, new.meta_params, state.meta_params),
       meta_state=_tree.select(meta_ok, new.meta_state, state.meta_state),
       trace=_tree.select(grads_ok, new_trace, state.trace))
-  return zero_if(grads_ok, delta), _count(new, ~grads_ok, grads_ok & ~meta_ok)
+  return _tree.zeros_unless(grads_ok, delta), _count(new, ~grads_ok, grads_ok & ~meta_ok)

@@ -1,5 +1,6 @@
 """metaoptax: learn the knobs of optimization while training runs."""
 
+from metaoptax import checkpoint
 from metaoptax import l2hmc
 from metaoptax import l2o
 from metaoptax import teleport
@@ -19,6 +20,7 @@ from metaoptax.metaoptimize import xu_idbd
 __version__ = "0.1.0"
 
 __all__ = (
+    "checkpoint",
     "l2hmc",
     "l2o",
     "teleport",

@@ -27,6 +27,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+#: The output heads a :class:`L2OConfig` can ask for (``L2OConfig.heads``).
 HEADS = ("update", "learning_rate", "momentum", "teleport")
 
 

@@ -25,11 +25,16 @@ import optax
 
 from metaoptax.metaoptimize.transform import metaoptimize
 
+#: Default initial step size :math:`\alpha_0` (the paper's).
 INIT_STEP_SIZE = 1e-6
+#: Default meta step size :math:`\eta` of the meta optimizer.
 META_STEP_SIZE = 1e-3
+#: Default decoupled weight decay :math:`\kappa` of the AdamW-type bases.
 WEIGHT_DECAY = 0.1
 
 
+#: ``eps_root`` of the Adam-type transformations (keeps the derivative of
+#: ``sqrt(v)`` finite at ``v = 0``).
 EPS_ROOT = 1e-30
 
 
@@ -98,6 +103,7 @@ def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+#: Every preset by name: ``{"adamw_adam": adamw_adam, ...}``.
 PRESETS = {
     "adamw_adam": adamw_adam,
     "adamw_lion": adamw_lion,

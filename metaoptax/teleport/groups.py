@@ -28,7 +28,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-Bijection = tuple[Callable, Callable]  # (h, h_inverse)
+#: A bijection of :math:`\mathbb{R}^2` as the pair ``(h, h_inverse)``.
+Bijection = tuple[Callable, Callable]
 
 
 def rotation(theta: jax.Array) -> jax.Array:

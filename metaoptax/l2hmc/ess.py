@@ -30,7 +30,7 @@ import numpy as np
 
 
 def lagged_products(x: np.ndarray) -> np.ndarray:
-  """:math:`\sum_t x_t x_{t+\tau}` along axis 0 for every lag (FFT), other axes kept."""
+  r""":math:`\sum_t x_t x_{t+\tau}` along axis 0 for every lag (FFT), other axes kept."""
   n = x.shape[0]
   size = 2 ** int(np.ceil(np.log2(2 * n)))
   f = np.fft.rfft(x, n=size, axis=0)

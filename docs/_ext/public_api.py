@@ -121,7 +121,8 @@ def _constant_entry(qualified: str, obj) -> list[str]:
     logger.warning(f"public constant {qualified} has no '#:' doc comment", type="public_api")
     doc = []
   value = repr(obj)
-  lines = [f".. py:data:: {qualified}"]
+  module_name, name = qualified.rsplit(".", 1)
+  lines = [f".. py:data:: {name}", f"   :module: {module_name}"]
   if len(value) <= 60:
     lines.append(f"   :value: {value}")
   return lines + [""] + [f"   {line}" for line in doc] + [""]

@@ -451,7 +451,11 @@ NOTES = """## How to read the misses
 - **Large theta / eta.** 'seeds unstable' counts seeds with a bin of MSE above 10 or
   non-finite. IDBD at theta >= 0.01 is fine over Sutton's 30k examples but over 250k the
   relevant step sizes can collapse (an absorbing state: IDBD's meta-gradient is proportional to
-  alpha) and runs diverge; Sutton's float64 pseudocode does the same on the same streams.
+  alpha) and runs diverge; Sutton's float64 pseudocode does the same on the same streams (seed 0
+  diverges in the same 1k-example bin). The trigger is a rare large input: with alpha ~ 0.2 on a
+  relevant input, |x| ~ 4.7 gives alpha x^2 ~ 5 > 2, the LMS step overshoots, the error jumps to
+  ~100 and theta delta x h moves beta by more than 1 per example (seed 0, example ~200.9k).
+  Such inputs are too rare to show up in 30k examples.
 - **'LMS closed form' column**: the exact asymptotic MSE LMS would have with the final learned
   step sizes frozen; the gap to the measured MSE is the cost of the step sizes' fluctuation.
 """

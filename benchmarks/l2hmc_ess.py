@@ -17,6 +17,7 @@ gradient evaluation (K per transition for both samplers).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import time
@@ -24,18 +25,40 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 import _report
 from metaoptax import l2hmc
 
-# target: (training iterations, HMC step-size grid, L2HMC initial step size)
+# Per target: training iterations, HMC step-size grid, L2HMC initial step size and
+# the training options (metaoptax.l2hmc.train keyword arguments) it needs.
 TARGETS = {
-    "correlated": (5000, (0.1, 0.15, 0.2), 0.1),  # the notebook's grid and init
-    # the smallest standard deviation is 0.1: at 0.1 the 50-d leapfrog accepts ~1%
-    "ill_conditioned": (3000, (0.02, 0.03, 0.05, 0.1), 0.03),
-    "mixture": (3000, (0.05, 0.1, 0.2, 0.3), 0.1),
-    "rough_well": (3000, (0.01, 0.03, 0.1, 0.2), 0.1),
+    "correlated": dict(iterations=5000, grid=(0.1, 0.15, 0.2), init_step_size=0.1),
+    # the smallest standard deviation is 0.1: at 0.1 the 50-d leapfrog accepts ~1%.
+    # aux_weight=0: fresh N(0, I) draws are far from this target's typical set; their
+    # jumps (delta ~1e4) drowned the chains' term, whose acceptance fell to 0.
+    "ill_conditioned": dict(iterations=3000, grid=(0.02, 0.03, 0.05, 0.1), init_step_size=0.03,
+                            train=dict(aux_weight=0.0)),
+    # temperature annealing 10 -> 1 over the first 2/3 of training (the paper's remedy)
+    "mixture": dict(iterations=3000, grid=(0.05, 0.1, 0.2, 0.3), init_step_size=0.1,
+                    anneal=(10.0, 2000)),
+    # no gradient through the ripples' curvature (~1/eta): exact gradients explode
+    "rough_well": dict(iterations=3000, grid=(0.03, 0.1, 0.2, 0.3, 0.4), init_step_size=0.1,
+                       train=dict(differentiate_force=False)),
 }
+
+
+def annealing(initial: float, until: int):
+  """Geometric temperature schedule (the public code's form): ``initial`` times a
+  constant factor every 50 iterations, reaching 1 at iteration ``until``."""
+  return optax.exponential_decay(initial, 50, (1.0 / initial) ** (50 / until), staircase=True,
+                                 end_value=1.0)
+
+
+def mode_crossings(draws):
+  """Fraction of transitions that change the sign of x[0] (the mixture's side)."""
+  side = np.sign(draws[..., 0])
+  return float((side[1:] != side[:-1]).mean())
 
 
 def run_chains(target, config, params, masks, key, chains, burn_in, samples):
@@ -74,91 +97,144 @@ def main():
   parser.add_argument("--targets", default=",".join(TARGETS))
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  parser.add_argument("--iterations", type=int, default=0,
+                      help="training iterations for every target (default: per target)")
   parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--report-only", action="store_true",
+                      help="rebuild the md and png from the saved per-target results")
   args = parser.parse_args()
   all_targets = l2hmc.targets.all_targets()
-  rows, curves, traces = [], {}, {}
+  names = args.targets.split(",")
+  if not args.report_only:
+    for name in names:
+      run_target(name, all_targets[name], args)
+  report(args.out, all_targets, args)
+
+
+def run_target(name, target, args):
+  """Trains, samples and compares one target; writes ``l2hmc_<name>.json/.npz``."""
   start = time.perf_counter()
-  for name in args.targets.split(","):
-    target = all_targets[name]
-    iterations, grid, init_step_size = TARGETS[name]
-    if args.quick:
-      iterations, args.chains, args.burn_in, args.samples = 40, 16, 20, 100
-    config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=args.num_steps,
-                               init_step_size=init_step_size, step_sizes=args.step_sizes,
-                               hidden=args.hidden)
-    print(f"{target.name}: training L2HMC for {iterations} iterations", flush=True)
-    result = l2hmc.train(target, config, num_iterations=iterations, seed=args.seed,
-                         log_every=max(1, iterations // 5), progress=lambda i, loss, acc: print(
-                             f"  iteration {i:5d}  loss {loss:12.4f}  acceptance {acc:.3f}",
-                             flush=True))
-    key = jax.random.key(args.seed + 1)
-    draws, acc = run_chains(target, config, result.params, result.masks, key, args.chains,
-                            args.burn_in, args.samples)
-    geyer, truncated = ess_both(target, draws)
-    eps_x = np.exp(np.asarray(result.params.log_step_size_x))
-    eps_v = np.exp(np.asarray(result.params.log_step_size_v))
-    step = (f"x {eps_x[0]:.3g}, v {eps_v[0]:.3g}" if eps_x.size == 1 else
-            f"x {eps_x.min():.3g}-{eps_x.max():.3g}, v {eps_v.min():.3g}-{eps_v.max():.3g}")
-    l2 = dict(sampler=f"L2HMC (trained, {config.step_sizes} step sizes)", step=step, acc=acc,
-              geyer=geyer, truncated=truncated, seconds=result.seconds)
-    curves[(name, "L2HMC")] = autocorrelation(draws)
-    traces[(name, "L2HMC")] = draws[:500, 0]
-    hmc_config = config._replace(use_networks=False, step_sizes="shared")
-    best = None
-    for eps in grid:
-      params = l2hmc.init_params(jax.random.key(0), hmc_config._replace(init_step_size=eps))
-      hmc_draws, hmc_acc = run_chains(target, hmc_config, params, result.masks, key,
-                                      args.chains, args.burn_in, args.samples)
-      g, t = ess_both(target, hmc_draws)
-      print(f"  HMC eps {eps}: acceptance {hmc_acc:.3f}  ESS geyer {g:.4f}  truncated {t:.4f}",
-            flush=True)
-      if best is None or g > best["geyer"]:
-        best = dict(sampler=f"HMC (best of {grid})", step=f"{eps}", acc=hmc_acc, geyer=g,
-                    truncated=t, seconds=0.0)
-        curves[(name, "HMC")] = autocorrelation(hmc_draws)
-        traces[(name, "HMC")] = hmc_draws[:500, 0]
-    for row in (l2, best):
-      rows.append((target.name, row))
-    rows.append((target.name, dict(sampler="ratio L2HMC / HMC", step="", acc=float("nan"),
-                                   geyer=l2["geyer"] / best["geyer"],
-                                   truncated=l2["truncated"] / best["truncated"], seconds=0.0,
-                                   ratio=True)))
-    print(f"  L2HMC ESS geyer {geyer:.4f} truncated {truncated:.4f} (acceptance {acc:.3f})",
+  settings = TARGETS[name]
+  iterations, grid = settings["iterations"], settings["grid"]
+  if args.iterations:
+    iterations = args.iterations
+  chains, burn_in, samples = args.chains, args.burn_in, args.samples
+  if args.quick:
+    iterations, chains, burn_in, samples = 40, 16, 20, 100
+  options = dict(settings.get("train", {}))
+  described = [f"{k}={v}" for k, v in options.items()]
+  if "anneal" in settings:
+    t0, until = settings["anneal"]
+    until = min(until, max(1, 2 * iterations // 3))
+    options["temperature"] = annealing(t0, until)
+    described.append(f"temperature {t0} -> 1 geometric over {until} iterations")
+  config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=args.num_steps,
+                             init_step_size=settings["init_step_size"],
+                             step_sizes=args.step_sizes, hidden=args.hidden)
+  print(f"{target.name}: training L2HMC for {iterations} iterations {described}", flush=True)
+  result = l2hmc.train(target, config, num_iterations=iterations, seed=args.seed, **options,
+                       log_every=max(1, iterations // 10), progress=lambda i, loss, acc: print(
+                           f"  iteration {i:5d}  loss {loss:12.4f}  acceptance {acc:.3f}",
+                           flush=True))
+  key = jax.random.key(args.seed + 1)
+  draws, acc = run_chains(target, config, result.params, result.masks, key, chains, burn_in,
+                          samples)
+  geyer, truncated = ess_both(target, draws)
+  eps_x = np.exp(np.asarray(result.params.log_step_size_x))
+  eps_v = np.exp(np.asarray(result.params.log_step_size_v))
+  step = (f"x {eps_x[0]:.3g}, v {eps_v[0]:.3g}" if eps_x.size == 1 else
+          f"x {eps_x.min():.3g}-{eps_x.max():.3g}, v {eps_v.min():.3g}-{eps_v.max():.3g}")
+  rows = [dict(sampler=f"L2HMC (trained, {config.step_sizes} step sizes)", step=step, acc=acc,
+               geyer=geyer, truncated=truncated, crossings=mode_crossings(draws),
+               seconds=result.seconds)]
+  print(f"  L2HMC ESS geyer {geyer:.4f} truncated {truncated:.4f} (acceptance {acc:.3f})",
+        flush=True)
+  arrays = dict(l2hmc_autocorrelation=autocorrelation(draws), l2hmc_trace=draws[:500, 0])
+  hmc_config = config._replace(use_networks=False, step_sizes="shared")
+  grid_rows = []
+  for eps in grid:
+    params = l2hmc.init_params(jax.random.key(0), hmc_config._replace(init_step_size=eps))
+    hmc_draws, hmc_acc = run_chains(target, hmc_config, params, result.masks, key, chains,
+                                    burn_in, samples)
+    g, t = ess_both(target, hmc_draws)
+    print(f"  HMC eps {eps}: acceptance {hmc_acc:.3f}  ESS geyer {g:.4f}  truncated {t:.4f}",
           flush=True)
+    grid_rows.append(dict(eps=eps, acc=hmc_acc, geyer=g, truncated=t))
+    if g >= max(r["geyer"] for r in grid_rows):
+      best = dict(sampler=f"HMC (best of {grid})", step=f"{eps}", acc=hmc_acc, geyer=g,
+                  truncated=t, crossings=mode_crossings(hmc_draws), seconds=0.0)
+      arrays.update(hmc_autocorrelation=autocorrelation(hmc_draws), hmc_trace=hmc_draws[:500, 0])
+  rows.append(best)
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, cwd=os.path.dirname(__file__)).stdout.strip()
-  k = args.num_steps
-  lines = [f"# L2HMC vs HMC: effective sample size\n",
-           f"K = {k} leapfrog steps, {args.step_sizes} step sizes, networks of width "
-           f"{args.hidden}, {args.chains} chains, {args.burn_in} burn-in + "
-           f"{args.samples} samples each; commit `{commit}`, "
-           f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores"
-           f"{' (--quick)' if args.quick else ''}. ESS as a fraction of samples; per gradient "
-           f"evaluation divide by K = {k} (the same K for both samplers).", "",
+  record = dict(name=name, target=target.name, rows=rows, grid=grid_rows,
+                iterations=iterations, options=described, commit=commit,
+                quick=args.quick, chains=chains, burn_in=burn_in, samples=samples,
+                num_steps=args.num_steps, step_sizes=args.step_sizes, hidden=args.hidden,
+                seconds=time.perf_counter() - start)
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, f"l2hmc_{name}.json"), "w") as f:
+    json.dump(record, f, indent=1)
+  np.savez_compressed(os.path.join(args.out, f"l2hmc_{name}.npz"), **arrays)
+
+
+def report(out, all_targets, args):
+  """``l2hmc_ess.md`` and ``.png`` from every target's saved results."""
+  records, arrays = [], {}
+  for name in TARGETS:
+    path = os.path.join(out, f"l2hmc_{name}.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        records.append(json.load(f))
+      arrays[name] = dict(np.load(os.path.join(out, f"l2hmc_{name}.npz")))
+  if not records:
+    return
+  first = records[0]
+  k = first["num_steps"]
+  lines = ["# L2HMC vs HMC: effective sample size\n",
+           f"K = {k} leapfrog steps, {first['step_sizes']} step sizes, networks of width "
+           f"{first['hidden']}, {first['chains']} chains, {first['burn_in']} burn-in + "
+           f"{first['samples']} samples each, chains started from exact draws of the target "
+           "where available (else a standard normal). ESS as a fraction of samples; per "
+           f"gradient evaluation divide by K = {k} (the same K for both samplers). HMC: the "
+           "best step size of the grid (by Geyer ESS). Mode crossings: fraction of "
+           "transitions that change the sign of x[0] (the mixture's side).", "",
            "| target | sampler | step size | acceptance | ESS (Geyer) | ESS (truncated) |"
-           " ESS/grad (Geyer) | training (s) |", "|---|---|---|---|---|---|---|---|"]
-  for target_name, r in rows:
-    if r.get("ratio"):
-      lines.append(f"| {target_name} | **{r['sampler']}** | | | **{r['geyer']:.1f}x** |"
-                   f" **{r['truncated']:.1f}x** | | |")
-    else:
-      lines.append(f"| {target_name} | {r['sampler']} | {r['step']} | {r['acc']:.3f} |"
+           " ESS/grad (Geyer) | mode crossings | training (s) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for record in records:
+    l2, best = record["rows"]
+    crossing = lambda r: f"{r['crossings']:.4f}" if record["name"] == "mixture" else ""
+    for r in (l2, best):
+      lines.append(f"| {record['target']} | {r['sampler']} | {r['step']} | {r['acc']:.3f} |"
                    f" {r['geyer']:.4f} | {r['truncated']:.4f} | {r['geyer'] / k:.5f} |"
-                   f" {r['seconds']:.0f} |")
-  _report.write_table(lines, os.path.join(args.out, "l2hmc_ess.md"))
-  plot(curves, traces, all_targets, args.targets.split(","), os.path.join(args.out, "l2hmc_ess.png"))
+                   f" {crossing(r)} | {r['seconds']:.0f} |")
+    lines.append(f"| {record['target']} | **ratio L2HMC / HMC** | | |"
+                 f" **{l2['geyer'] / best['geyer']:.1f}x** |"
+                 f" **{l2['truncated'] / best['truncated']:.1f}x** | | | |")
+  lines += ["", "| target | training | HMC grid: step size (acceptance, ESS Geyer / truncated) "
+            "| run |", "|---|---|---|---|"]
+  for record in records:
+    grid = "; ".join(f"{g['eps']} ({g['acc']:.2f}, {g['geyer']:.4f} / {g['truncated']:.4f})"
+                     for g in record["grid"])
+    options = ", ".join(record["options"]) or "paper defaults"
+    lines.append(f"| {record['target']} | {record['iterations']} iterations, {options} |"
+                 f" {grid} | commit `{record['commit']}`, {record['seconds']:.0f} s"
+                 f"{' (--quick)' if record['quick'] else ''} |")
+  _report.write_table(lines, os.path.join(out, "l2hmc_ess.md"))
+  plot(arrays, {r["name"]: all_targets[r["name"]].name for r in records},
+       os.path.join(out, "l2hmc_ess.png"))
 
 
-def plot(curves, traces, all_targets, names, path):
+def plot(arrays, titles, path):
   plt = _report.pyplot()
-  fig, axes = plt.subplots(2, len(names), figsize=(4.5 * len(names), 7), squeeze=False)
-  for j, name in enumerate(names):
-    for sampler, style in (("L2HMC", "-"), ("HMC", "--")):
-      if (name, sampler) in curves:
-        axes[0, j].plot(curves[(name, sampler)], style, label=sampler)
-        axes[1, j].plot(traces[(name, sampler)][:, 0], style, lw=0.8, label=sampler)
-    axes[0, j].set(title=all_targets[name].name, xlabel="lag", ylabel="autocorrelation")
+  fig, axes = plt.subplots(2, len(titles), figsize=(4.5 * len(titles), 7), squeeze=False)
+  for j, (name, title) in enumerate(titles.items()):
+    for sampler, style in (("l2hmc", "-"), ("hmc", "--")):
+      label = "L2HMC" if sampler == "l2hmc" else "HMC (best grid step size)"
+      axes[0, j].plot(arrays[name][f"{sampler}_autocorrelation"], style, label=label)
+      axes[1, j].plot(arrays[name][f"{sampler}_trace"][:, 0], style, lw=0.8, label=label)
+    axes[0, j].set(title=title, xlabel="lag", ylabel="autocorrelation")
     axes[1, j].set(xlabel="transition", ylabel="x[0] of chain 0")
     axes[0, j].legend(fontsize=8)
   fig.tight_layout()

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from metaoptax import l2hmc
@@ -176,3 +177,37 @@ def test_geyer_ess_sees_chains_stuck_apart():
   rng = np.random.default_rng(0)
   stuck = rng.normal(size=(1000, 4, 1)) * 0.1 + np.array([-2.0, -2.0, 2.0, 2.0])[:, None]
   assert l2hmc.ess.geyer_ess(stuck) < 0.01  # well mixed within, not between chains
+
+
+
+def test_temperature_and_first_order_force_in_training():
+  """p^(1/T) of N(0, S) is N(0, T S): training at T = 4 is training on the wider
+  Gaussian (bit for bit: the scalings are powers of 2), and a schedule is read at
+  every iteration. Without gradients through the force the forward pass (the
+  first loss) is unchanged and the updates differ."""
+  target = l2hmc.targets.gaussian(jnp.diag(jnp.array([1.0, 2.0])))
+  wide = l2hmc.targets.gaussian(jnp.diag(jnp.array([4.0, 8.0])))
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=2)
+  kwargs = dict(num_iterations=4, num_chains=8, log_every=4, progress=None, seed=2)
+  exact = l2hmc.train(target, config, temperature=4.0, **kwargs)
+  cut = l2hmc.train(wide, config, differentiate_force=False, **kwargs)
+  np.testing.assert_allclose(cut.losses[0], exact.losses[0], rtol=1e-6)
+  assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(cut.params),
+                                                   jax.tree.leaves(exact.params)))
+  annealed = l2hmc.train(target, config, differentiate_force=False, **kwargs,
+                         temperature=optax.piecewise_constant_schedule(4.0, {2: 0.25}))
+  np.testing.assert_allclose(annealed.losses[:2], cut.losses[:2], rtol=1e-6)
+  assert np.all(annealed.losses[2:] != cut.losses[2:])
+  with pytest.raises(ValueError, match="temperature"):
+    l2hmc.train(target, config, temperature=0.0, **kwargs)
+
+
+def test_first_order_logdensity_keeps_values_and_cuts_curvature():
+  logdensity_fn = l2hmc.targets.rough_well().logdensity_fn
+  first_order = l2hmc.training._first_order(logdensity_fn)
+  x = jnp.array([0.3, -1.2])
+  value, grad = jax.value_and_grad(first_order)(x)
+  np.testing.assert_allclose(value, logdensity_fn(x), rtol=1e-6)
+  np.testing.assert_allclose(grad, jax.grad(logdensity_fn)(x), rtol=1e-6)
+  assert float(jnp.abs(jax.hessian(logdensity_fn)(x)).max()) > 10.0  # rough: ~1/eta
+  np.testing.assert_array_equal(jax.hessian(first_order)(x), 0.0)

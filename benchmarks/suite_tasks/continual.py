@@ -401,6 +401,27 @@ def _unstable_seeds(squared_error: np.ndarray) -> np.ndarray:
 
 
 UNSTABLE_MSE = 10.0  # twice the error of predicting 0 (E[y*^2] = 5)
+PLATEAU_TOLERANCE = 0.1
+
+
+def _examples_to_plateau(step_sizes: np.ndarray, smoothing: int = 5) -> float:
+  """Examples until the relevant step size stays within 10% of its final value (mean over seeds).
+
+  ``step_sizes``: ``(seeds, bins, inputs)``. The relevant inputs' mean step size is
+  smoothed over ``smoothing`` bins (the meta-updates make it fluctuate); its final
+  value is the mean over the last 10 bins. NaN if a run is not finite.
+  """
+  relevant = step_sizes[..., :NUM_RELEVANT].mean(-1)  # (seeds, bins)
+  if not np.isfinite(relevant).all():
+    return math.nan
+  padded = np.pad(relevant, ((0, 0), (smoothing // 2, smoothing - 1 - smoothing // 2)), "edge")
+  kernel = np.ones(smoothing) / smoothing
+  relevant = np.stack([np.convolve(r, kernel, mode="valid") for r in padded])
+  final = relevant[:, -10:].mean(-1, keepdims=True)
+  outside = np.abs(relevant - final) > PLATEAU_TOLERANCE * final
+  # Bins before the plateau: up to and including the last bin outside the band.
+  before = np.where(outside.any(-1), outside.shape[-1] - np.argmax(outside[:, ::-1], -1), 0)
+  return float(np.mean(before * BIN_SIZE))
 
 
 def _summarise(rec: dict) -> dict:
@@ -415,6 +436,7 @@ def _summarise(rec: dict) -> dict:
   return dict(best=best, mean=mean[best], relevant=sizes[:, :NUM_RELEVANT].mean(),
               irrelevant=sizes[:, NUM_RELEVANT:].mean(), default=default,
               closed_form=_closed_form_at(sizes),
+              plateau=_examples_to_plateau(rec["result"].step_sizes[:, best]),
               unstable=_unstable_seeds(rec["result"].squared_error))
 
 
@@ -424,11 +446,14 @@ def _table_row(name: str, rec: dict) -> str:
   i = summary["best"]
   default = summary["default"]
   default_cell = "" if default is None else _fmt(final[:, default].mean(), final[:, default].std())
+  plateau = ("" if name.startswith("LMS") or not np.isfinite(summary["plateau"])
+             else f"{summary['plateau'] / 1000:.0f}k")
   return (f"| {name} | {method.hyper_name} = {method.grid[i]:g} | "
           f"{_fmt(final[:, i].mean(), final[:, i].std())} | "
           f"{_fmt(window[:, i].mean(), window[:, i].std())} | "
           f"{summary['closed_form']:.3f} | {default_cell} | "
           f"{summary['relevant']:.3g} | {summary['irrelevant']:.3g} | "
+          f"{plateau} | "
           f"{summary['unstable'][i]} | {rec['seconds']:.0f} |")
 
 
@@ -504,8 +529,9 @@ def run(quick: bool, seeds: int, out_dir: pathlib.Path, progress=None) -> dict:
       "(mean ± std over seeds) | MSE, examples 20k-30k (Sutton's window) | LMS closed form at "
       f"the final step sizes | MSE at eta/theta = {DEFAULT_META_STEP_SIZE:g} (untuned default), "
       f"last {FINAL_WINDOW // 1000}k | final alpha, relevant (mean) | final alpha, irrelevant "
-      "(mean) | seeds unstable | wall s (whole grid, all seeds) |",
-      "|---|---|---|---|---|---|---|---|---|---|",
+      "(mean) | examples until the relevant alpha stays within 10% of its final value | "
+      "seeds unstable | wall s (whole grid, all seeds) |",
+      "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   compared = [n for n, r in records.items() if not r["method"].diagnostic]
   diagnostics = [n for n, r in records.items() if r["method"].diagnostic]
@@ -563,7 +589,9 @@ def run(quick: bool, seeds: int, out_dir: pathlib.Path, progress=None) -> dict:
       f"form {mse_rel:.3f} at {alpha_rel:.3f}; Sutton {SUTTON['ideal per-input LMS']})",
       f"IDBD {best_of(IDBD_NAME):.3f} ({hyper_of(IDBD_NAME)}); in Sutton's 20k-30k window "
       f"{idbd['sutton'][:, idbd['summary']['best']].mean():.3f} (Sutton {SUTTON['IDBD']})",
-      f"best adaptive: {best_adaptive} {best_of(best_adaptive):.3f} ({hyper_of(best_adaptive)})",
+      f"best adaptive: {best_adaptive} {best_of(best_adaptive):.3f} ({hyper_of(best_adaptive)}; "
+      f"relevant step size within 10% of its final value after "
+      f"{records[best_adaptive]['summary']['plateau'] / 1000:.0f}k examples)",
       experiment_2,
   ] + [f"{n}: {best_of(n):.3f} ({hyper_of(n)})" for n in adaptive if n != IDBD_NAME]
 

@@ -587,8 +587,9 @@ def run(quick: bool, seeds: int, out_dir: pathlib.Path, progress=None) -> dict:
       f"at {alpha_lms:.3f}; Sutton {SUTTON['LMS (best fixed)']})",
       f"ideal per-input LMS {best_of(PER_INPUT_NAME):.3f} ({hyper_of(PER_INPUT_NAME)}; closed "
       f"form {mse_rel:.3f} at {alpha_rel:.3f}; Sutton {SUTTON['ideal per-input LMS']})",
-      f"IDBD {best_of(IDBD_NAME):.3f} ({hyper_of(IDBD_NAME)}); in Sutton's 20k-30k window "
-      f"{idbd['sutton'][:, idbd['summary']['best']].mean():.3f} (Sutton {SUTTON['IDBD']})",
+      f"IDBD {best_of(IDBD_NAME):.3f} ({hyper_of(IDBD_NAME)}); in Sutton's 20k-30k window best "
+      f"{np.nanmin(idbd['sutton'].mean(0)):.3f} (theta "
+      f"{idbd['method'].grid[int(np.nanargmin(idbd['sutton'].mean(0)))]:g}; Sutton {SUTTON['IDBD']})",
       f"best adaptive: {best_adaptive} {best_of(best_adaptive):.3f} ({hyper_of(best_adaptive)}; "
       f"relevant step size within 10% of its final value after "
       f"{records[best_adaptive]['summary']['plateau'] / 1000:.0f}k examples)",

@@ -41,6 +41,31 @@ def all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
+def finite_or_zero(x: jax.Array) -> jax.Array:
+  """``x`` where it is finite, 0 elsewhere."""
+  return jnp.where(jnp.isfinite(x), x, jnp.zeros_like(x))
+
+
+@jax.custom_jvp
+def product_with_finite_derivative(a: jax.Array, b: jax.Array) -> jax.Array:
+  r"""``a * b``, whose derivative reads the non-finite entries of ``a`` and ``b`` as 0.
+
+  :math:`d(ab) = da\, b + a\, db` wherever both factors are finite (the usual
+  derivative). Where one is not, the guard discards the product, so the
+  cotangent arriving is 0, and ``0 * inf = nan`` would otherwise carry NaN into
+  the gradient of everything upstream (the "double where" problem of
+  ``jnp.where`` with a non-finite branch): the factors are replaced by 0 inside
+  the derivative instead. Costs nothing when not differentiated.
+  """
+  return a * b
+
+
+@product_with_finite_derivative.defjvp
+def _product_with_finite_derivative_jvp(primals, tangents):
+  (a, b), (a_dot, b_dot) = primals, tangents
+  return a * b, a_dot * finite_or_zero(b) + finite_or_zero(a) * b_dot
+
+
 def select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
   """Leafwise ``where(pred, on_true, on_false)`` for two trees of one structure."""
   return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)

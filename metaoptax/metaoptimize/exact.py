@@ -169,7 +169,10 @@ def step(
     own = _tree.cast_like(wide_params, params)
     # Primal value: the user's gradient; tangent: the Hessian-vector product.
     g = gradient(own, _tree.cast_like(grads, own))
-    g_meta = g if approximation == "2x2" else jax.lax.stop_gradient(g)
+    # "l_approx" holds s fixed inside F: the closed-over gradient, not
+    # stop_gradient(g), which would also cut the derivative of an outer
+    # transformation differentiating through this step (a meta-gradient).
+    g_meta = g if approximation == "2x2" else _tree.cast_like(grads, own)
     meta_upd, new_meta = meta_update(
         meta_gradient_at(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
     )

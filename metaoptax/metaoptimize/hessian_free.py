@@ -39,9 +39,15 @@ from metaoptax.metaoptimize.state import HessianFreeTrace
 
 
 def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any) -> Any:
-  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``."""
-  return layout.reduce(
-      jax.tree.map(lambda h, g: h * g.astype(h.dtype), trace.weights, grads))
+  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``.
+
+  The guard reads ``s`` to detect non-finite gradients and traces, so its
+  derivative must stay finite when they are not (see
+  :func:`_tree.product_with_finite_derivative`).
+  """
+  return layout.reduce(jax.tree.map(
+      lambda h, g: _tree.product_with_finite_derivative(h, g.astype(h.dtype)),
+      trace.weights, grads))
 
 
 def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax.metaoptimize import _tree
+from metaoptax.metaoptimize._hyperparams import concrete_number
 
 
 class IDBDState(NamedTuple):
@@ -64,7 +65,8 @@ def idbd(
     Sutton, `Adapting Bias by Gradient Descent: An Incremental Version of
     Delta-Bar-Delta <http://incompleteideas.net/papers/sutton-92a.pdf>`_, AAAI 1992.
   """
-  if not init_step_size > 0:
+  concrete = concrete_number("init_step_size", init_step_size)
+  if concrete is not None and not concrete > 0:
     raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
   lower, upper = (jnp.log(b) for b in step_size_bounds)
 
@@ -81,7 +83,11 @@ def idbd(
     del params, extra_args
     if hessian_diagonal is None:
       raise ValueError("idbd needs the extra argument hessian_diagonal= (e.g. inputs**2).")
-    grads = _tree.widen(updates)
+    # Non-finite inputs are zeroed before use (the step is skipped anyway), so
+    # that a derivative through a skipped step stays finite (no 0 * nan).
+    inputs_ok = _tree.all_finite((updates, hessian_diagonal))
+    grads = _tree.zeros_unless(inputs_ok, _tree.widen(updates))
+    hessian_diagonal = _tree.zeros_unless(inputs_ok, hessian_diagonal)
     beta = jax.tree.map(
         lambda b, h, g: jnp.clip(b - meta_step_size * h * g, lower, upper),
         state.log_step_sizes, state.trace, grads)
@@ -94,7 +100,7 @@ def idbd(
     trace = jax.tree.map(
         lambda h, a, c, g: h * decay(a, c) - a * g, state.trace, alpha, hessian_diagonal, grads)
     delta = jax.tree.map(lambda a, g: -a * g, alpha, grads)
-    ok = _tree.all_finite((grads, hessian_diagonal, trace, beta))
+    ok = inputs_ok & _tree.all_finite((trace, beta))
     new_state = _tree.select(ok, IDBDState(beta, trace, state.skipped_steps), state)
     delta = jax.tree.map(lambda d: jnp.where(ok, d, 0.0), delta)
     return _tree.cast_like(delta, updates), new_state._replace(

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, guard, hessian_free
+from metaoptax.metaoptimize._hyperparams import concrete_number
 from metaoptax.metaoptimize.state import MetaOptimizeState
 
 APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
@@ -110,10 +111,9 @@ def metaoptimize(
             step_size_bounds, parametrization)
   base = optax.with_extra_args_support(base)
   log = parametrization == "log"
-  lower, upper = step_size_bounds
+  lower, upper = (float(b) for b in step_size_bounds)
   beta_bounds = (math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log else (
       lower, upper)
-  init_beta = math.log(init_step_size) if log else float(init_step_size)
 
   def step_size_of(beta):
     return jax.tree.map(jnp.exp if log else (lambda b: b), beta)
@@ -123,6 +123,8 @@ def metaoptimize(
 
   def init_fn(params):
     layout = blocks_lib.resolve(blocks, params)
+    # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
+    init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)
     beta = layout.init_beta(init_beta, blocks_lib.state_dtypes(params))
     base_state = base.init(params)
     meta_state = meta.init(beta)
@@ -198,12 +200,9 @@ def metaoptimize(
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def _is_number(x) -> bool:
-  return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
               step_size_bounds, parametrization):
+  """Checks every argument; numeric hyperparameters only where they are concrete."""
   for name, tx in (("base", base), ("meta", meta)):
     if not (hasattr(tx, "init") and hasattr(tx, "update")):
       raise TypeError(f"{name} must be an optax.GradientTransformation, got {type(tx).__name__}.")
@@ -213,17 +212,24 @@ def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_d
     raise ValueError(
         f"Unknown parametrization={parametrization!r}; expected one of {PARAMETRIZATIONS}.")
   blocks_lib.validate_blocks_spec(blocks)
-  if _is_number(gamma) and not 0.0 <= gamma <= 1.0:
+  gamma = concrete_number("gamma", gamma)
+  if gamma is not None and not 0.0 <= gamma <= 1.0:
     raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
-  if _is_number(weight_decay) and weight_decay < 0:
+  weight_decay = concrete_number("weight_decay", weight_decay)
+  if weight_decay is not None and not weight_decay >= 0:
     raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
   try:
     lower, upper = (float(b) for b in step_size_bounds)
   except (TypeError, ValueError) as e:
-    raise ValueError(f"step_size_bounds must be (lower, upper), got {step_size_bounds!r}.") from e
+    raise ValueError(
+        f"step_size_bounds must be (lower, upper), two concrete numbers, got "
+        f"{step_size_bounds!r}.") from e
   if not (0.0 <= lower < upper) or math.isnan(upper):
     raise ValueError(f"step_size_bounds must satisfy 0 <= lower < upper, got {step_size_bounds}.")
-  if not _is_number(init_step_size) or not math.isfinite(init_step_size):
+  init_step_size = concrete_number("init_step_size", init_step_size)
+  if init_step_size is None:
+    return
+  if not math.isfinite(init_step_size):
     raise ValueError(f"init_step_size must be a finite number, got {init_step_size!r}.")
   if init_step_size <= 0 and parametrization == "log":
     raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")

@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+
 import optax
 
 from metaoptax.metaoptimize.transform import metaoptimize
@@ -38,6 +40,24 @@ WEIGHT_DECAY = 0.1
 EPS_ROOT = 1e-30
 
 
+def _forwarding_metaoptimize_keywords(preset):
+  """Gives ``preset`` a signature that lists the keywords it forwards.
+
+  ``optax.inject_hyperparams`` binds arguments by the signature; with a bare
+  ``**kwargs`` it would pass ``kwargs={...}`` as one argument. Listing
+  :func:`metaoptimize`'s keyword-only arguments makes ``gamma`` injectable and
+  ``blocks``, ``approximation``, ... ordinary static arguments.
+  """
+  own = [p for p in inspect.signature(preset).parameters.values()
+         if p.kind is not inspect.Parameter.VAR_KEYWORD]
+  names = {p.name for p in own}
+  forwarded = [p for p in inspect.signature(metaoptimize).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in names
+               and p.name != "init_step_size"]
+  preset.__signature__ = inspect.Signature(own + forwarded)
+  return preset
+
+
 def _meta_adam(meta_step_size):
   return optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=EPS_ROOT)
 
@@ -47,6 +67,7 @@ def _meta_lion(meta_step_size):
   return optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0.0)
 
 
+@_forwarding_metaoptimize_keywords
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
@@ -54,6 +75,7 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
@@ -61,6 +83,7 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.99, **kwargs):
   """(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta."""
@@ -68,6 +91,7 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, decay=0.999, eps=1e-8, **kwargs):
   """(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``."""
@@ -75,6 +99,7 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       weight_decay=WEIGHT_DECAY, momentum=0.9, **kwargs):
   """(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction."""
@@ -82,6 +107,7 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
             weight_decay=0.0, **kwargs):
   """(SGD, SGD): plain gradient direction, plain gradient step on ``beta``."""
@@ -89,6 +115,7 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
              weight_decay=0.0, **kwargs):
   """(SGD, Adam): plain gradient direction, Adam on ``beta``."""
@@ -96,6 +123,7 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
+@_forwarding_metaoptimize_keywords
 def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AMSGrad, Adam): Adam with the running maximum of ``v``."""

@@ -95,6 +95,14 @@ def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:
   the same numbers as forward-over-reverse, but an ordinary reverse pass, which
   XLA compiles without the transposed matmul outputs that forward mode through
   a backward pass produces. A tangent of ``g`` itself is passed through.
+
+  An outer transformation (``jax.grad`` of a meta-loss through an unrolled run)
+  does not see this rule: it is applied by the step's own ``jax.linearize``,
+  the innermost level, whose rule returns ``g`` itself as the primal, so outer
+  levels differentiate ``g`` as the caller computed it (``H dw`` from the
+  caller's ``jax.grad``), and the product's own derivative (third derivatives
+  of ``f``) through ``jax.grad(jvp(f))``. Nothing is counted twice
+  (tests/test_unroll_grad.py: reverse, forward and finite differences agree).
   """
 
   @jax.custom_jvp

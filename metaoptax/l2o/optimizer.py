@@ -24,7 +24,7 @@ from jax.flatten_util import ravel_pytree
 
 from metaoptax.l2o.network import (CoordinateLSTM, L2OConfig, initial_carry, preprocess,
                                    validate)
-from metaoptax.metaoptimize import _tree
+from metaoptax.metaoptimize import _sharding, _tree
 
 
 class L2OState(NamedTuple):
@@ -37,7 +37,7 @@ class L2OState(NamedTuple):
 
 
 def init_state(config: L2OConfig, params: Any) -> L2OState:
-  flat = ravel_pytree(params)[0]
+  flat = ravel_pytree(_sharding.replicated(params))[0]
   return L2OState(initial_carry(config, flat.size), jnp.zeros_like(flat),
                   jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
 
@@ -48,8 +48,10 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
 
   ``act(theta, params) -> params`` is the task's group action (teleport head).
   """
-  flat_x, unravel = ravel_pytree(params)
-  flat_g = ravel_pytree(grads)[0].astype(flat_x.dtype)
+  # The LSTM state is flat over all coordinates; on explicit meshes the leaves
+  # are replicated first (ravel concatenates them) and the result resharded.
+  flat_x, unravel = ravel_pytree(_sharding.replicated(params))
+  flat_g = ravel_pytree(_sharding.replicated(grads))[0].astype(flat_x.dtype)
   carry, out = CoordinateLSTM(config).apply(network_params, state.carry, preprocess(flat_g))
   momentum = state.momentum
   if "update" in config.heads:
@@ -59,7 +61,7 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
     delta = momentum
   else:
     delta = -out["learning_rate"] * flat_g
-  new_params = unravel(flat_x + delta)
+  new_params = _sharding.tree_reshard_like(unravel(flat_x + delta), params)
   if "teleport" in config.heads and act is not None:
     teleport_now = state.count % config.teleport_every == 0
     new_params = _tree.select(teleport_now, act(out["teleport"], new_params), new_params)

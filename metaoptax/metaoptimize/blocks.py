@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metaoptax.metaoptimize import _sharding
+
 BLOCK_NAMES = ("scalar", "per_leaf", "per_param")
 
 
@@ -56,15 +58,24 @@ class BlockLayout:
     self.num_blocks = num_blocks
 
   # beta trees ---------------------------------------------------------------
-  def init_beta(self, value: float, dtypes) -> Any:
-    """A beta tree filled with ``value`` (float32 or wider, per leaf)."""
+  def init_beta(self, value: float, params: Any) -> Any:
+    """A beta tree filled with ``value`` (float32 or wider, per leaf).
+
+    Weight-wise, each leaf is made ``full_like`` its params leaf, so it is
+    sharded like it (eagerly too, not only under ``jit``).
+    """
+    dtypes = state_dtypes(params)
     if self.kind == "per_param":
-      leaves = [jnp.full(s, value, d) for s, d in zip(self.shapes, dtypes)]
+      leaves = [jnp.full_like(p, value, d) for p, d in zip(jax.tree.leaves(params), dtypes)]
       return jax.tree.unflatten(self.treedef, leaves)
     return jnp.full((self.num_blocks,), value, _widest(dtypes))
 
-  def expand(self, beta: Any) -> Any:
-    """Per-weight values: a params-shaped tree of arrays broadcastable to params."""
+  def expand(self, beta: Any, like: Any = None) -> Any:
+    """Per-weight values: a params-shaped tree of arrays broadcastable to params.
+
+    Per-weight labels gather ``beta[labels]``; with ``like`` (the params) the
+    gathered leaves are laid out like the params under explicit sharding.
+    """
     if self.kind == "per_param":
       return beta
     if self.kind == "scalar":
@@ -73,6 +84,9 @@ class BlockLayout:
       leaves = [beta[k] for k in range(len(self.shapes))]
     else:
       leaves = [beta[lab] for lab in self.labels]
+      if like is not None:
+        leaves = [x if lab.ndim == 0 else _sharding.reshard_like(x, p)
+                  for x, lab, p in zip(leaves, self.labels, jax.tree.leaves(like))]
     return jax.tree.unflatten(self.treedef, leaves)
 
   def reduce(self, tree: Any) -> Any:
@@ -89,9 +103,7 @@ class BlockLayout:
       if lab.ndim == 0:
         part = jnp.zeros((self.num_blocks,), x.dtype).at[int(lab)].add(jnp.sum(x))
       else:
-        part = jax.ops.segment_sum(
-            x.reshape(-1), lab.reshape(-1), num_segments=self.num_blocks
-        )
+        part = _sharding.segment_sum(x, lab, self.num_blocks)
       total = part if total is None else total + part
     return total
 

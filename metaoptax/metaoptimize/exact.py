@@ -29,9 +29,8 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 
-from metaoptax.metaoptimize import _tree
+from metaoptax.metaoptimize import _sharding, _tree
 from metaoptax.metaoptimize.blocks import BlockLayout
 from metaoptax.metaoptimize.state import ExactTrace
 
@@ -48,18 +47,44 @@ def check_num_blocks(layout: BlockLayout) -> None:
     )
 
 
+def _split_like(flat: jax.Array, beta: Any) -> Any:
+  """The last axis of ``flat`` (size m) cut into beta's leaves (``ravel_pytree``'s order).
+
+  Each piece gets its leaf's shape, dtype and sharding (ravel / unravel would
+  concatenate differently sharded leaves, a type error on explicit meshes).
+  """
+  leaves, treedef = jax.tree.flatten(beta)
+  lead = flat.shape[:-1]
+  pieces, start = [], 0
+  for x in leaves:
+    piece = flat[..., start:start + x.size].reshape(lead + jnp.shape(x)).astype(x.dtype)
+    pieces.append(_sharding.reshard_like(piece, x, leading=len(lead)))
+    start += x.size
+  return jax.tree.unflatten(treedef, pieces)
+
+
+def num_meta_params(beta: Any) -> int:
+  return sum(jnp.size(x) for x in jax.tree.leaves(beta))
+
+
 def basis(beta: Any) -> Any:
-  """Unit tangents ``e_j`` of a beta tree, stacked on a leading axis of size m."""
-  flat, unravel = ravel_pytree(beta)
-  return jax.vmap(unravel)(jnp.eye(flat.size, dtype=flat.dtype))
+  """Unit tangents ``e_j`` of a beta tree, stacked on a leading axis of size m.
+
+  Laid out like ``beta`` (weight-wise: like the params), eagerly too.
+  """
+  m = num_meta_params(beta)
+  dtype = jnp.result_type(*jax.tree.leaves(beta))
+  columns = _split_like(jnp.eye(m, dtype=dtype), beta)
+  return jax.tree.map(lambda e, b: e + jnp.zeros_like(b)[None], columns, beta)
 
 
 def init_trace(params: Any, beta: Any, base_state: Any, meta_state: Any) -> ExactTrace:
   """``X_0 = 0`` and ``Y_0 = [I; 0]`` (paper Algorithm 1)."""
-  m = ravel_pytree(beta)[0].size
+  m = num_meta_params(beta)
 
-  def zeros(tree):
-    return jax.tree.map(lambda x: jnp.zeros((m,) + jnp.shape(x), x.dtype), tree)
+  def zeros(tree):  # zeros_like keeps each leaf's sharding; the column axis is unsharded
+    return jax.tree.map(lambda x: jnp.broadcast_to(
+        jnp.zeros_like(x)[None], (m,) + jnp.shape(x)), tree)
 
   return ExactTrace(
       weights=zeros(_tree.widen(params)),
@@ -135,13 +160,15 @@ def check_objective(obj_fn: Callable | None, params: Any) -> None:
 
 def meta_gradient(trace_weights: Any, grads: Any, beta: Any) -> Any:
   """``s = H^T g``: one entry per block column of the trace (a beta tree)."""
-  flat_beta, unravel_beta = ravel_pytree(beta)
-  m = flat_beta.size
+  m = num_meta_params(beta)
+  # Elementwise products summed over the weight axes (not a tensordot, whose
+  # sharded contraction needs an output sharding on explicit meshes): on a mesh
+  # each device reduces its shard, then one all-reduce of m numbers.
   s = sum(
-      jnp.tensordot(h.reshape(m, -1), g.reshape(-1).astype(h.dtype), axes=1)
+      jnp.sum(h * g.astype(h.dtype)[None], axis=tuple(range(1, h.ndim))).reshape(m)
       for h, g in zip(jax.tree.leaves(trace_weights), jax.tree.leaves(grads))
   )
-  return unravel_beta(s.astype(flat_beta.dtype))
+  return _split_like(s, beta)
 
 
 def step(
@@ -186,7 +213,8 @@ def step(
     )
     new_beta = clip_beta(jax.tree.map(jnp.add, beta, meta_upd))
     direction, new_base = base_update(g, _tree.merge_floats(base_floats, base_split), own)
-    alpha = layout.expand(step_size_of(new_beta if meta_update_first else beta))
+    alpha = layout.expand(step_size_of(new_beta if meta_update_first else beta),
+                          like=wide_params)
 
     def leaf(a, d, w):
       d = d.astype(w.dtype)
@@ -214,10 +242,15 @@ def step(
       _tree.scale(trace.weights, gamma),
       _tree.scale(trace.base_state, gamma),
   )
+  tangents = _sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
   if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
     column = jax.tree.map(lambda t: t[0], tangents)
     d_beta, d_meta, d_delta, d_base = _zero_nan(
         jax.tree.map(lambda t: t[None], linear(*column)))
+  elif _sharding.any_explicit(params):
+    # jax.vmap of a linearized matmul with an explicit out_sharding (what a loss
+    # on an explicit mesh contains) fails in JAX 0.10: map the columns in turn.
+    d_beta, d_meta, d_delta, d_base = _zero_nan(jax.lax.map(lambda c: linear(*c), tangents))
   else:
     d_beta, d_meta, d_delta, d_base = _zero_nan(jax.vmap(linear)(*tangents))
   new_trace = ExactTrace(

@@ -104,7 +104,7 @@ def weight_change(
       leaves[i] = x
     own = _tree.cast_like(wide_params, params)
     direction, new_base_state = base_update(grads, _tree.merge_floats(leaves, split), own)
-    alpha = layout.expand(step_size_of(beta))
+    alpha = layout.expand(step_size_of(beta), like=wide_params)
 
     def leaf(a, d, w):
       d = d.astype(w.dtype)

@@ -125,7 +125,7 @@ def metaoptimize(
     layout = blocks_lib.resolve(blocks, params)
     # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)
-    beta = layout.init_beta(init_beta, blocks_lib.state_dtypes(params))
+    beta = layout.init_beta(init_beta, params)
     base_state = base.init(params)
     meta_state = meta.init(beta)
     if approximation == "hessian_free":

@@ -247,7 +247,9 @@ def _worker():  # pylint: disable=too-many-statements
       updates, state = opt.update(jax.grad(loss_fn)(params), state, params, **kwargs)
       return optax.apply_updates(params, updates), state
 
-    compiled = jax.jit(step).lower(params, state).compile()
+    traced = jax.jit(step).trace(params, state)
+    compiled = traced.lower().compile()
+    jaxpr = str(traced.jaxpr)
     params, state = compiled(params, state)
     guard_error = None
     try:
@@ -259,7 +261,7 @@ def _worker():  # pylint: disable=too-many-statements
       guard_error = f"{type(e).__name__}: {e}"[:300]
       for _ in range(steps - 1):
         params, state = compiled(params, state)
-    return step, compiled, init_state, params, state, guard_error
+    return jaxpr, compiled, init_state, params, state, guard_error
 
   def expected_spec(x, params):
     """The spec a state leaf should have, by its shape (see the module docstring)."""
@@ -304,8 +306,7 @@ def _worker():  # pylint: disable=too-many-statements
                 if re.search(r"\ball-gather(-start)?\(", line)]
     return len(re.findall(r"\ball-reduce(?:-start)?\(", text)), gathered
 
-  def callbacks(step, params, state):
-    jaxpr = str(jax.make_jaxpr(step)(params, state))
+  def callbacks(jaxpr):
     return sorted(set(re.findall(r"\b\w*callback\w*\b", jaxpr)))
 
   def shard(params, kind, mesh):
@@ -319,12 +320,12 @@ def _worker():  # pylint: disable=too-many-statements
       single_results[name] = run_steps(name, base_params)[3:5]
     with jax.set_mesh(mesh):
       params = shard(base_params, kind, mesh)
-      step, compiled, init_state, new_params, state, guard_error = run_steps(name, params)
+      jaxpr, compiled, init_state, new_params, state, guard_error = run_steps(name, params)
       record = {
           "init_mismatches": mismatches(init_state, params, mesh),
           "step_mismatches": mismatches((new_params, state), params, mesh),
           "transfer_guard_ok": guard_error is None, "transfer_guard_error": guard_error,
-          "callbacks": callbacks(step, params, init_state),
+          "callbacks": callbacks(jaxpr),
       }
       record["all_reduce"], record["gathered"] = collectives(compiled)
       record["gathers"] = len(record["gathered"])
@@ -356,7 +357,8 @@ def _worker():  # pylint: disable=too-many-statements
     def run(keys, positions):
       states = jax.vmap(sampler.init)(positions)
       init = states
-      compiled = jax.jit(step).lower(keys, states).compile()
+      traced = jax.jit(step).trace(keys, states)
+      compiled = traced.lower().compile()
       keys, states = compiled(keys, states)
       error = None
       try:
@@ -366,13 +368,13 @@ def _worker():  # pylint: disable=too-many-statements
           jax.block_until_ready(states)
       except Exception as e:  # pylint: disable=broad-except
         error = f"{type(e).__name__}: {e}"[:300]
-      return init, states, error
+      return init, states, error, str(traced.jaxpr)
 
-    _, single, _ = run(keys, positions)
+    _, single, _, _ = run(keys, positions)
     with jax.set_mesh(mesh):
       sharded_keys = jax.device_put(keys, NamedSharding(mesh, P(axis)))
       sharded = jax.device_put(positions, NamedSharding(mesh, P(axis, None)))
-      init, states, error = run(sharded_keys, sharded)
+      init, states, error, jaxpr = run(sharded_keys, sharded)
 
       def chain_mismatches(tree):
         bad = []
@@ -385,7 +387,7 @@ def _worker():  # pylint: disable=too-many-statements
       record = {"init_mismatches": chain_mismatches(init),
                 "step_mismatches": chain_mismatches(states),
                 "transfer_guard_ok": error is None, "transfer_guard_error": error,
-                "callbacks": callbacks(step, sharded_keys, init)}
+                "callbacks": callbacks(jaxpr)}
     record["max_abs_diff"], record["max_violation"] = compare(states, single, RTOL, ATOL)
     return record
 

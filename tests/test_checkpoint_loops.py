@@ -70,3 +70,55 @@ def test_mismatched_like_is_an_error_not_a_cast(tmp_path):
     checkpoint.restore(tmp_path / "missing", tree)
   with pytest.raises(TypeError, match="str"):
     checkpoint.save(tmp_path / "d", {"name": "not an array"})
+
+
+def _poisoned_ellipses(threshold=1.2):
+  """Ellipse tasks whose loss is NaN when ``b[0] > threshold``: an injected NaN."""
+  base = metaoptax.l2o.tasks.ellipse()
+  poisoned = lambda task: task["b"][0] > threshold
+  family = base._replace(
+      name="poisoned", loss=lambda task, x: jnp.where(poisoned(task), jnp.nan, 1.0)
+      * base.loss(task, x))
+  return family, poisoned
+
+
+def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path):
+  l2o = metaoptax.l2o
+  family, poisoned = _poisoned_ellipses()
+  config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
+  meta_optimizer = l2o.default_meta_optimizer()
+  kwargs = dict(meta_steps=4, tasks_per_step=8, horizon=4, unroll=2, log_loss=True, seed=5,
+                meta_optimizer=meta_optimizer, progress=None)
+  full = l2o.meta_train(config, family, checkpoint_dir=tmp_path / "full", checkpoint_every=2,
+                        **kwargs)
+  assert checkpoint.latest_step(tmp_path / "full") == 4
+  # oracle for the skips: batch k is sampled with the second half of the k-th split of the key
+  key = l2o.init_meta_training(config, seed=5).key
+  expected = 0
+  for _ in range(4):
+    key, sub = jax.random.split(key)
+    tasks, _, _ = l2o.sample_problems(config, family, sub, 8)
+    expected += 2 * bool(jnp.any(jax.vmap(poisoned)(tasks)))  # both truncations are NaN
+  assert 0 < expected < 8, "pick a seed whose batches are partly poisoned"
+  assert full.skipped_updates == int(full.state.skipped_updates) == expected
+  assert int(np.sum(~np.isfinite(full.meta_losses))) == expected
+  assert bool(_all_finite(full.state.network_params))
+
+  # an interrupted run: only the mid-run checkpoint survives; the same call finishes the run
+  (tmp_path / "resumed").mkdir()
+  (tmp_path / "full" / "2").rename(tmp_path / "resumed" / "2")
+  resumed = l2o.meta_train(config, family, checkpoint_dir=tmp_path / "resumed", **kwargs)
+  _assert_identical(resumed.state, full.state)
+  np.testing.assert_array_equal(resumed.meta_losses, full.meta_losses[4:])
+  _assert_identical(checkpoint.restore(tmp_path / "resumed" / "4", like=full.state),
+                    full.state)
+  # continuing in memory (init_state) and rerunning with the same seed: identical too
+  half = l2o.meta_train(config, family, **{**kwargs, "meta_steps": 2})
+  _assert_identical(l2o.meta_train(config, family, init_state=half.state, **kwargs).state,
+                    full.state)
+  _assert_identical(l2o.meta_train(config, family, **kwargs).state, full.state)
+
+
+def _all_finite(tree):
+  return jax.tree.reduce(lambda a, b: a & b, jax.tree.map(lambda x: jnp.all(jnp.isfinite(x)),
+                                                          tree))

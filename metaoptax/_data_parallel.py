@@ -1,0 +1,66 @@
+"""Data parallelism for the training loops: a batch axis sharded over a device mesh.
+
+The batch (tasks of meta-training, chains of the sampler) is split along its
+leading axis over the devices of the mesh axes ``batch_axis``; everything else
+(network weights, optimizer state, PRNG key, counters) is replicated. Inside
+``jax.jit`` the shardings are imposed with ``jax.lax.with_sharding_constraint``
+and XLA turns means over the batch into all-reduces: no host round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+class DataParallel(NamedTuple):
+  """Where batched and replicated arrays live (``None`` fields: one device, no constraint)."""
+
+  batch: NamedSharding | None
+  replicated: NamedSharding | None
+
+  def shard_batch(self, tree: Any) -> Any:
+    """Constrains every leaf of ``tree`` to be split along its leading axis."""
+    if self.batch is None:
+      return tree
+    return jax.lax.with_sharding_constraint(tree, self.batch)
+
+  def replicate(self, tree: Any) -> Any:
+    """Constrains (inside jit) every leaf of ``tree`` to be replicated."""
+    if self.replicated is None:
+      return tree
+    return jax.lax.with_sharding_constraint(tree, self.replicated)
+
+  def put_replicated(self, tree: Any) -> Any:
+    """Places ``tree`` on every device of the mesh (outside jit)."""
+    if self.replicated is None:
+      return tree
+    return jax.device_put(tree, self.replicated)
+
+
+def data_parallel(mesh: Mesh | None, batch_axis: str | Sequence[str] | None,
+                  batch_size: int, what: str) -> DataParallel:
+  """The shardings of a batch of ``batch_size`` over ``mesh`` (all its axes by default).
+
+  Raises ``ValueError`` if an axis is not in the mesh or ``batch_size`` (named
+  ``what`` in the message) does not split evenly over the devices of the axes.
+  """
+  if mesh is None:
+    if batch_axis is not None:
+      raise ValueError("batch_axis is given but mesh is None.")
+    return DataParallel(None, None)
+  axes = tuple(mesh.axis_names) if batch_axis is None else (
+      (batch_axis,) if isinstance(batch_axis, str) else tuple(batch_axis))
+  unknown = [a for a in axes if a not in mesh.axis_names]
+  if unknown:
+    raise ValueError(f"batch_axis {unknown} not among the mesh axes {mesh.axis_names}.")
+  devices = 1
+  for a in axes:
+    devices *= mesh.shape[a]
+  if batch_size % devices:
+    raise ValueError(f"{what} ({batch_size}) must be a multiple of the {devices} devices "
+                     f"of the mesh axes {axes}.")
+  return DataParallel(NamedSharding(mesh, PartitionSpec(axes)),
+                      NamedSharding(mesh, PartitionSpec()))

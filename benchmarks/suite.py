@@ -1,0 +1,119 @@
+"""The metaoptax benchmark suite (issue 5): untuned learned step sizes vs tuned AdamW
+and optax.contrib's parameter-free optimizers, on five tasks.
+
+    python benchmarks/suite.py                 # full suite (~1 h on one core)
+    python benchmarks/suite.py --quick         # smoke run (~3 min)
+    python benchmarks/suite.py --tasks digits charlm
+
+Tasks (``benchmarks/suite_tasks/``): ``digits`` (MLP, scikit-learn digits),
+``mnist1d`` (MLP, MNIST-1D generated locally), ``charlm`` (character transformer
+on the Python standard library's source), ``continual`` (Sutton 1992's tracking
+task, if ``suite_tasks/continual.py`` exists), ``blockwise`` (deep MLP with one
+step size per layer vs one scalar). Each writes ``<task>.md`` and PNG plots into
+``--out`` (default ``benchmarks/results/suite``); this script writes
+``summary.md`` with the git commit measured at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import importlib
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from suite_tasks import TASKS  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def git_commit() -> str:
+  try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return commit + (" (with uncommitted changes)" if dirty else "")
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def load_task(name):
+  """The task module, or None if it does not exist (e.g. ``continual`` not merged yet)."""
+  try:
+    return importlib.import_module(f"suite_tasks.{name}")
+  except ModuleNotFoundError as e:
+    if e.name == f"suite_tasks.{name}":
+      return None
+    raise
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke run)")
+  parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "suite")
+  args = parser.parse_args(argv)
+  import tqdm  # pylint: disable=g-import-not-at-top
+
+  args.out.mkdir(parents=True, exist_ok=True)
+  commit = git_commit()
+  progress = functools.partial(tqdm.tqdm, leave=False, dynamic_ncols=True, mininterval=1.0)
+  skipped, times = [], {}
+  for name in args.tasks:
+    module = load_task(name)
+    if module is None:
+      print(f"[suite] task {name}: module suite_tasks/{name}.py not present, skipped", flush=True)
+      skipped.append(name)
+      continue
+    print(f"[suite] task {name} ...", flush=True)
+    start = time.perf_counter()
+    result = module.run(quick=args.quick, seeds=args.seeds, out_dir=args.out, progress=progress)
+    times[name] = time.perf_counter() - start
+    print(result["table_md"], flush=True)
+    print(f"[suite] task {name} done in {times[name]:.0f} s", flush=True)
+    record = {"task": result["task"], "summary_lines": list(result["summary_lines"]),
+              "seconds": times[name], "commit": commit, "quick": args.quick,
+              "finished": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"}
+    (args.out / f"{name}_summary.json").write_text(json.dumps(record, indent=1))
+
+  write_summary(args.out, quick=args.quick, seeds=args.seeds, skipped=skipped)
+
+
+def write_summary(out, *, quick, seeds, skipped=()):
+  """``summary.md`` from every task's ``<task>_summary.json`` in ``out`` (so tasks can be
+  run by separate invocations), each with the commit it was measured at."""
+  import jax  # pylint: disable=g-import-not-at-top
+  records = [json.loads((out / f"{t}_summary.json").read_text()) for t in TASKS
+             if (out / f"{t}_summary.json").exists()]
+  commits = sorted({r["commit"] for r in records})
+  lines = ["# metaoptax benchmark suite: summary", "",
+           f"Measured at commit{'s' if len(commits) > 1 else ''} "
+           + ", ".join(f"`{c}`" for c in commits)
+           + f" ({'QUICK smoke budgets, not results' if quick else 'full budgets'}), "
+           f"{seeds} seeds, jax {jax.__version__}, {platform.machine()}, {os.cpu_count()} CPUs "
+           f"shared with other jobs (wall times are noisy; compare within a table).",
+           "", "Command: `python benchmarks/suite.py" + (" --quick" if quick else "") + "`", ""]
+  for r in records:
+    lines += [f"## {r['task']} ([table]({r['task']}.md), {r['seconds']:.0f} s total, "
+              f"finished {r['finished']}, commit `{r['commit'][:12]}`"
+              + (", QUICK" if r["quick"] else "") + ")", ""]
+    lines += list(r["summary_lines"]) + [""]
+  if skipped:
+    lines += [f"Not run (module missing): {', '.join(skipped)}.", ""]
+  summary = "\n".join(lines)
+  (out / "summary.md").write_text(summary)
+  print(summary)
+
+
+
+if __name__ == "__main__":
+  main()

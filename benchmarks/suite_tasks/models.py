@@ -1,0 +1,55 @@
+"""Small models of the suite as pure functions of pytrees (He-initialised MLP)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def init_mlp(key, sizes):
+  """A list of ``{"w", "b"}`` layers, He / Kaiming normal weights, zero biases."""
+  params = []
+  for k, (fan_in, fan_out) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes, sizes[1:])):
+    params.append({"w": jax.random.normal(k, (fan_in, fan_out)) * jnp.sqrt(2.0 / fan_in),
+                   "b": jnp.zeros(fan_out)})
+  return params
+
+
+def mlp(params, x):
+  """ReLU MLP; the last layer is linear (logits)."""
+  for layer in params[:-1]:
+    x = jax.nn.relu(x @ layer["w"] + layer["b"])
+  return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def classifier_problem_fns(logits_fn, x_train, y_train, x_test, y_test, *, batch_size,
+                           label_smoothing=0.0, num_classes=10):
+  """(loss, batch, evaluate) of a classifier on device arrays.
+
+  ``evaluate`` gives the mean train loss on the full train set and the test accuracy.
+  """
+
+  def loss(params, batch):
+    x, y = batch
+    targets = jax.nn.one_hot(y, num_classes)
+    if label_smoothing:
+      targets = targets * (1 - label_smoothing) + label_smoothing / num_classes
+    return jnp.mean(-jnp.sum(targets * jax.nn.log_softmax(logits_fn(params, x)), -1))
+
+  def batch(key):
+    idx = jax.random.randint(key, (batch_size,), 0, x_train.shape[0])
+    return x_train[idx], y_train[idx]
+
+  def evaluate(params):
+    acc = jnp.mean(jnp.argmax(logits_fn(params, x_test), -1) == y_test)
+    return {"train_loss": loss(params, (x_train, y_train)), "test": acc}
+
+  return loss, batch, evaluate
+
+
+def smoothed_label_floor(label_smoothing, num_classes=10):
+  """The smallest cross-entropy against smoothed targets: their entropy."""
+  import math  # pylint: disable=g-import-not-at-top
+  p_true = 1 - label_smoothing + label_smoothing / num_classes
+  p_other = label_smoothing / num_classes
+  return -p_true * math.log(p_true) - (num_classes - 1) * p_other * math.log(p_other)

@@ -1,0 +1,141 @@
+"""One method on one problem: a jitted ``lax.scan`` over steps, ``vmap`` over seeds.
+
+The scan is cut into chunks (``chunk`` steps per jitted call); between chunks the
+runner evaluates every seed's params (train loss on fixed data, test metric),
+records the learned step sizes and advances a progress bar. Minibatches are drawn
+inside the scan from the device-resident dataset, so a chunk never leaves XLA.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import metaoptax
+
+
+class Method(NamedTuple):
+  """An optimizer to benchmark (or a family of them, one per value of ``values``).
+
+  Attributes:
+    name: label in tables and plots.
+    family: group for tables/plots (``"adamw"``, ``"metaoptax"``, ``"contrib"``, ...).
+    make: ``h -> optax.GradientTransformation``; ``h`` is one entry of ``values``
+      (a traced scalar: every value runs in the same compiled program) or ``None``.
+    needs_obj: pass ``obj_fn`` (the minibatch loss) to ``update`` (exact variants).
+    eval_params: ``(opt_state, params) -> params`` evaluated (schedule-free's average);
+      ``None`` for the params themselves.
+    learned_step_size: the state holds a ``MetaOptimizeState`` (log its step sizes).
+    info: free text for the table (e.g. the rate or the start).
+    values: hyper-parameter values run side by side (``vmap``), e.g. a rate grid.
+    prepare: ``(opt_state, h) -> opt_state`` applied after ``init`` (e.g. to set the
+      initial log step size to ``log h``, which ``metaoptimize`` takes as a Python float).
+    names: per-value (name, info) pairs when ``values`` is set.
+  """
+
+  name: str
+  family: str
+  make: Callable[[Any], Any]
+  needs_obj: bool = False
+  eval_params: Callable[[Any, Any], Any] | None = None
+  learned_step_size: bool = False
+  info: str = ""
+  values: tuple | None = None
+  prepare: Callable[[Any, Any], Any] | None = None
+  names: tuple | None = None
+
+
+class RunLog(NamedTuple):
+  """Curves of one method over seeds; arrays have a leading seed axis."""
+
+  method: Method
+  steps: np.ndarray  # (n,) step at each record, starting at 0
+  train_loss: np.ndarray  # (seeds, n)
+  test: np.ndarray  # (seeds, n)
+  step_sizes: np.ndarray | None  # (seeds, n, m) or None
+  seconds: float  # wall time of the training steps for all seeds (compile excluded)
+
+
+def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
+          progress: Callable[..., Any]) -> list[RunLog]:
+  """Trains ``seeds`` runs of ``method`` (per value of ``method.values``) for ``steps`` steps.
+
+  Returns one :class:`RunLog` per value (one in all if ``values`` is None). With
+  several values every run shares one compiled program and the wall time of the
+  whole batch is split evenly between the values.
+  """
+  if steps % chunk:
+    raise ValueError(f"steps ({steps}) must be a multiple of chunk ({chunk}).")
+  values = method.values
+  k = 1 if values is None else len(values)
+  # Run r = value r // seeds, seed r % seeds: the same seeds for every value.
+  hs = jnp.repeat(jnp.asarray(values if values is not None else [0.0], jnp.float32), seeds)
+  base_keys = jnp.tile(jax.random.split(jax.random.key(1000), seeds), (k,))
+  init_keys = jax.vmap(lambda key: jax.random.fold_in(key, 0))(base_keys)
+  data_keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(base_keys)
+  eval_params = method.eval_params or (lambda s, p: p)
+
+  def optimizer(h):
+    return method.make(None if values is None else h)
+
+  def record(p, s):
+    metrics = problem.evaluate(eval_params(s, p))
+    sizes = (jnp.atleast_1d(metaoptax.step_sizes(s)) if method.learned_step_size
+             else jnp.zeros((0,)))
+    return metrics["train_loss"], metrics["test"], sizes
+
+  def init(key, h):
+    p = problem.init(key)
+    s = optimizer(h).init(p)
+    if method.prepare is not None:
+      s = method.prepare(s, h)
+    return p, s, record(p, s)
+
+  def one_run(p, s, key, h):
+    opt = optimizer(h)
+
+    def body(carry, key):
+      p, s = carry
+      batch = problem.batch(key)
+      loss_fn = lambda q: problem.loss(q, batch)
+      grads = jax.grad(loss_fn)(p)
+      if method.needs_obj:
+        updates, s = opt.update(grads, s, p, obj_fn=loss_fn)
+      else:
+        updates, s = opt.update(grads, s, p)
+      return (optax.apply_updates(p, updates), s), None
+
+    (p, s), _ = jax.lax.scan(body, (p, s), jax.random.split(key, chunk))
+    return p, s, record(p, s)
+
+  params, state, first = jax.jit(jax.vmap(init))(init_keys, hs)
+  keys = jax.vmap(lambda key: jax.random.split(key, steps // chunk))(data_keys)  # (runs, n)
+  compiled = jax.jit(jax.vmap(one_run)).lower(params, state, keys[:, 0], hs).compile()
+
+  records = [jax.device_get(first)]
+  bar = progress(total=steps, desc=method.name)
+  start = time.perf_counter()
+  for i in range(steps // chunk):
+    params, state, rec = compiled(params, state, keys[:, i], hs)
+    records.append(jax.device_get(rec))  # waits for the chunk: the wall time is honest
+    bar.update(chunk)
+    bar.set_postfix_str(f"loss {np.nanmean(rec[0]):.4g}")
+  seconds = time.perf_counter() - start
+  bar.close()
+  losses, tests, sizes = (np.stack([np.asarray(r[j]) for r in records], 1) for j in range(3))
+  logs = []
+  for v in range(k):
+    rows = slice(v * seeds, (v + 1) * seeds)
+    m = method
+    if method.names is not None:
+      m = method._replace(name=method.names[v][0], info=method.names[v][1], values=None)
+    logs.append(RunLog(
+        method=m, steps=np.arange(steps // chunk + 1) * chunk, train_loss=losses[rows],
+        test=tests[rows], step_sizes=sizes[rows] if method.learned_step_size else None,
+        seconds=seconds / k))
+  return logs

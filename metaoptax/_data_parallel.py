@@ -33,11 +33,13 @@ class DataParallel(NamedTuple):
       return tree
     return jax.lax.with_sharding_constraint(tree, self.replicated)
 
-  def put_replicated(self, tree: Any) -> Any:
-    """Places ``tree`` on every device of the mesh (outside jit)."""
-    if self.replicated is None:
-      return tree
-    return jax.device_put(tree, self.replicated)
+  def place(self, tree: Any) -> Any:
+    """Puts the (replicated) loop state on every device of the mesh, outside jit.
+
+    Without a mesh, commits it to the default device, so a fresh state and one
+    restored from a checkpoint (committed) share one compiled step.
+    """
+    return jax.device_put(tree, self.replicated or jax.devices()[0])
 
 
 def data_parallel(mesh: Mesh | None, batch_axis: str | Sequence[str] | None,

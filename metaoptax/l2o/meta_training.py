@@ -290,7 +290,7 @@ def meta_train(
   parallel = data_parallel(mesh, batch_axis, tasks_per_step, "tasks_per_step")
   state = init_state if init_state is not None else init_meta_training(
       config, meta_optimizer=meta_optimizer, seed=seed, network_params=network_params)
-  state = parallel.put_replicated(state)
+  state = parallel.place(state)
   latest = checkpoint.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
   if latest is not None:
     state = checkpoint.restore(os.path.join(checkpoint_dir, str(latest)), like=state)

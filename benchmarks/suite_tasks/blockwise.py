@@ -4,7 +4,7 @@ The paper (Sharifnassab et al. 2024, Sec. 7, CIFAR-10 ResNet-18) reports that
 blockwise step sizes (six blocks: first layer, four residual stages, last layer)
 let every (base, meta) pair beat its tuned baseline and lift (SGD with momentum,
 Adam) to the level of the others, with the step sizes growing from the first
-block to the last. Here: a 6-layer ReLU MLP 40-64-64-64-64-64-10 on MNIST-1D
+block to the last. Here: a 6-layer ReLU MLP 40-128-128-128-128-128-10 on MNIST-1D
 (the package's default data), one step size per layer (its weights and bias
 together: six blocks), for every preset, against one scalar step size and the
 AdamW grid. Best AdamW rate chosen by final test accuracy.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from suite_tasks import mnist1d
 from suite_tasks import protocol
 
-SIZES = (40, 64, 64, 64, 64, 64, 10)
+SIZES = (40, 128, 128, 128, 128, 128, 10)
 
 
 def layer_labels():

@@ -21,3 +21,11 @@ def pyplot():
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   return plt
+
+
+def save_figure(fig, path) -> None:
+  """Lays out ``fig``, writes it to ``path`` as a PNG (110 dpi) and closes it."""
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -41,9 +41,7 @@ def loss_curves(problem, logs, path, title):
     ax2.set_ylim(low - 0.05 * abs(low), np.nanmedian(finals) + 3 * (np.nanmedian(finals) - low)
                  + 0.05 * abs(low))
   ax1.legend(fontsize=6.5, ncol=2)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _report.save_figure(fig, path)
 
 
 def step_sizes(problem, logs, best_lr, path, title):
@@ -73,9 +71,7 @@ def step_sizes(problem, logs, best_lr, path, title):
     ax.set(yscale="log", xlabel="step", ylabel="step size α")
   ax1.set_title(f"{title}: learned scalar step sizes (thin: seeds)")
   ax1.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _report.save_figure(fig, path)
 
 
 def init_sweep(problem, logs, best_lr, path, title):
@@ -99,6 +95,4 @@ def init_sweep(problem, logs, best_lr, path, title):
           title="train loss (geometric mean over seeds)")
   ax1.legend(fontsize=8)
   ax2.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _report.save_figure(fig, path)

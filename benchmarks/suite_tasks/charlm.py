@@ -137,7 +137,7 @@ def make_problem(context=CONTEXT) -> Problem:
 CONFIG = protocol.TaskConfig(
     title="Task 3: character transformer on Python stdlib source",
     description=__doc__,
-    steps=5_000, quick_steps=200, chunk=250, quick_chunk=100,
+    steps=20_000, quick_steps=200, chunk=500, quick_chunk=100,
     select_by="test", blockwise_presets=("(AdamW, Adam)", "(SGD+mom, Adam)"),
     blocks_label="layer groups")
 

@@ -25,7 +25,7 @@ def layer_labels():
 CONFIG = protocol.TaskConfig(
     title="Task 5: blockwise (per-layer) step sizes, 6-layer MLP on MNIST-1D",
     description=__doc__,
-    steps=10_000, quick_steps=400, chunk=500, quick_chunk=200,
+    steps=20_000, quick_steps=400, chunk=500, quick_chunk=200,
     select_by="test", contrib=False, init_sweep=False, hypergradient=False,
     blocks_label="per layer")
 

@@ -43,7 +43,7 @@ def make_problem() -> Problem:
 CONFIG = protocol.TaskConfig(
     title="Task 1: digits MLP",
     description=__doc__,
-    steps=12_000, quick_steps=600, chunk=500, quick_chunk=200,
+    steps=48_000, quick_steps=600, chunk=500, quick_chunk=200,
     select_by="train_loss", exact=True)
 
 

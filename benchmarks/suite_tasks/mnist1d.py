@@ -41,7 +41,7 @@ def make_problem(sizes=SIZES, name="mnist1d", blocks="per_leaf", block_names=Non
 CONFIG = protocol.TaskConfig(
     title="Task 2: MNIST-1D MLP",
     description=__doc__,
-    steps=10_000, quick_steps=400, chunk=500, quick_chunk=200,
+    steps=40_000, quick_steps=400, chunk=500, quick_chunk=200,
     select_by="test", blockwise_presets=("(AdamW, Adam)", "(SGD+mom, Adam)"))
 
 

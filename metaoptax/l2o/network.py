@@ -32,7 +32,25 @@ HEADS = ("update", "learning_rate", "momentum", "teleport")
 
 
 class L2OConfig(NamedTuple):
-  """Static configuration of a learned optimizer."""
+  """Static configuration of a learned optimizer.
+
+  Attributes:
+    heads: output heads, a subset of :data:`HEADS` with exactly one of
+      ``"update"`` and ``"learning_rate"``; ``"momentum"`` needs ``"learning_rate"``.
+    hidden: LSTM hidden size (per coordinate).
+    layers: stacked LSTM layers.
+    group_dim: size of the teleportation group parameter (the task family's
+      ``group_dim``); needed by the ``"teleport"`` head.
+    update_scale: scale of the ``"update"`` head's output (the step).
+    lr_scale: scale of the ``"learning_rate"`` head: ``lr_scale * exp(Dense(h))``.
+    momentum_init: momentum coefficient at initialization (the head's bias is
+      its logit).
+    teleport_scale: bound of the group parameter, ``teleport_scale * tanh(.)``.
+    teleport_every: teleport every this many optimizee steps.
+    teleport_pooling: ``"mean"`` (any number of coordinates) or ``"concat"``
+      (a fixed ``num_coordinates``).
+    num_coordinates: the optimizee's size; needed by ``teleport_pooling="concat"``.
+  """
 
   heads: tuple[str, ...] = ("update",)
   hidden: int = 20
@@ -44,7 +62,7 @@ class L2OConfig(NamedTuple):
   teleport_scale: float = 0.5
   teleport_every: int = 1
   teleport_pooling: str = "mean"
-  num_coordinates: int = 0  # needed by teleport_pooling="concat"
+  num_coordinates: int = 0
 
 
 def validate(config: L2OConfig) -> None:

@@ -11,7 +11,8 @@ on the Python standard library's source), ``continual`` (Sutton 1992's tracking
 task, if ``suite_tasks/continual.py`` exists), ``blockwise`` (deep MLP with one
 step size per layer vs one scalar). Each writes ``<task>.md`` and PNG plots into
 ``--out`` (default ``benchmarks/results/suite``); this script writes
-``summary.md`` with the git commit measured at.
+``summary.md`` with the git commit measured at, followed by the hand-written
+analysis in ``summary_notes.md`` if that file exists.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ def write_summary(out, *, quick, seeds, skipped=()):
     lines += list(r["summary_lines"]) + [""]
   if skipped:
     lines += [f"Not run (module missing): {', '.join(skipped)}.", ""]
+  notes = out / "summary_notes.md"  # hand-written analysis (why targets are missed)
+  if notes.exists():
+    lines += [notes.read_text().rstrip(), ""]
   summary = "\n".join(lines)
   (out / "summary.md").write_text(summary)
   print(summary)

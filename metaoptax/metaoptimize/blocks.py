@@ -105,7 +105,7 @@ class BlockLayout:
       else:
         part = _sharding.segment_sum(x, lab, self.num_blocks)
       total = part if total is None else total + part
-    return total
+    return jnp.zeros((self.num_blocks,)) if total is None else total  # no params arrays
 
 
 def resolve(blocks: Any, params: Any) -> BlockLayout:

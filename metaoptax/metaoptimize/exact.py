@@ -73,7 +73,8 @@ def basis(beta: Any) -> Any:
   Laid out like ``beta`` (weight-wise: like the params), eagerly too.
   """
   m = num_meta_params(beta)
-  dtype = jnp.result_type(*jax.tree.leaves(beta))
+  leaves = jax.tree.leaves(beta)  # none for weight-wise blocks on an empty params tree
+  dtype = jnp.result_type(*leaves) if leaves else jnp.float32
   columns = _split_like(jnp.eye(m, dtype=dtype), beta)
   return jax.tree.map(lambda e, b: e + jnp.zeros_like(b)[None], columns, beta)
 
@@ -144,6 +145,15 @@ def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:
   return gradient
 
 
+def _curvature_probe(g: Any) -> jax.Array:
+  r"""Per-leaf sums of ``g``: their tangent sums the Hessian-vector product
+  :math:`\nabla^2 f(w)\, v` leaf by leaf, so it is finite exactly when the product
+  is (an overflowing sum counts as non-finite, as in the guard). One more
+  reduction of the product per column."""
+  sums = [jnp.sum(x.astype(_tree.wide_dtype(x.dtype))) for x in jax.tree.leaves(g)]
+  return jnp.stack(sums) if sums else jnp.zeros((0,), jnp.float32)
+
+
 def check_objective(obj_fn: Callable | None, params: Any) -> None:
   if obj_fn is None:
     raise ValueError(
@@ -164,10 +174,11 @@ def meta_gradient(trace_weights: Any, grads: Any, beta: Any) -> Any:
   # Elementwise products summed over the weight axes (not a tensordot, whose
   # sharded contraction needs an output sharding on explicit meshes): on a mesh
   # each device reduces its shard, then one all-reduce of m numbers.
-  s = sum(
+  products = [
       jnp.sum(h * g.astype(h.dtype)[None], axis=tuple(range(1, h.ndim))).reshape(m)
       for h, g in zip(jax.tree.leaves(trace_weights), jax.tree.leaves(grads))
-  )
+  ]
+  s = sum(products[1:], products[0]) if products else jnp.zeros((m,))  # no params arrays
   return _split_like(s, beta)
 
 
@@ -228,11 +239,12 @@ def step(
         _tree.split_floats(new_meta)[0],
         delta,
         _tree.split_floats(new_base)[0],
+        _curvature_probe(g),
     )
     return outputs, (new_meta, new_base)
 
   primals = (beta, meta_floats, _tree.widen(params), base_floats)
-  (new_beta, _, delta, _), linear, (new_meta, new_base) = jax.linearize(
+  (new_beta, _, delta, _, _), linear, (new_meta, new_base) = jax.linearize(
       F, *primals, has_aux=True
   )
   one_minus_gamma = 1.0 - gamma
@@ -245,18 +257,23 @@ def step(
   tangents = _sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
   if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
     column = jax.tree.map(lambda t: t[0], tangents)
-    d_beta, d_meta, d_delta, d_base = _zero_nan(
-        jax.tree.map(lambda t: t[None], linear(*column)))
+    columns = jax.tree.map(lambda t: t[None], linear(*column))
   elif _sharding.any_explicit(params):
     # jax.vmap of a linearized matmul with an explicit out_sharding (what a loss
     # on an explicit mesh contains) fails in JAX 0.10: map the columns in turn.
-    d_beta, d_meta, d_delta, d_base = _zero_nan(jax.lax.map(lambda c: linear(*c), tangents))
+    columns = jax.lax.map(lambda c: linear(*c), tangents)
   else:
-    d_beta, d_meta, d_delta, d_base = _zero_nan(jax.vmap(linear)(*tangents))
+    columns = jax.vmap(linear, axis_size=m)(*tangents)  # axis_size: m = 0 on no params
+  d_beta, d_meta, d_delta, d_base, d_probe = columns
+  d_beta, d_meta, d_delta, d_base = _zero_nan((d_beta, d_meta, d_delta, d_base))
+  # A non-finite Hessian-vector product (obj_fn NaN or inf near params) would be
+  # read as zero curvature by _zero_nan: mark the trace non-finite instead, so
+  # the guard restarts it and counts it (trace_resets); the step itself is taken.
+  curvature_ok = _tree.all_finite(d_probe)
   new_trace = ExactTrace(
       weights=_tree.add(tangents[2], d_delta),
       base_state=d_base,
-      meta_params=d_beta,
+      meta_params=jax.tree.map(lambda y: jnp.where(curvature_ok, y, jnp.nan), d_beta),
       meta_state=d_meta,
   )
   return delta, new_beta, new_meta, new_base, new_trace

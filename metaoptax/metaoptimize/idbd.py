@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax.metaoptimize import _tree
-from metaoptax.metaoptimize._hyperparams import concrete_number
+from metaoptax.metaoptimize._hyperparams import (check_meta_step_size, check_step_size_bounds,
+                                                  concrete_number)
 
 
 class IDBDState(NamedTuple):
@@ -65,10 +66,15 @@ def idbd(
     Sutton, `Adapting Bias by Gradient Descent: An Incremental Version of
     Delta-Bar-Delta <http://incompleteideas.net/papers/sutton-92a.pdf>`_, AAAI 1992.
   """
+  check_meta_step_size("meta_step_size", meta_step_size, allow_schedule=False)
+  bounds = check_step_size_bounds(step_size_bounds)
   concrete = concrete_number("init_step_size", init_step_size)
   if concrete is not None and not concrete > 0:
     raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
-  lower, upper = (jnp.log(b) for b in step_size_bounds)
+  if concrete is not None and not bounds[0] <= concrete <= bounds[1]:
+    raise ValueError(
+        f"init_step_size={init_step_size} is outside step_size_bounds={step_size_bounds}.")
+  lower, upper = (jnp.log(b) for b in bounds)
 
   def init_fn(params):
     widened = _tree.widen(params)

@@ -25,6 +25,7 @@ import inspect
 
 import optax
 
+from metaoptax.metaoptimize._hyperparams import check_meta_step_size
 from metaoptax.metaoptimize.transform import metaoptimize
 
 #: Default initial step size :math:`\alpha_0` (the paper's).
@@ -59,12 +60,19 @@ def _forwarding_metaoptimize_keywords(preset):
 
 
 def _meta_adam(meta_step_size):
+  check_meta_step_size("meta_step_size", meta_step_size)
   return optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=EPS_ROOT)
 
 
 def _meta_lion(meta_step_size):
+  check_meta_step_size("meta_step_size", meta_step_size)
   # optax.lion decays its params by default; on beta that would pull log alpha to 0.
   return optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0.0)
+
+
+def _meta_sgd(meta_step_size):
+  check_meta_step_size("meta_step_size", meta_step_size)
+  return optax.sgd(meta_step_size)
 
 
 @_forwarding_metaoptimize_keywords
@@ -111,7 +119,7 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
 def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
             weight_decay=0.0, **kwargs):
   """(SGD, SGD): plain gradient direction, plain gradient step on ``beta``."""
-  return metaoptimize(optax.identity(), optax.sgd(meta_step_size),
+  return metaoptimize(optax.identity(), _meta_sgd(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 

@@ -13,6 +13,7 @@ import math
 
 import optax
 
+from metaoptax.metaoptimize._hyperparams import check_meta_step_size
 from metaoptax.metaoptimize.transform import metaoptimize
 
 
@@ -48,6 +49,7 @@ def hypergradient_descent(
     Baydin et al., `Online Learning Rate Adaptation with Hypergradient Descent
     <https://arxiv.org/abs/1703.04782>`_, 2017.
   """
+  check_meta_step_size("hyper_step_size", hyper_step_size)
   return metaoptimize(
       optax.identity() if base is None else base, optax.sgd(hyper_step_size),
       init_step_size=init_step_size, blocks=blocks, gamma=0.0,
@@ -76,6 +78,7 @@ def xu_idbd(
     Xu, van Hasselt and Silver, `Meta-Gradient Reinforcement Learning
     <https://arxiv.org/abs/1805.09801>`_, 2018; Sharifnassab et al. 2024, App. B.1.
   """
+  check_meta_step_size("meta_step_size", meta_step_size)
   return metaoptimize(
       optax.identity(), optax.sgd(meta_step_size), init_step_size=init_step_size,
       blocks="per_param", approximation="l_approx", meta_update_first=True,

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, guard, hessian_free
-from metaoptax.metaoptimize._hyperparams import concrete_number
+from metaoptax.metaoptimize._hyperparams import check_step_size_bounds, concrete_number
 from metaoptax.metaoptimize.state import MetaOptimizeState
 
 APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
@@ -216,16 +216,9 @@ def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_d
   if gamma is not None and not 0.0 <= gamma <= 1.0:
     raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
   weight_decay = concrete_number("weight_decay", weight_decay)
-  if weight_decay is not None and not weight_decay >= 0:
-    raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
-  try:
-    lower, upper = (float(b) for b in step_size_bounds)
-  except (TypeError, ValueError) as e:
-    raise ValueError(
-        f"step_size_bounds must be (lower, upper), two concrete numbers, got "
-        f"{step_size_bounds!r}.") from e
-  if not (0.0 <= lower < upper) or math.isnan(upper):
-    raise ValueError(f"step_size_bounds must satisfy 0 <= lower < upper, got {step_size_bounds}.")
+  if weight_decay is not None and not 0 <= weight_decay < math.inf:
+    raise ValueError(f"weight_decay must be >= 0 and finite, got {weight_decay}.")
+  lower, upper = check_step_size_bounds(step_size_bounds)
   init_step_size = concrete_number("init_step_size", init_step_size)
   if init_step_size is None:
     return

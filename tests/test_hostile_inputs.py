@@ -502,6 +502,13 @@ def test_labels_dropping_a_subtree_or_with_an_extra_level():
       metaoptax.presets.sgd_sgd(1e-3, blocks=labels).init(params)
 
 
+def test_labels_from_traced_values_are_refused():
+  by_sign = lambda p: jax.tree.map(lambda x: (x > 0).astype(jnp.int32), p)
+  opt = metaoptax.presets.sgd_sgd(1e-3, blocks=by_sign)
+  with pytest.raises(ValueError, match="must be concrete integers"):
+    jax.jit(opt.init)(fixed_tree())
+
+
 # --------------------------------------------------------------------- obj_fn
 @functools.lru_cache(maxsize=None)
 def exact_sgd_sgd(approximation):

@@ -55,12 +55,10 @@ TRANSFORMS = {
 }
 # Known JAX (0.10.2) limitations, case -> the error it raises. Strict: once JAX
 # fixes it the case passes through and the test asks for the entry's removal.
-JAX_LIMITATIONS = {
-    # vmap of the leapfrog's lax.cond over chains sharded on an explicit mesh:
-    # the cond batching rule rebuilds an aval with the chain axis's spec on an
-    # empty mesh. Auto meshes work (cases auto/l2hmc, flat/l2hmc).
-    "explicit/l2hmc": "is not found in mesh: ()",
-}
+# (explicit/l2hmc was one: the batching rules of lax.cond and lax.scan rebuild an
+# aval with the chain axis's spec on an empty mesh; the leapfrog now selects the
+# direction instead of a cond and unrolls its steps under an explicit mesh.)
+JAX_LIMITATIONS: dict[str, str] = {}
 CASES = [f"{mesh}/{name}" for mesh in MESHES for name in TRANSFORMS[mesh]]
 RTOL, ATOL = 1e-5, 1e-6
 # The LSTM's matmuls run on differently shaped per-device batches of coordinates,

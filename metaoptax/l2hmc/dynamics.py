@@ -34,6 +34,11 @@ coordinates it changes, so the Jacobian's log-determinant is exact:
 
 The backward direction (:math:`d = -1`) is the exact inverse: the same steps'
 inverses in reverse order (``k = K-1, ..., 0``), with the negated log-determinant.
+Both directions run in one ``lax.scan`` whose elementwise updates select between
+the two closed forms (no ``lax.cond``): under ``vmap`` over chains with mixed
+directions a cond would compute both trajectories, the select computes the
+networks and gradients once (the training step's value-and-gradient over 200
+chains, K = 10, width 50, 50-d: 0.64 s with the cond, 0.06 s).
 With the networks off (:math:`S = Q = T = 0`) and one step size this is the
 plain leapfrog of HMC.
 """
@@ -116,20 +121,23 @@ def _step_sizes(config, params, k):
   return jnp.exp(params.log_step_size_x[index]), jnp.exp(params.log_step_size_v[index])
 
 
-def _momentum(config, params, state, t, eps_v, sign):
-  """Gamma^+ (sign=+1) or its inverse (sign=-1); x is unchanged."""
+def _momentum(config, params, state, t, eps_v, forward):
+  """Gamma^+ (``forward`` True) or its inverse (False); x is unchanged.
+
+  ``forward`` may be traced (a chain's direction): both closed forms are cheap
+  elementwise expressions of the same network outputs, and a select picks one.
+  """
   grad_u = -state.grad
   s, q, tr = _heads(config, params, "v_net", (state.x, grad_u, t))
   force = 0.5 * eps_v * (grad_u * jnp.exp(eps_v * q) + tr)
-  if sign > 0:
-    v = state.v * jnp.exp(0.5 * eps_v * s) - force
-  else:
-    v = (state.v + force) * jnp.exp(-0.5 * eps_v * s)
+  v = jnp.where(forward, state.v * jnp.exp(0.5 * eps_v * s) - force,
+                (state.v + force) * jnp.exp(-0.5 * eps_v * s))
+  sign = jnp.where(forward, 1.0, -1.0).astype(s.dtype)
   return state._replace(v=v, log_det=state.log_det + sign * 0.5 * eps_v * jnp.sum(s))
 
 
-def _position(config, params, state, t, eps_x, update, sign, logdensity_and_grad=None):
-  """Lambda^+ (sign=+1) or its inverse on the coordinates where ``update`` is 1.
+def _position(config, params, state, t, eps_x, update, forward, logdensity_and_grad=None):
+  """Lambda^+ (``forward`` True) or its inverse on the coordinates where ``update`` is 1.
 
   ``log p`` and its gradient are re-evaluated only if ``logdensity_and_grad`` is
   given (after the second half-update; the first needs neither).
@@ -137,15 +145,20 @@ def _position(config, params, state, t, eps_x, update, sign, logdensity_and_grad
   keep = 1.0 - update
   s, q, tr = _heads(config, params, "x_net", (keep * state.x, state.v, t))
   drift = eps_x * (state.v * jnp.exp(eps_x * q) + tr)
-  if sign > 0:
-    moved = state.x * jnp.exp(eps_x * s) + drift
-  else:
-    moved = (state.x - drift) * jnp.exp(-eps_x * s)
+  moved = jnp.where(forward, state.x * jnp.exp(eps_x * s) + drift,
+                    (state.x - drift) * jnp.exp(-eps_x * s))
+  sign = jnp.where(forward, 1.0, -1.0).astype(s.dtype)
   x = keep * state.x + update * moved
   logdensity, grad = (state.logdensity, state.grad) if logdensity_and_grad is None else (
       logdensity_and_grad(x))
   return _Leapfrog(x, state.v, logdensity, grad,
                    state.log_det + sign * eps_x * jnp.sum(update * s))
+
+
+def _explicit_mesh() -> bool:
+  """Whether tracing happens under a mesh with ``Explicit`` axes (``jax.set_mesh``)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  return jax.sharding.AxisType.Explicit in tuple(getattr(mesh, "axis_types", None) or ())
 
 
 def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
@@ -166,28 +179,30 @@ def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   logdensity_and_grad = jax.value_and_grad(logdensity_fn)
   start = _Leapfrog(x, v, logdensity, grad, jnp.zeros((), x.dtype))
   K = config.num_steps
+  forward = direction > 0
 
-  def forward_step(state, k):
-    t = time_embedding(k, K)
-    eps_x, eps_v = _step_sizes(config, params, k)
-    m = masks[k]
-    state = _momentum(config, params, state, t, eps_v, +1)
-    state = _position(config, params, state, t, eps_x, 1.0 - m, +1)
-    state = _position(config, params, state, t, eps_x, m, +1, logdensity_and_grad)
-    return _momentum(config, params, state, t, eps_v, +1), None
+  def step(state, i):
+    # forward: steps k = 0..K-1, each Gamma, Lambda(1-m), Lambda(m), Gamma; backward:
+    # k = K-1..0, each the inverse updates in reverse order (masks swapped)
+    # (the step's inputs are selected, not indexed by a per-chain k: a gather with
+    # batched indices has no sharding rule on explicit meshes)
+    pick = lambda a, b: jax.tree.map(lambda u, w: jnp.where(forward, u, w), a, b)
+    t = pick(time_embedding(i, K), time_embedding(K - 1 - i, K))
+    eps_x, eps_v = pick(_step_sizes(config, params, i), _step_sizes(config, params, K - 1 - i))
+    m = pick(masks[i], masks[K - 1 - i])
+    first = jnp.where(forward, 1.0 - m, m)  # 1 - first is m or 1 - m exactly (0/1 masks)
+    state = _momentum(config, params, state, t, eps_v, forward)
+    state = _position(config, params, state, t, eps_x, first, forward)
+    state = _position(config, params, state, t, eps_x, 1.0 - first, forward,
+                      logdensity_and_grad)
+    return _momentum(config, params, state, t, eps_v, forward), None
 
-  def backward_step(state, k):
-    t = time_embedding(k, K)
-    eps_x, eps_v = _step_sizes(config, params, k)
-    m = masks[k]
-    state = _momentum(config, params, state, t, eps_v, -1)
-    state = _position(config, params, state, t, eps_x, m, -1)
-    state = _position(config, params, state, t, eps_x, 1.0 - m, -1, logdensity_and_grad)
-    return _momentum(config, params, state, t, eps_v, -1), None
-
-  steps = jnp.arange(K)
-  end = jax.lax.cond(
-      direction > 0,
-      lambda: jax.lax.scan(forward_step, start, steps)[0],
-      lambda: jax.lax.scan(backward_step, start, steps[::-1])[0])
+  if _explicit_mesh():
+    # JAX 0.10.2's scan batching rule fails on chains sharded over an explicit
+    # mesh ("not found in mesh: ()"); the same steps, unrolled, trace fine
+    end = start
+    for i in range(K):
+      end = step(end, jnp.asarray(i, jnp.int32))[0]
+  else:
+    end = jax.lax.scan(step, start, jnp.arange(K))[0]
   return end.x, end.v, end.logdensity, end.grad, end.log_det

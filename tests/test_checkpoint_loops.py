@@ -122,3 +122,57 @@ def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_pa
 def _all_finite(tree):
   return jax.tree.reduce(lambda a, b: a & b, jax.tree.map(lambda x: jnp.all(jnp.isfinite(x)),
                                                           tree))
+
+
+def _walled_gaussian(threshold):
+  """N(0, 0.25 I) whose log density is NaN where ``x[0] > threshold``: a NaN region."""
+  base = metaoptax.l2hmc.targets.gaussian(0.25 * jnp.eye(2))
+  return base._replace(name="walled", logdensity_fn=lambda x: jnp.where(
+      x[0] > threshold, jnp.nan, base.logdensity_fn(x)))
+
+
+def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path):
+  """A fresh N(0, I) draw of the loss's second population inside the NaN region
+  makes the gradient NaN (its acceptance is 0, the derivative of exp at NaN is
+  NaN): that iteration's update is skipped. With step sizes of 0.01 nothing
+  moves across the wall, so the skips are exactly the iterations with such a
+  draw, counted from the key stream alone."""
+  l2hmc = metaoptax.l2hmc
+  threshold, margin, iterations, chains = 1.5, 0.1, 6, 8
+  target = _walled_gaussian(threshold)
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4, init_step_size=0.01)
+  kwargs = dict(num_iterations=iterations, num_chains=chains, seed=16, progress=None,
+                log_every=4)
+  start = l2hmc.init_training(target, config, num_chains=chains, seed=16)
+  assert float(start.chains.position[:, 0].max()) < threshold - margin, "pick another seed"
+  expected = 0
+  for i in range(iterations):  # iteration i: fold_in(key, i) -> (loss key, accept key);
+    k_loss, _ = jax.random.split(jax.random.fold_in(start.key, i))  # the loss key's third
+    fresh = jax.random.normal(jax.random.split(k_loss, 3)[2], (chains, 2))[:, 0]  # split
+    assert not bool(jnp.any((fresh > threshold - margin) & (fresh <= threshold)))
+    expected += bool(jnp.any(fresh > threshold))
+  assert expected == 3, "iterations 1, 2 and 4 have a draw in the NaN region"
+
+  full = l2hmc.train(target, config, checkpoint_dir=tmp_path / "full", checkpoint_every=3,
+                     **kwargs)
+  assert full.skipped_updates == int(full.state.skipped_updates) == expected
+  assert bool(_all_finite((full.state.params, full.state.chains)))
+  assert float(full.state.chains.position[:, 0].max()) < threshold - margin
+  assert checkpoint.latest_step(tmp_path / "full") == iterations
+
+  # an interrupted run: only the mid-run checkpoint survives; the same call finishes the run
+  (tmp_path / "resumed").mkdir()
+  (tmp_path / "full" / "3").rename(tmp_path / "resumed" / "3")
+  resumed = l2hmc.train(target, config, checkpoint_dir=tmp_path / "resumed", **kwargs)
+  _assert_identical(resumed.state, full.state)
+  np.testing.assert_array_equal(resumed.losses, full.losses[3:])
+  np.testing.assert_array_equal(resumed.acceptance, full.acceptance[3:])
+  # continuing in memory (init_state) and rerunning with the same seed: identical too
+  half = l2hmc.train(target, config, **{**kwargs, "num_iterations": 3})
+  _assert_identical(l2hmc.train(target, config, init_state=half.state, **kwargs).state,
+                    full.state)
+  _assert_identical(l2hmc.train(target, config, **kwargs).state, full.state)
+  with pytest.raises(ValueError, match="chains of shape"):
+    l2hmc.train(target, config, init_state=half.state, **{**kwargs, "num_chains": 4})
+  with pytest.raises(ValueError, match="checkpoint_dir"):
+    l2hmc.train(target, config, checkpoint_every=2, **kwargs)

@@ -161,11 +161,22 @@ def test_ess_estimators_on_ar1(phi):
 
 
 def test_training_improves_jumps_and_is_deterministic():
+  """Same seed, different ``log_every`` (progress chunks): bit-identical runs."""
   config = l2hmc.L2HMCConfig(dim=2, num_steps=4)
-  kwargs = dict(num_iterations=60, num_chains=32, log_every=30, progress=None, seed=1)
-  first = l2hmc.train(TARGET, config, **kwargs)
-  second = l2hmc.train(TARGET, config, **kwargs)
+  kwargs = dict(num_iterations=60, num_chains=32, progress=None, seed=1)
+  reports = []
+  first = l2hmc.train(TARGET, config, log_every=30, **kwargs)
+  second = l2hmc.train(TARGET, config, log_every=7, **{**kwargs, "progress": lambda *r: (
+      reports.append(r))})
   np.testing.assert_array_equal(first.losses, second.losses)
+  for a, b in zip(jax.tree.leaves(first.state), jax.tree.leaves(second.state)):
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+      a, b = jax.random.key_data(a), jax.random.key_data(b)
+    np.testing.assert_array_equal(a, b)
+  assert [r[0] for r in reports] == [7, 14, 21, 28, 35, 42, 49, 56, 60]
+  np.testing.assert_allclose(reports[-1][1:], [first.losses[56:].mean(),
+                                               first.acceptance[56:].mean()], rtol=1e-6)
+  assert first.skipped_updates == 0 and int(first.state.iteration) == 60
   assert first.losses[-10:].mean() < first.losses[:10].mean()
   with pytest.raises(ValueError, match="dim"):
     l2hmc.train(TARGET, config._replace(dim=3), **kwargs)

@@ -4,6 +4,7 @@ and optax.contrib's parameter-free optimizers, on five tasks.
     python benchmarks/suite.py                 # full suite (~1 h on one core)
     python benchmarks/suite.py --quick         # smoke run (~3 min)
     python benchmarks/suite.py --tasks digits charlm
+    python benchmarks/suite.py --replot        # redraw the PNGs from saved curves
 
 Tasks (``benchmarks/suite_tasks/``): ``digits`` (MLP, scikit-learn digits),
 ``mnist1d`` (MLP, MNIST-1D generated locally), ``charlm`` (character transformer
@@ -62,7 +63,19 @@ def main(argv=None):
   parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "suite")
+  parser.add_argument("--replot", action="store_true",
+                      help="no training: redraw the PNGs from the saved <task>_curves.npz")
   args = parser.parse_args(argv)
+  if args.replot:
+    for name in args.tasks:
+      module = load_task(name)
+      if module is None or name == "continual":  # continual draws from its own run
+        print(f"[suite] --replot: {name} skipped", flush=True)
+        continue
+      module.run(quick=args.quick, seeds=args.seeds, out_dir=args.out, progress=None,
+                 replot=True)
+      print(f"[suite] --replot: {name} redrawn", flush=True)
+    return
   import tqdm  # pylint: disable=g-import-not-at-top
 
   args.out.mkdir(parents=True, exist_ok=True)

@@ -30,9 +30,9 @@ CONFIG = protocol.TaskConfig(
     blocks_label="per layer")
 
 
-def run(*, quick, seeds, out_dir, progress):
+def run(*, quick, seeds, out_dir, progress, replot=False):
   problem = mnist1d.make_problem(
       SIZES, name="blockwise", blocks=layer_labels(),
       block_names=tuple(f"layer {i}" for i in range(len(SIZES) - 1)))
   return protocol.run_task(problem, CONFIG, quick=quick, seeds=seeds, out_dir=out_dir,
-                           progress=progress)
+                           progress=progress, replot=replot)

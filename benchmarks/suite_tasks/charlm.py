@@ -142,6 +142,6 @@ CONFIG = protocol.TaskConfig(
     blocks_label="layer groups")
 
 
-def run(*, quick, seeds, out_dir, progress):
+def run(*, quick, seeds, out_dir, progress, replot=False):
   return protocol.run_task(make_problem(), CONFIG, quick=quick, seeds=seeds,
-                           out_dir=out_dir, progress=progress)
+                           out_dir=out_dir, progress=progress, replot=replot)

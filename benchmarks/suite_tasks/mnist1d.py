@@ -45,6 +45,6 @@ CONFIG = protocol.TaskConfig(
     select_by="test", blockwise_presets=("(AdamW, Adam)", "(SGD+mom, Adam)"))
 
 
-def run(*, quick, seeds, out_dir, progress):
+def run(*, quick, seeds, out_dir, progress, replot=False):
   return protocol.run_task(make_problem(), CONFIG, quick=quick, seeds=seeds,
-                           out_dir=out_dir, progress=progress)
+                           out_dir=out_dir, progress=progress, replot=replot)

@@ -28,8 +28,9 @@ def loss_curves(problem, logs, path, title):
     ax2.plot(log.steps, np.nanmean(log.test, 0), ls, lw=lw, color=line.get_color())
   ax1.set(yscale="log", xlabel="step",
           ylabel="train loss" + (" − floor" if problem.train_loss_floor else ""),
-          title=f"{title}: train loss (geometric mean over seeds)")
+          title="train loss (geometric mean over seeds)")
   ax2.set(xlabel="step", ylabel=problem.test_name, title=problem.test_name)
+  fig.suptitle(title)
   if problem.higher_is_better:
     finals = [np.nanmean(l.test[:, -1]) for l in logs]
     top = np.nanmax(finals)
@@ -69,7 +70,8 @@ def step_sizes(problem, logs, best_lr, path, title):
     ax.axhline(best_lr, color="gray", ls="--", lw=0.8)
     ax.text(0, best_lr, f" best constant AdamW {best_lr:g}", fontsize=7, va="bottom", color="gray")
     ax.set(yscale="log", xlabel="step", ylabel="step size α")
-  ax1.set_title(f"{title}: learned scalar step sizes (thin: seeds)")
+  ax1.set_title("learned scalar step sizes (thin: seeds)")
+  fig.suptitle(title)
   ax1.legend(fontsize=7)
   _report.save_figure(fig, path)
 
@@ -89,7 +91,8 @@ def init_sweep(problem, logs, best_lr, path, title):
   ax1.axhline(best_lr, color="gray", ls="--", lw=0.8)
   ax1.text(0, best_lr, f" best constant AdamW {best_lr:g}", fontsize=7, va="bottom", color="gray")
   ax1.set(yscale="log", xlabel="step", ylabel="step size α",
-          title=f"{title}: (AdamW, Adam) scalar, α from 4 starts (3 seeds each)")
+          title="(AdamW, Adam) scalar, α from 4 starts (3 seeds each)")
+  fig.suptitle(title)
   ax2.set(yscale="log", xlabel="step",
           ylabel="train loss" + (" − floor" if problem.train_loss_floor else ""),
           title="train loss (geometric mean over seeds)")

@@ -71,9 +71,16 @@ def plateau_step(log):
 
 
 def run_task(problem, config: TaskConfig, *, quick: bool, seeds: int,
-             out_dir: pathlib.Path, progress) -> dict:
-  """Runs the whole protocol on ``problem``; writes the outputs; returns the summary."""
+             out_dir: pathlib.Path, progress, replot: bool = False) -> dict | None:
+  """Runs the whole protocol on ``problem``; writes the outputs; returns the summary.
+
+  ``replot=True``: no training; redraws the PNGs from the saved curves
+  (``<task>_curves.npz``) and returns None.
+  """
   out_dir = pathlib.Path(out_dir)
+  if replot:
+    _plot(problem, config, out_dir, *_load_curves(out_dir / f"{problem.name}_curves.npz"))
+    return None
   out_dir.mkdir(parents=True, exist_ok=True)
   steps = config.quick_steps if quick else config.steps
   chunk = config.quick_chunk if quick else config.chunk
@@ -118,12 +125,7 @@ def run_task(problem, config: TaskConfig, *, quick: bool, seeds: int,
   table = _tables(problem, config, steps, seeds, best_lr, start, grid_logs, grid_cost,
                   logs, sweep_logs)
   (out_dir / f"{problem.name}.md").write_text(table)
-  plots.loss_curves(problem, logs, out_dir / f"{problem.name}_loss.png", config.title)
-  plots.step_sizes(problem, [l for l in logs if l.step_sizes is not None], best_lr,
-                   out_dir / f"{problem.name}_step_sizes.png", config.title)
-  if sweep_logs:
-    plots.init_sweep(problem, sweep_logs, best_lr, out_dir / f"{problem.name}_init_sweep.png",
-                     config.title)
+  _plot(problem, config, out_dir, best_lr, logs, sweep_logs)
   _save_curves(out_dir / f"{problem.name}_curves.npz", grid_logs + logs + sweep_logs)
   summary = _summary(problem, config, steps, best_lr, grid_cost, logs, default)
   return {"task": problem.name, "table_md": table, "summary_lines": summary,
@@ -247,3 +249,50 @@ def _save_curves(path, logs):
   arrays["names"] = np.array([l.method.name for l in logs])
   arrays["seconds"] = np.array([l.seconds for l in logs])
   np.savez_compressed(path, **arrays)
+
+
+def _plot(problem, config, out_dir, best_lr, logs, sweep_logs):
+  name = out_dir / problem.name
+  plots.loss_curves(problem, logs, f"{name}_loss.png", config.title)
+  plots.step_sizes(problem, [l for l in logs if l.step_sizes is not None], best_lr,
+                   f"{name}_step_sizes.png", config.title)
+  if sweep_logs:
+    plots.init_sweep(problem, sweep_logs, best_lr, f"{name}_init_sweep.png", config.title)
+
+
+_BEST = "AdamW best constant ("
+_FROM = " from "
+
+
+def _family(name: str) -> str:
+  """The :class:`runner.Method` family of a saved run, from its name."""
+  if name.startswith(_BEST) or name == "AdamW warm-up+cosine":
+    return "adamw"
+  if name.startswith("AdamW "):
+    return "adamw_grid"
+  if name == "Adam-HD":
+    return "hypergradient"
+  if name in {m.name for m in M.contrib()}:
+    return "contrib"
+  return "init_sweep" if _FROM in name else "metaoptax"
+
+
+def _load_curves(path):
+  """``(best_lr, logs, sweep_logs)`` as :func:`run_task` plotted them, from ``_save_curves``."""
+  data = np.load(path)
+  logs, sweep_logs, best_lr = [], [], None
+  for i, name in enumerate(str(n) for n in data["names"]):
+    family = _family(name)
+    if name.startswith(_BEST):
+      best_lr = float(name[len(_BEST):-1])
+    info = f"start {name.split(_FROM)[1]}" if family == "init_sweep" else ""
+    log = runner.RunLog(
+        method=runner.Method(name, family, make=None, info=info),
+        steps=data[f"{i}_steps"], train_loss=data[f"{i}_train_loss"], test=data[f"{i}_test"],
+        step_sizes=data[f"{i}_step_sizes"] if f"{i}_step_sizes" in data else None,
+        seconds=float(data["seconds"][i]))
+    if family == "init_sweep":
+      sweep_logs.append(log)
+    elif family != "adamw_grid":
+      logs.append(log)
+  return best_lr, logs, sweep_logs

@@ -318,6 +318,47 @@ def test_nonfinite_gradients_skip_the_step(variant, hp, positions, bad_value, se
     assert int(s3_bad.skipped_steps) == 1
 
 
+@pytest.mark.parametrize("variant", [FIXED_TREE_VARIANTS[i] for i in (0, 8, 10)], ids=str)
+@hostile_settings(max_examples=2)
+@given(hp=valid_hyperparams(random_bounds=False), seed=st.integers(0, 2**16))
+def test_nan_meta_step_size_at_run_time(variant, hp, seed):
+  """A traced (unchecked) meta step size that is NaN, e.g. set by inject_hyperparams:
+  the step sizes stay put, each step counted (trace_resets; IDBD: skipped_steps)."""
+  params = fixed_tree()
+  targets = materialize(jax.tree.map(lambda x: LeafSpec(x.shape, jnp.float32), params), seed)
+  init, update = jitted(variant)  # compiled by test_nonfinite_gradients_skip_the_step
+  hp = as_traced(dataclasses.replace(hp, meta_step_size=math.nan))
+  grads = quadratic_grads(params, targets)
+  state = state0 = init(hp, params)
+  for step in range(1, 4):
+    updates, state = update(hp, grads, state, params, targets, 1.0)
+    assert all_finite(state) and signature(state) == signature(state0)
+    if isinstance(state, metaoptax.IDBDState):  # the new step sizes are NaN: skipped
+      assert int(state.skipped_steps) == step
+      assert_trees_equal(state._replace(skipped_steps=0), state0)
+    else:  # the step is taken with the step sizes kept, the trace restarted
+      assert int(state.trace_resets) == step and int(state.skipped_steps) == 0
+      assert_trees_equal(state.meta_params, state0.meta_params)
+      assert all_finite(updates) and float(jnp.abs(updates["w"]).max()) > 0
+
+
+def test_other_nan_hyperparameters_at_run_time_are_not_caught():
+  """Documented limits: only the meta step size is covered by the guard."""
+  init, update = jitted(FIXED_TREE_VARIANTS[0])
+  params = fixed_tree()
+  targets = jax.tree.map(lambda x: jnp.zeros(x.shape), params)
+  grads = quadratic_grads(params, targets)
+  for field in ("init_step_size", "weight_decay", "gamma"):
+    hp = as_traced(dataclasses.replace(Hyperparams(1e-3, 1.0, 1e-3, 0.1), **{field: math.nan}))
+    state = init(hp, params)
+    updates, state = update(hp, grads, state, params, targets, 1.0)
+    assert all_finite(updates) == (field == "gamma")  # NaN alpha or decay: NaN updates
+    assert not all_finite(state.trace)
+    if field == "gamma":  # the NaN trace is restarted, and counted, at the next step
+      updates, state = update(hp, grads, state, params, targets, 1.0)
+      assert int(state.trace_resets) == 1 and all_finite(updates)
+
+
 # Cheap to compile: one jit per random tree.
 RANDOM_TREE_VARIANTS = [Variant("preset", name, blocks=blocks)
                         for name, blocks in zip(PRESETS, ["scalar", "per_param", "per_leaf",

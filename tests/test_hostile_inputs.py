@@ -293,6 +293,9 @@ def test_nonfinite_gradients_skip_the_step(variant, hp, positions, bad_value, se
   assert all_finite(s2) and signature(s2) == signature(state0)
   if isinstance(s2, metaoptax.MetaOptimizeState):
     assert int(s2.trace_resets) == int(s1.trace_resets)
+    # the base state advances as for an all-zero gradient (Adam: moments decay)
+    zeros = jax.tree.map(jnp.zeros_like, grads)
+    assert_trees_equal(s2.base_state, update(hp, zeros, s1, params, targets, 1.0)[1].base_state)
   else:  # IDBD keeps its whole state: the next step is the one it would have taken
     assert_trees_equal(update(hp, grads, s1, params, targets, 1.0), (u3, s3._replace(
         skipped_steps=s1.skipped_steps)))

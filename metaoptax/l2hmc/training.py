@@ -319,7 +319,9 @@ def train(target: Target, config: L2HMCConfig, *, num_iterations: int = 5000,
     log_every: how often to report.
     mesh: split the chains over this ``jax.sharding.Mesh`` (data parallel; see
       :func:`build_training_step`). Same results as on one device up to the
-      order of float32 sums over chains.
+      order of float32 sums over chains. Tested with ``Auto`` mesh axes (what
+      ``Mesh(devices, names)`` makes); the sampler itself also runs with
+      chains sharded over an ``Explicit`` mesh.
     chain_axis: the mesh axis (or axes) the chains are split over (default all).
     init_state: continue from this state (e.g. ``result.state`` of an earlier
       call) instead of ``seed``.

@@ -37,8 +37,10 @@ class L2OState(NamedTuple):
 
 
 def init_state(config: L2OConfig, params: Any) -> L2OState:
+  """Zero LSTM state and momentum, float32 or wider (float64 for float64 params)."""
   flat = ravel_pytree(_sharding.replicated(params))[0]
-  return L2OState(initial_carry(config, flat.size), jnp.zeros_like(flat),
+  dtype = _tree.wide_dtype(flat.dtype)
+  return L2OState(initial_carry(config, flat.size, dtype), jnp.zeros_like(flat, dtype),
                   jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
 
 
@@ -47,11 +49,15 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
   """One learned step: ``(new_params, new_state, head_outputs)``.
 
   ``act(theta, params) -> params`` is the task's group action (teleport head).
+  The network reads the gradient, and the step is computed, in float32 or wider
+  (the state's precision, :func:`init_state`); ``new_params`` have the dtypes of
+  ``params``.
   """
   # The LSTM state is flat over all coordinates; on explicit meshes the leaves
   # are replicated first (ravel concatenates them) and the result resharded.
   flat_x, unravel = ravel_pytree(_sharding.replicated(params))
-  flat_g = ravel_pytree(_sharding.replicated(grads))[0].astype(flat_x.dtype)
+  flat_g = ravel_pytree(_sharding.replicated(grads))[0].astype(
+      _tree.wide_dtype(flat_x.dtype))
   carry, out = CoordinateLSTM(config).apply(network_params, state.carry, preprocess(flat_g))
   momentum = state.momentum
   if "update" in config.heads:
@@ -65,6 +71,7 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
   if "teleport" in config.heads and act is not None:
     teleport_now = state.count % config.teleport_every == 0
     new_params = _tree.select(teleport_now, act(out["teleport"], new_params), new_params)
+  new_params = _tree.cast_like(new_params, params)
   return new_params, L2OState(carry, momentum, state.count + 1, state.skipped_steps), out
 
 

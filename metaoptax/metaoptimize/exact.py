@@ -223,7 +223,9 @@ def step(
         meta_gradient_at(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
     )
     new_beta = clip_beta(jax.tree.map(jnp.add, beta, meta_upd))
-    direction, new_base = base_update(g, _tree.merge_floats(base_floats, base_split), own)
+    # The base runs in float32 or wider, like its state (metaoptimize's "Precision").
+    direction, new_base = base_update(
+        _tree.widen(g), _tree.merge_floats(base_floats, base_split), wide_params)
     alpha = layout.expand(step_size_of(new_beta if meta_update_first else beta),
                           like=wide_params)
 

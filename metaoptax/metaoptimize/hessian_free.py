@@ -83,7 +83,6 @@ def weight_change(
     base_update: Callable,
     grads: Any,
     base_state: Any,
-    params: Any,
     layout: BlockLayout,
     step_size_of: Callable,
     weight_decay,
@@ -91,10 +90,11 @@ def weight_change(
 ) -> Callable:
   r"""The function :math:`(w, \tilde x_R, \beta) \mapsto (\Delta, \tilde x_R')`.
 
-  ``w`` is a widened (float32+) copy of the params (the base sees them in their
-  own dtype); :math:`\tilde x_R` are the params-reading base-state leaves. The
-  gradient is closed over, i.e. held fixed (Hessian-free). The full new base
-  state is returned as auxiliary output.
+  ``w`` is a widened (float32+) copy of the params, and ``grads`` are widened
+  too: the base computes its direction and state in float32 or wider (see
+  :func:`metaoptax.metaoptimize`); :math:`\tilde x_R` are the params-reading
+  base-state leaves. The gradient is closed over, i.e. held fixed
+  (Hessian-free). The full new base state is returned as auxiliary output.
   """
   floats, split = _tree.split_floats(base_state)
 
@@ -102,8 +102,8 @@ def weight_change(
     leaves = list(floats)
     for i, x in zip(reading, reading_floats):
       leaves[i] = x
-    own = _tree.cast_like(wide_params, params)
-    direction, new_base_state = base_update(grads, _tree.merge_floats(leaves, split), own)
+    direction, new_base_state = base_update(grads, _tree.merge_floats(leaves, split),
+                                            wide_params)
     alpha = layout.expand(step_size_of(beta), like=wide_params)
 
     def leaf(a, d, w):

@@ -49,6 +49,14 @@ def metaoptimize(
   (eq. 8 of the paper), a causal surrogate for the gradient of the
   :math:`\gamma`-discounted future loss with respect to :math:`\beta`.
 
+  Precision: whatever the params' dtype, every floating leaf of the state
+  (:math:`\beta`, the trace, the meta state and the base direction's own state,
+  e.g. Adam's moments) is float32, or float64 for float64 params, and the
+  direction and step are computed at that precision; only the updates have the
+  params' dtypes. (In float16, Adam's second moment underflows for
+  :math:`|g| \lesssim 5\cdot 10^{-3}` and its ``eps = 1e-8`` is 0: NaN or infinite updates; in
+  bfloat16 its 0.999 decay cannot be represented and the moment freezes.)
+
   Args:
     base: an optax transformation producing the update *direction*
       (``optax.scale_by_adam()``, ``optax.scale_by_lion()``,
@@ -126,11 +134,14 @@ def metaoptimize(
     # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)
     beta = layout.init_beta(init_beta, params)
-    base_state = base.init(params)
+    # The base runs in float32 or wider (its moments too): see "Precision" above.
+    wide_params = _tree.widen(params)
+    base_state = base.init(wide_params)
     meta_state = meta.init(beta)
     if approximation == "hessian_free":
-      zero_grads = jax.tree.map(jnp.zeros_like, params)
-      reading = hessian_free.params_reading_leaves(base.update, zero_grads, base_state, params)
+      zero_grads = jax.tree.map(jnp.zeros_like, wide_params)
+      reading = hessian_free.params_reading_leaves(
+          base.update, zero_grads, base_state, wide_params)
       trace = hessian_free.init_trace(params, base_state, reading)
     else:
       exact.check_num_blocks(layout)
@@ -183,12 +194,14 @@ def metaoptimize(
     meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)
     new_beta = clip_beta(optax.apply_updates(state.meta_params, meta_updates))
     base_update = lambda g, s_, p: base.update(g, s_, p, **extra_args)
-    reading = hessian_free.params_reading_leaves(base_update, grads, state.base_state, params)
+    wide_grads = _tree.widen(grads)
+    reading = hessian_free.params_reading_leaves(
+        base_update, wide_grads, state.base_state, _tree.widen(params))
     if len(reading) != len(state.trace.base_state):
       raise ValueError("The base state's dependence on the params changed between init "
                        "and update (different extra arguments?).")
     change = hessian_free.weight_change(
-        base_update, grads, state.base_state, params, layout, step_size_of, weight_decay,
+        base_update, wide_grads, state.base_state, layout, step_size_of, weight_decay,
         reading)
     beta_for_step = new_beta if meta_update_first else state.meta_params
     delta, new_trace, new_base_state = hessian_free.trace_step(

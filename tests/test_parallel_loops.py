@@ -23,7 +23,7 @@ _SCRIPT = textwrap.dedent("""
     many = l2o.meta_train(config, family, mesh=mesh, **kw)
 
     def l2hmc_record():
-        import time
+        import os, shutil, tempfile, time
         from metaoptax import l2hmc
         start = time.process_time()
         # chains split 4 ways over "chains", replicated over "other"
@@ -32,7 +32,15 @@ _SCRIPT = textwrap.dedent("""
         config = l2hmc.L2HMCConfig(dim=2, num_steps=3, hidden=8)
         kw = dict(num_iterations=5, num_chains=16, seed=2, progress=None)
         one = l2hmc.train(target, config, **kw)
-        many = l2hmc.train(target, config, mesh=chain_mesh, chain_axis="chains", **kw)
+        directory = tempfile.mkdtemp()
+        many = l2hmc.train(target, config, mesh=chain_mesh, chain_axis="chains",
+                           checkpoint_dir=directory, checkpoint_every=2, **kw)
+        for later in ("4", "5"):  # interrupted after iteration 2: resume from the sharded state
+            shutil.rmtree(os.path.join(directory, later))
+        resumed = l2hmc.train(target, config, mesh=chain_mesh, chain_axis="chains",
+                              checkpoint_dir=directory, **kw)
+        bits = lambda x: np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(
+            x.dtype, jax.dtypes.prng_key) else x)
         def diff(a, b):  # max |a - b| relative to max(1, max |a|), over the leaves
             return max([0.0] + [float(np.max(np.abs(np.asarray(x) - np.asarray(y)))
                                       / max(1.0, float(np.max(np.abs(np.asarray(x))))))
@@ -51,6 +59,9 @@ _SCRIPT = textwrap.dedent("""
             "params_replicated": all(
                 x.sharding.is_fully_replicated and len(x.sharding.device_set) == 8
                 for x in jax.tree.leaves((many.state.params, many.state.opt_state))),
+            "resumed_identical": all(np.array_equal(bits(x), bits(y)) for x, y in zip(
+                jax.tree.leaves(resumed.state), jax.tree.leaves(many.state))),
+            "resumed_chain_spec": str(resumed.state.chains.position.sharding.spec),
             "cpu_seconds": time.process_time() - start,
         }
 
@@ -103,6 +114,8 @@ def test_l2hmc_training_with_chains_sharded_matches_one_device():
   assert r["chain_shards"] == [[4, 2]]  # 16 chains, 4 per device of the "chains" axis
   assert r["params_replicated"]
   assert r["skipped"] == [0, 0]
+  # a checkpoint of the sharded state restores sharded and the run resumes bit for bit
+  assert r["resumed_identical"] and r["resumed_chain_spec"] == "P('chains',)", r
   # float32 means over chains summed in another order. Measured (max |diff| relative to
   # max(1, max |value|)): losses 9e-8, acceptance 6e-8, parameters 2e-9, Adam state 2e-7,
   # chains 5e-7.

@@ -1,7 +1,7 @@
 """The metaoptax benchmark suite (issue 5): untuned learned step sizes vs tuned AdamW
 and optax.contrib's parameter-free optimizers, on five tasks.
 
-    python benchmarks/suite.py                 # full suite (~1 h on one core)
+    python benchmarks/suite.py                 # full suite (~2 h on one shared core)
     python benchmarks/suite.py --quick         # smoke run (~3 min)
     python benchmarks/suite.py --tasks digits charlm
     python benchmarks/suite.py --replot        # redraw the PNGs from saved curves

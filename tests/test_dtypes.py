@@ -2,8 +2,8 @@
 
 Matrix: every MetaOptimize variant (the 8 presets, scalar and weight-wise; one
 blockwise layout; the exact ``2x2`` and ``L``; IDBD; hypergradient descent) x
-params in float16, bfloat16, float32, float64 (under ``jax.enable_x64``) and a
-mixed bfloat16 / float32 tree. Checked by abstract evaluation (``jax.eval_shape``,
+params in float16, bfloat16, float32, float64 (under ``jax.enable_x64``), a
+mixed bfloat16 / float32 tree, and float32 with x64 enabled. Checked by abstract evaluation (``jax.eval_shape``,
 no compile; outside any ``lax.scan``):
 
 * the updates have exactly the params' dtypes;
@@ -76,7 +76,8 @@ VARIANTS["hypergradient_descent-adam"] = (
                                             init_step_size=INIT_STEP_SIZE), None)
 
 DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32,
-          "float64": jnp.float64, "mixed": "mixed"}
+          "float64": jnp.float64, "mixed": "mixed",
+          "float32-x64": jnp.float32}  # float32 params with x64 enabled: nothing widens
 
 
 def update_fn(opt, extra):
@@ -122,9 +123,9 @@ def check_dtypes(opt, update, params, state_dtype):
 def test_updates_keep_params_dtypes_and_state_is_wide(variant, dtype):
   make, extra = VARIANTS[variant]
   opt = make()
-  if dtype == "float64":
+  if dtype in ("float64", "float32-x64"):
     with jax.enable_x64(True):
-      check_dtypes(opt, update_fn(opt, extra), make_params(jnp.float64), "float64")
+      check_dtypes(opt, update_fn(opt, extra), make_params(DTYPES[dtype]), dtype[:7])
   else:
     check_dtypes(opt, update_fn(opt, extra), make_params(DTYPES[dtype]), "float32")
 

@@ -55,6 +55,7 @@ import numpy as np
 import optax
 
 from metaoptax import checkpoint
+from metaoptax._training_loop import check_schedule, hashable_axis
 from metaoptax._data_parallel import DataParallel, data_parallel
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
@@ -336,16 +337,12 @@ def train(target: Target, config: L2HMCConfig, *, num_iterations: int = 5000,
     A :class:`TrainingResult`.
   """
   _check(target, config, num_chains, temperature)
-  if log_every < 1 or checkpoint_every < 0:
-    raise ValueError(f"log_every ({log_every}) must be >= 1 and checkpoint_every "
-                     f"({checkpoint_every}) >= 0.")
-  if checkpoint_every and checkpoint_dir is None:
-    raise ValueError("checkpoint_every needs a checkpoint_dir.")
+  check_schedule(log_every, checkpoint_every, checkpoint_dir)
   optimizer = optimizer or default_optimizer()
   settings = _StepSettings(
       target.logdensity_fn, target.dim, config, num_chains, optimizer, scale, aux_weight,
       temperature, differentiate_force, mesh,
-      chain_axis if chain_axis is None or isinstance(chain_axis, str) else tuple(chain_axis))
+      hashable_axis(chain_axis))
   try:
     hash(settings)
     step = functools.partial(_jitted_step, settings=settings)

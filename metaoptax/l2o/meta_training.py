@@ -33,6 +33,7 @@ import numpy as np
 import optax
 
 from metaoptax import checkpoint
+from metaoptax._training_loop import check_schedule, hashable_axis
 from metaoptax._data_parallel import data_parallel
 from metaoptax.l2o.network import L2OConfig, init_network
 from metaoptax.l2o.optimizer import init_state, step
@@ -272,16 +273,12 @@ def meta_train(
   Returns:
     A :class:`MetaTrainingResult`.
   """
-  if log_every < 1 or checkpoint_every < 0:
-    raise ValueError(f"log_every ({log_every}) must be >= 1 and checkpoint_every "
-                     f"({checkpoint_every}) >= 0.")
-  if checkpoint_every and checkpoint_dir is None:
-    raise ValueError("checkpoint_every needs a checkpoint_dir.")
+  check_schedule(log_every, checkpoint_every, checkpoint_dir)
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   settings = _MetaStepSettings(
       config, family, tasks_per_step, horizon, unroll, meta_optimizer, second_order, log_loss,
       None if loss_weights is None else tuple(np.asarray(loss_weights, np.float32).tolist()),
-      mesh, batch_axis if batch_axis is None or isinstance(batch_axis, str) else tuple(batch_axis))
+      mesh, hashable_axis(batch_axis))
   try:
     hash(settings)
     meta_step = functools.partial(_jitted_meta_step, settings=settings)

@@ -21,10 +21,9 @@ Example:
 
 from __future__ import annotations
 
-import inspect
-
 import optax
 
+from metaoptax.metaoptimize._forwarding import forwarding_metaoptimize_keywords
 from metaoptax.metaoptimize._hyperparams import check_meta_step_size
 from metaoptax.metaoptimize.transform import metaoptimize
 
@@ -39,24 +38,6 @@ WEIGHT_DECAY = 0.1
 #: ``eps_root`` of the Adam-type transformations (keeps the derivative of
 #: ``sqrt(v)`` finite at ``v = 0``).
 EPS_ROOT = 1e-30
-
-
-def _forwarding_metaoptimize_keywords(preset):
-  """Gives ``preset`` a signature that lists the keywords it forwards.
-
-  ``optax.inject_hyperparams`` binds arguments by the signature; with a bare
-  ``**kwargs`` it would pass ``kwargs={...}`` as one argument. Listing
-  :func:`metaoptimize`'s keyword-only arguments makes ``gamma`` injectable and
-  ``blocks``, ``approximation``, ... ordinary static arguments.
-  """
-  own = [p for p in inspect.signature(preset).parameters.values()
-         if p.kind is not inspect.Parameter.VAR_KEYWORD]
-  names = {p.name for p in own}
-  forwarded = [p for p in inspect.signature(metaoptimize).parameters.values()
-               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in names
-               and p.name != "init_step_size"]
-  preset.__signature__ = inspect.Signature(own + forwarded)
-  return preset
 
 
 def _meta_adam(meta_step_size):
@@ -75,7 +56,7 @@ def _meta_sgd(meta_step_size):
   return optax.sgd(meta_step_size)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
@@ -83,7 +64,7 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
@@ -91,7 +72,7 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.99, **kwargs):
   """(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta."""
@@ -99,7 +80,7 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, decay=0.999, eps=1e-8, **kwargs):
   """(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``."""
@@ -107,7 +88,7 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       weight_decay=WEIGHT_DECAY, momentum=0.9, **kwargs):
   """(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction."""
@@ -115,7 +96,7 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
             weight_decay=0.0, **kwargs):
   """(SGD, SGD): plain gradient direction, plain gradient step on ``beta``."""
@@ -123,7 +104,7 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
              weight_decay=0.0, **kwargs):
   """(SGD, Adam): plain gradient direction, Adam on ``beta``."""
@@ -131,7 +112,7 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
-@_forwarding_metaoptimize_keywords
+@forwarding_metaoptimize_keywords
 def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AMSGrad, Adam): Adam with the running maximum of ``v``."""

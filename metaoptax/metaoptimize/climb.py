@@ -1,0 +1,104 @@
+r"""An exponential climb of the step sizes, then any meta optimizer.
+
+A meta optimizer such as Adam moves :math:`\beta = \log\alpha` by about its step
+size :math:`\eta` per step, so a start two orders of magnitude below a good
+step size costs :math:`\ln 100 / \eta \approx 4600` steps at the paper's
+:math:`\eta = 10^{-3}`. ``climb`` removes that wait. While it lasts, every
+:math:`\beta` rises by ``rate`` per step (the step sizes grow by
+:math:`e^{\text{rate}}` per step: a factor 10 every :math:`\ln 10/\text{rate}`
+steps); it ends for good at the first step at which the smoothed total
+meta-gradient
+
+.. math::
+
+  \bar s_t = \rho\,\bar s_{t-1} + (1-\rho) \sum_j s_t[j],
+  \qquad \sum_j s_t[j] = \frac{\partial}{\partial c}\,
+  \mathcal L\big(\beta + c\,\mathbf 1\big)\Big|_{c=0}
+
+turns positive, i.e. when raising all step sizes together stops lowering the
+(discounted future) loss. The sum is the derivative along a common shift of
+every :math:`\beta`, so the decision is one number whatever the block layout:
+weight-wise step sizes, whose individual meta-gradients are noisy, climb
+together as a scalar one would. The climb then backs off by the distance it
+rose while the average :math:`\bar s` lagged the meta-gradient
+(:math:`\text{rate}\cdot\rho/(1-\rho)`), and ``meta`` (e.g. Adam on
+:math:`\beta`) takes over, per block. ``meta`` sees every meta-gradient from
+the first step on, so its moments are warm when it takes over.
+
+The total meta-gradient of MetaOptimize's Hessian-free trace at a small step
+size is :math:`\sum_k \alpha_k\, g_t^\top d_k`-like (the gradient against the
+recent displacement), negative as long as successive steps agree; it turns
+positive once the steps overshoot. Starting above a good step size, the climb
+ends at once and ``meta`` behaves as it would alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from metaoptax.metaoptimize._hyperparams import concrete_number
+
+
+class ClimbState(NamedTuple):
+  """State of :func:`climb`."""
+
+  average: jax.Array  # the smoothed total meta-gradient (float32 scalar)
+  climbing: jax.Array  # bool scalar: the climb has not ended
+  climb_steps: jax.Array  # int32: steps taken while climbing
+  meta_state: optax.OptState  # state of the meta optimizer that takes over
+
+
+def climb(meta: optax.GradientTransformation, rate: float = 0.05,
+          decay: float = 0.9) -> optax.GradientTransformation:
+  r"""Raises every ``beta`` by ``rate`` per step until the meta-gradient turns; then ``meta``.
+
+  Args:
+    meta: the meta optimizer on ``beta`` after the climb (e.g. ``optax.adam(1e-3)``).
+    rate: rise of ``beta = log(alpha)`` per step while climbing (``0.05``: the
+      step sizes grow 10x every 46 steps).
+    decay: ``rho``, the decay of the average of the total meta-gradient whose
+      sign ends the climb.
+
+  Returns:
+    An ``optax.GradientTransformation`` acting on ``beta`` with the
+    meta-gradient as its input.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax
+    >>> from metaoptax.metaoptimize.climb import climb
+    >>> tx = climb(optax.adam(1e-3), rate=0.05)
+    >>> beta = jnp.zeros(1)
+    >>> state = tx.init(beta)
+    >>> updates, state = tx.update(-jnp.ones(1), state, beta)  # "raise alpha"
+    >>> print(float(updates[0]))
+    0.05
+  """
+  for name, value in (("rate", rate), ("decay", decay)):
+    number = concrete_number(name, value)
+    if number is not None and not 0 <= number < (1 if name == "decay" else float("inf")):
+      raise ValueError(f"{name} must be in [0, {'1' if name == 'decay' else 'inf'}), "
+                       f"got {value!r}.")
+  backoff = rate * decay / (1.0 - decay)
+
+  def init_fn(beta):
+    return ClimbState(average=jnp.zeros([], jnp.float32), climbing=jnp.asarray(True),
+                      climb_steps=jnp.zeros([], jnp.int32), meta_state=meta.init(beta))
+
+  def update_fn(meta_grads, state, beta=None):
+    meta_updates, meta_state = meta.update(meta_grads, state.meta_state, beta)
+    total = sum(jnp.sum(s.astype(jnp.float32)) for s in jax.tree.leaves(meta_grads))
+    average = decay * state.average + (1 - decay) * total
+    ends = state.climbing & (average > 0)
+    climbing = state.climbing & ~ends
+    shift = jnp.where(climbing, rate, jnp.where(ends, -backoff, 0.0))
+    updates = jax.tree.map(
+        lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), meta_updates)
+    return updates, ClimbState(average=average, climbing=climbing,
+                               climb_steps=state.climb_steps + climbing.astype(jnp.int32),
+                               meta_state=meta_state)
+
+  return optax.GradientTransformation(init_fn, update_fn)

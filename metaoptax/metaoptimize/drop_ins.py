@@ -1,0 +1,162 @@
+r"""Learning-rate-free drop-ins for ``optax.adamw``, ``optax.lion`` and ``optax.sgd``.
+
+Each takes the arguments of its optax namesake, except that ``learning_rate``
+becomes ``init_step_size``, a starting point that need not be tuned: the step
+size is meta-optimized while training runs (MetaOptimize, Hessian-free, one
+scalar step size by default). Two things differ from the paper-faithful
+:mod:`metaoptax.presets`:
+
+* a fast start, :func:`metaoptax.climb`: every :math:`\log\alpha` rises by
+  ``climb_rate`` per step until the total meta-gradient turns positive, so a
+  start many orders of magnitude below a good step size costs tens to a few
+  hundred steps instead of thousands;
+* optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``).
+
+After the climb, Adam on :math:`\log\alpha` (meta step ``meta_step_size``)
+tracks the step size for the rest of the run, as in the paper.
+
+Use these when you want an optimizer without a learning rate; use
+:mod:`metaoptax.presets` to reproduce the paper's settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optax
+
+from metaoptax.metaoptimize._forwarding import forwarding_metaoptimize_keywords
+from metaoptax.metaoptimize._hyperparams import check_meta_step_size
+from metaoptax.metaoptimize.climb import climb
+from metaoptax.metaoptimize.transform import metaoptimize
+
+#: Default start: far below any sensible step size; the climb finds the range.
+INIT_STEP_SIZE = 1e-6
+#: Meta step size of the Adam that follows the climb (the paper's).
+META_STEP_SIZE = 1e-3
+#: Rise of ``log(alpha)`` per step during the climb (10x every 23 steps).
+CLIMB_RATE = 0.1
+
+
+def _meta(meta_step_size, climb_rate):
+  check_meta_step_size("meta_step_size", meta_step_size)
+  return climb(optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=1e-30), rate=climb_rate)
+
+
+def _direction_with_decay(direction, weight_decay, mask):
+  """``direction`` and the weight decay: inside metaoptimize, or masked in the base."""
+  if mask is None:
+    return direction, weight_decay
+  return optax.chain(direction, optax.add_decayed_weights(weight_decay, mask)), 0.0
+
+
+@forwarding_metaoptimize_keywords
+def adamw(
+    init_step_size: float = INIT_STEP_SIZE,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    mu_dtype: Any = None,
+    weight_decay: float = 1e-4,
+    mask: Any = None,
+    *,
+    nesterov: bool = False,
+    meta_step_size: float = META_STEP_SIZE,
+    climb_rate: float = CLIMB_RATE,
+    **kwargs,
+) -> optax.GradientTransformationExtraArgs:
+  r"""AdamW without a learning rate: a drop-in for ``optax.adamw``.
+
+  .. math::
+
+    w_{t+1} = w_t - \alpha_t\,\big(\hat m_t / (\sqrt{\hat v_t + \epsilon_{root}} + \epsilon)
+    + \kappa w_t\big),
+
+  with :math:`\alpha_t` learned by MetaOptimize: an exponential climb from
+  ``init_step_size`` (:func:`metaoptax.climb`), then Adam on :math:`\log\alpha_t`.
+
+  Args:
+    init_step_size: starting step size; anything from ``1e-8`` up to a good step
+      size works.
+    b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
+    weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
+    mask: as in ``optax.adamw``: which params are decayed.
+    meta_step_size: Adam's step on :math:`\log\alpha` after the climb.
+    climb_rate: rise of :math:`\log\alpha` per step during the climb.
+    **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax, metaoptax
+    >>> opt = metaoptax.adamw()           # instead of optax.adamw(learning_rate)
+    >>> params = {"w": jnp.ones(3)}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update({"w": jnp.array([0.1, -0.2, 0.3])}, state, params)
+  """
+  direction, decay = _direction_with_decay(
+      optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
+                          nesterov=nesterov), weight_decay, mask)
+  return metaoptimize(direction, _meta(meta_step_size, climb_rate),
+                      init_step_size=init_step_size, weight_decay=decay, **kwargs)
+
+
+@forwarding_metaoptimize_keywords
+def lion(
+    init_step_size: float = INIT_STEP_SIZE,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    mu_dtype: Any = None,
+    weight_decay: float = 1e-3,
+    mask: Any = None,
+    *,
+    meta_step_size: float = META_STEP_SIZE,
+    climb_rate: float = CLIMB_RATE,
+    **kwargs,
+) -> optax.GradientTransformationExtraArgs:
+  r"""Lion without a learning rate: a drop-in for ``optax.lion``.
+
+  :math:`w_{t+1} = w_t - \alpha_t(\operatorname{sign}(b_1 m_t + (1-b_1) g_t) + \kappa w_t)`,
+  :math:`\alpha_t` learned as in :func:`adamw`. Arguments as in ``optax.lion``
+  and :func:`adamw`.
+
+  Examples:
+    >>> import metaoptax
+    >>> opt = metaoptax.lion()
+  """
+  direction, decay = _direction_with_decay(
+      optax.scale_by_lion(b1=b1, b2=b2, mu_dtype=mu_dtype), weight_decay, mask)
+  return metaoptimize(direction, _meta(meta_step_size, climb_rate),
+                      init_step_size=init_step_size, weight_decay=decay, **kwargs)
+
+
+@forwarding_metaoptimize_keywords
+def sgd(
+    init_step_size: float = INIT_STEP_SIZE,
+    momentum: float | None = None,
+    nesterov: bool = False,
+    accumulator_dtype: Any = None,
+    *,
+    weight_decay: float = 0.0,
+    meta_step_size: float = META_STEP_SIZE,
+    climb_rate: float = CLIMB_RATE,
+    **kwargs,
+) -> optax.GradientTransformationExtraArgs:
+  r"""SGD (with optional heavy-ball or Nesterov momentum) without a learning rate.
+
+  A drop-in for ``optax.sgd``: :math:`w_{t+1} = w_t - \alpha_t (d_t + \kappa w_t)`
+  with :math:`d_t = g_t`, or the momentum trace :math:`m_t = \mu m_{t-1} + g_t`
+  (``optax.trace``); :math:`\alpha_t` learned as in :func:`adamw`.
+
+  Examples:
+    >>> import metaoptax
+    >>> opt = metaoptax.sgd(momentum=0.9)
+  """
+  direction = (optax.identity() if momentum is None else
+               optax.trace(decay=momentum, nesterov=nesterov,
+                           accumulator_dtype=accumulator_dtype))
+  return metaoptimize(direction, _meta(meta_step_size, climb_rate),
+                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)

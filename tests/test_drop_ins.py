@@ -1,0 +1,166 @@
+"""The climb (metaoptax.climb) and the learning-rate-free drop-ins (metaoptax.adamw, lion, sgd).
+
+Oracles:
+* ``climb`` against a plain-Python re-implementation of its rule on scripted
+  meta-gradients (exact equality of every update, float32);
+* with the meta step and the climb frozen (``meta_step_size=0, climb_rate=0``),
+  each drop-in equals its optax namesake at that learning rate, step for step
+  (rtol 1e-6, 30 steps on a small MLP), with and without a weight-decay mask;
+* derivatives through an unrolled run (float64) against central differences.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import metaoptax
+from tests import test_unroll_grad as unroll_lib
+
+
+def reference_climb(meta_grads, rate, decay, inner_updates):
+  """Plain-Python rule: + rate while the running mean of sum(s) <= 0; at the first
+  step it is > 0, - rate * decay / (1 - decay); afterwards the inner meta's update."""
+  average, climbing, out = 0.0, True, []
+  for s, inner in zip(meta_grads, inner_updates):
+    average = decay * average + (1 - decay) * float(np.sum(s))
+    if climbing and average > 0:
+      climbing = False
+      out.append(np.full_like(inner, -rate * decay / (1 - decay)))
+    elif climbing:
+      out.append(np.full_like(inner, rate))
+    else:
+      out.append(inner)
+  return out
+
+
+def test_climb_equals_its_rule_on_scripted_meta_gradients():
+  rng = np.random.default_rng(0)
+  # Three blocks: climbing while the total is negative, then a turn, then noise.
+  meta_grads = ([rng.normal(-1.0, 0.3, 3).astype(np.float32) for _ in range(12)]
+                + [np.full(3, 4.0, np.float32)] * 3
+                + [rng.normal(0.0, 1.0, 3).astype(np.float32) for _ in range(10)])
+  inner = optax.adam(1e-2)
+  tx = metaoptax.climb(inner, rate=0.07, decay=0.8)
+  beta = jnp.zeros(3)
+  state, inner_state = tx.init(beta), inner.init(beta)
+  got, inner_updates = [], []
+  for s in meta_grads:
+    u, state = tx.update(jnp.asarray(s), state, beta)
+    v, inner_state = inner.update(jnp.asarray(s), inner_state, beta)
+    got.append(np.asarray(u))
+    inner_updates.append(np.asarray(v))
+  want = reference_climb(meta_grads, 0.07, 0.8, inner_updates)
+  for t, (g, w) in enumerate(zip(got, want)):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=0, err_msg=f"step {t}")
+  assert not bool(state.climbing)
+  assert int(state.climb_steps) == sum(np.allclose(w, 0.07) for w in want)
+
+
+def test_climb_rejects_bad_hyperparameters():
+  for kwargs in ({"rate": -0.1}, {"decay": 1.0}, {"rate": float("nan")}, {"decay": -0.5}):
+    with pytest.raises(ValueError):
+      metaoptax.climb(optax.adam(1e-3), **kwargs)
+
+
+def mlp_params():
+  k1, k2 = jax.random.split(jax.random.key(0))
+  return {"w1": jax.random.normal(k1, (4, 8)) * 0.5, "b1": jnp.zeros(8),
+          "w2": jax.random.normal(k2, (8, 2)) * 0.3, "b2": jnp.zeros(2)}
+
+
+def mlp_loss(p, x):
+  h = jnp.tanh(x @ p["w1"] + p["b1"])
+  return jnp.mean((h @ p["w2"] + p["b2"] - jnp.stack([x[:, 0], -x[:, 1]], 1)) ** 2)
+
+
+def run_steps(opt, steps=30):
+  params = mlp_params()
+  xs = jax.random.normal(jax.random.key(1), (steps, 16, 4))
+
+  def body(carry, x):
+    p, s = carry
+    u, s = opt.update(jax.grad(mlp_loss)(p, x), s, p)
+    return (optax.apply_updates(p, u), s), None
+
+  (params, state), _ = jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), xs))(params)
+  return params, state
+
+
+MASK = {"w1": True, "b1": False, "w2": True, "b2": False}
+FROZEN = dict(meta_step_size=0.0, climb_rate=0.0)
+EQUIVALENT = {
+    "adamw": (lambda: metaoptax.adamw(3e-3, weight_decay=0.1, **FROZEN),
+              lambda: optax.adamw(3e-3, weight_decay=0.1)),
+    "adamw-mask-nesterov": (
+        lambda: metaoptax.adamw(3e-3, weight_decay=0.1, mask=MASK, nesterov=True, **FROZEN),
+        lambda: optax.adamw(3e-3, weight_decay=0.1, mask=MASK, nesterov=True)),
+    "lion": (lambda: metaoptax.lion(1e-3, weight_decay=0.5, **FROZEN),
+             lambda: optax.lion(1e-3, weight_decay=0.5)),
+    "lion-mask": (lambda: metaoptax.lion(1e-3, weight_decay=0.5, mask=MASK, **FROZEN),
+                  lambda: optax.lion(1e-3, weight_decay=0.5, mask=MASK)),
+    "sgd": (lambda: metaoptax.sgd(0.05, **FROZEN), lambda: optax.sgd(0.05)),
+    "sgd-momentum": (lambda: metaoptax.sgd(0.05, momentum=0.9, **FROZEN),
+                     lambda: optax.sgd(0.05, momentum=0.9)),
+    "sgd-nesterov": (lambda: metaoptax.sgd(0.05, momentum=0.9, nesterov=True, **FROZEN),
+                     lambda: optax.sgd(0.05, momentum=0.9, nesterov=True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EQUIVALENT))
+def test_frozen_drop_in_equals_its_optax_namesake(case):
+  ours, theirs = EQUIVALENT[case]
+  got, state = run_steps(ours())
+  want, _ = run_steps(theirs())
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, want)
+  assert not bool(state.meta_state.climbing) or int(state.meta_state.climb_steps) == 30
+  np.testing.assert_allclose(jax.tree.leaves(metaoptax.step_sizes(state))[0],
+                             jnp.exp(ours().init(mlp_params()).meta_params), rtol=0)
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])
+def test_drop_in_climbs_from_1e_8(name):
+  """From 1e-8 the step size rises ~e^0.1 per step until the climb ends, then stays
+  within a factor 10 of where it ended; the loss falls well below the start."""
+  opt = getattr(metaoptax, name)(1e-8, **({"momentum": 0.9} if name == "sgd" else {}))
+  params, state = run_steps(opt, steps=300)
+  climb_state = state.meta_state
+  assert not bool(climb_state.climbing)
+  assert 40 <= int(climb_state.climb_steps) <= 250
+  x = jax.random.normal(jax.random.key(2), (256, 4))
+  assert float(mlp_loss(params, x)) < 0.5 * float(mlp_loss(mlp_params(), x))
+
+
+def test_climb_ends_at_once_from_a_large_step_size():
+  """Started far above a stable step size, the meta-gradient is positive at once."""
+  _, state = run_steps(metaoptax.sgd(0.5, momentum=0.9), steps=40)
+  assert int(state.meta_state.climb_steps) <= 5
+
+
+def test_climb_decision_is_one_for_all_blocks():
+  """Per-weight step sizes climb together (one decision from the summed meta-gradient)."""
+  _, state = run_steps(metaoptax.adamw(1e-6, blocks="per_param"), steps=20)
+  sizes = jnp.concatenate([jnp.ravel(a) for a in jax.tree.leaves(metaoptax.step_sizes(state))])
+  np.testing.assert_allclose(sizes, sizes[0], rtol=1e-5)
+  assert float(sizes[0]) > 1e-6 * np.exp(0.1 * 15)
+
+
+def test_vmap_over_starting_step_sizes():
+  def final_alpha(log_alpha0):
+    return metaoptax.step_sizes(run_steps(metaoptax.adamw(jnp.exp(log_alpha0)), steps=10)[1])[0]
+  alphas = jax.vmap(final_alpha)(jnp.log(jnp.array([1e-8, 1e-6])))
+  np.testing.assert_allclose(alphas, [1e-8 * np.exp(1.0), 1e-6 * np.exp(1.0)], rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])
+def test_differentiable_through_an_unrolled_run(name):
+  """d(final loss)/d(log meta step, log alpha_0, gamma, weight decay), float64,
+  vs central differences (the tolerance of test_unroll_grad)."""
+  def f(h):
+    opt = getattr(metaoptax, name)(
+        jnp.exp(h[1]), meta_step_size=jnp.exp(h[0]), gamma=h[2], weight_decay=h[3],
+        blocks="per_leaf")
+    return unroll_lib.unroll(opt)[0]
+  with jax.enable_x64(True):
+    unroll_lib.check_against_fd(f, unroll_lib.HYPER)

@@ -1,8 +1,27 @@
 """Step-size meta-optimization (MetaOptimize) as optax transformations."""
 
+from metaoptax._src.state import ExactTrace
+from metaoptax._src.state import HessianFreeTrace
+from metaoptax._src.state import MetaOptimizeState
+from metaoptax._src.state import step_sizes
+from metaoptax._src.state import trace
+from metaoptax._src.transform import metaoptimize
 from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.idbd import IDBDState, idbd
-from metaoptax.metaoptimize.special_cases import hypergradient_descent, xu_idbd
-from metaoptax.metaoptimize.state import (
-    ExactTrace, HessianFreeTrace, MetaOptimizeState, step_sizes, trace)
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax.metaoptimize.idbd import IDBDState
+from metaoptax.metaoptimize.idbd import idbd
+from metaoptax.metaoptimize.special_cases import hypergradient_descent
+from metaoptax.metaoptimize.special_cases import xu_idbd
+
+__all__ = (
+    "ExactTrace",
+    "HessianFreeTrace",
+    "IDBDState",
+    "MetaOptimizeState",
+    "hypergradient_descent",
+    "idbd",
+    "metaoptimize",
+    "presets",
+    "step_sizes",
+    "trace",
+    "xu_idbd",
+)

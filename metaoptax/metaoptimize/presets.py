@@ -25,8 +25,8 @@ import inspect
 
 import optax
 
-from metaoptax.metaoptimize._hyperparams import check_meta_step_size
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax._src.hyperparams import check_meta_step_size
+from metaoptax._src.transform import metaoptimize
 
 #: Default initial step size :math:`\alpha_0` (the paper's).
 INIT_STEP_SIZE = 1e-6

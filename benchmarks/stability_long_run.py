@@ -37,7 +37,7 @@ import optax
 
 import _report
 import metaoptax
-from metaoptax.metaoptimize import _tree
+from metaoptax._src import tree_utils
 from metaoptax.metaoptimize.presets import PRESETS
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -128,7 +128,7 @@ def make_chunk(opt, problem: Problem):
     alpha = jnp.concatenate([a.reshape(-1) for a in
                              jax.tree.leaves(metaoptax.step_sizes(state))])
     trace = jnp.concatenate([h.reshape(-1) for h in jax.tree.leaves(metaoptax.trace(state))])
-    finite = _tree.all_finite(params) & _tree.all_finite(state)
+    finite = tree_utils.all_finite(params) & tree_utils.all_finite(state)
     record = {
         "alpha_quantiles": jnp.quantile(alpha, jnp.asarray(QUANTILES)),
         "max_alpha_so_far": max_alpha,

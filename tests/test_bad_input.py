@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import metaoptax
-from metaoptax.metaoptimize import exact
+from metaoptax._src import exact
 
 PARAMS = {"a": jnp.ones((2, 3)), "b": jnp.zeros(4)}
 

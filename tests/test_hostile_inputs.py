@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 import metaoptax
 from metaoptax import l2o
-from metaoptax.metaoptimize import guard
+from metaoptax._src import guard
 from metaoptax.metaoptimize.presets import PRESETS
 
 

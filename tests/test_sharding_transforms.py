@@ -160,7 +160,7 @@ def _worker():  # pylint: disable=too-many-statements
 
   import metaoptax  # pylint: disable=g-import-not-at-top
   from metaoptax import l2hmc, l2o  # pylint: disable=g-import-not-at-top
-  from metaoptax.metaoptimize import _sharding  # pylint: disable=g-import-not-at-top
+  from metaoptax._src import sharding  # pylint: disable=g-import-not-at-top
   from metaoptax.metaoptimize.presets import PRESETS  # pylint: disable=g-import-not-at-top
   from metaoptax.teleport import groups  # pylint: disable=g-import-not-at-top
 
@@ -188,7 +188,7 @@ def _worker():  # pylint: disable=too-many-statements
 
   def mm(a, b):
     """a @ b; on explicit meshes a sharded contraction needs its output sharding."""
-    explicit = _sharding.explicit_spec(a) is not None or _sharding.explicit_spec(b) is not None
+    explicit = sharding.explicit_spec(a) is not None or sharding.explicit_spec(b) is not None
     return jnp.matmul(a, b, out_sharding=P()) if explicit else a @ b
 
   def loss(p):
@@ -201,10 +201,10 @@ def _worker():  # pylint: disable=too-many-statements
     return jnp.mean((pred - y_data) ** 2)
 
   def layer_pair(theta, p):
-    w1t, w2t = groups.linear_layer_pair(jnp.eye(8) + theta, _sharding.replicated(p["w1"]).T,
-                                        _sharding.replicated(p["w2"]).T)
-    return {**p, "w1": _sharding.reshard_like(w1t.T, p["w1"]),
-            "w2": _sharding.reshard_like(w2t.T, p["w2"])}
+    w1t, w2t = groups.linear_layer_pair(jnp.eye(8) + theta, sharding.replicated(p["w1"]).T,
+                                        sharding.replicated(p["w2"]).T)
+    return {**p, "w1": sharding.reshard_like(w1t.T, p["w1"]),
+            "w2": sharding.reshard_like(w2t.T, p["w2"])}
 
   labels = {"w1": np.arange(64).reshape(8, 8) % 3, "w2": 1, "b": np.arange(16) % 2, "s": 0}
 

@@ -60,7 +60,7 @@ from metaoptax._data_parallel import DataParallel, data_parallel
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
-from metaoptax.metaoptimize import _tree
+from metaoptax._src import tree_utils as _tree
 
 
 class TrainingState(NamedTuple):

@@ -38,7 +38,7 @@ from metaoptax._data_parallel import data_parallel
 from metaoptax.l2o.network import L2OConfig, init_network
 from metaoptax.l2o.optimizer import init_state, step
 from metaoptax.l2o.tasks import TaskFamily
-from metaoptax.metaoptimize import _tree
+from metaoptax._src import tree_utils as _tree
 
 
 class MetaTrainingState(NamedTuple):

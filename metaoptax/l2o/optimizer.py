@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
+from metaoptax._src import sharding, tree_utils
 from metaoptax.l2o.network import (CoordinateLSTM, L2OConfig, initial_carry, preprocess,
                                    validate)
-from metaoptax.metaoptimize import _sharding, _tree
 
 
 class L2OState(NamedTuple):
@@ -38,8 +38,8 @@ class L2OState(NamedTuple):
 
 def init_state(config: L2OConfig, params: Any) -> L2OState:
   """Zero LSTM state and momentum, float32 or wider (float64 for float64 params)."""
-  flat = ravel_pytree(_sharding.replicated(params))[0]
-  dtype = _tree.wide_dtype(flat.dtype)
+  flat = ravel_pytree(sharding.replicated(params))[0]
+  dtype = tree_utils.wide_dtype(flat.dtype)
   return L2OState(initial_carry(config, flat.size, dtype), jnp.zeros_like(flat, dtype),
                   jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
 
@@ -55,9 +55,9 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
   """
   # The LSTM state is flat over all coordinates; on explicit meshes the leaves
   # are replicated first (ravel concatenates them) and the result resharded.
-  flat_x, unravel = ravel_pytree(_sharding.replicated(params))
-  flat_g = ravel_pytree(_sharding.replicated(grads))[0].astype(
-      _tree.wide_dtype(flat_x.dtype))
+  flat_x, unravel = ravel_pytree(sharding.replicated(params))
+  flat_g = ravel_pytree(sharding.replicated(grads))[0].astype(
+      tree_utils.wide_dtype(flat_x.dtype))
   carry, out = CoordinateLSTM(config).apply(network_params, state.carry, preprocess(flat_g))
   momentum = state.momentum
   if "update" in config.heads:
@@ -67,11 +67,11 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
     delta = momentum
   else:
     delta = -out["learning_rate"] * flat_g
-  new_params = _sharding.tree_reshard_like(unravel(flat_x + delta), params)
+  new_params = sharding.tree_reshard_like(unravel(flat_x + delta), params)
   if "teleport" in config.heads and act is not None:
     teleport_now = state.count % config.teleport_every == 0
-    new_params = _tree.select(teleport_now, act(out["teleport"], new_params), new_params)
-  new_params = _tree.cast_like(new_params, params)
+    new_params = tree_utils.select(teleport_now, act(out["teleport"], new_params), new_params)
+  new_params = tree_utils.cast_like(new_params, params)
   return new_params, L2OState(carry, momentum, state.count + 1, state.skipped_steps), out
 
 
@@ -105,9 +105,9 @@ def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransf
       raise ValueError("learned_optimizer needs params: update(grads, state, params).")
     new_params, new_state, _ = step(network_params, config, state, params, updates, act)
     deltas = jax.tree.map(lambda n, p: (n - p).astype(p.dtype), new_params, params)
-    ok = _tree.all_finite(updates) & _tree.all_finite(deltas)
-    new_state = _tree.select(ok, new_state, state)
-    deltas = _tree.zeros_unless(ok, deltas)
+    ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)
+    new_state = tree_utils.select(ok, new_state, state)
+    deltas = tree_utils.zeros_unless(ok, deltas)
     return deltas, new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 

@@ -1,10 +1,37 @@
 """Step-size meta-optimization (MetaOptimize) as optax transformations."""
 
+from metaoptax._src.state import ExactTrace
+from metaoptax._src.state import HessianFreeTrace
+from metaoptax._src.state import MetaOptimizeState
+from metaoptax._src.state import step_sizes
+from metaoptax._src.state import trace
+from metaoptax._src.transform import metaoptimize
 from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.climb import ClimbState, climb
-from metaoptax.metaoptimize.drop_ins import adamw, lion, sgd
-from metaoptax.metaoptimize.idbd import IDBDState, idbd
-from metaoptax.metaoptimize.special_cases import hypergradient_descent, xu_idbd
-from metaoptax.metaoptimize.state import (
-    ExactTrace, HessianFreeTrace, MetaOptimizeState, step_sizes, trace)
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax.metaoptimize.climb import ClimbState
+from metaoptax.metaoptimize.climb import climb
+from metaoptax.metaoptimize.drop_ins import adamw
+from metaoptax.metaoptimize.drop_ins import lion
+from metaoptax.metaoptimize.drop_ins import sgd
+from metaoptax.metaoptimize.idbd import IDBDState
+from metaoptax.metaoptimize.idbd import idbd
+from metaoptax.metaoptimize.special_cases import hypergradient_descent
+from metaoptax.metaoptimize.special_cases import xu_idbd
+
+__all__ = (
+    "ClimbState",
+    "ExactTrace",
+    "HessianFreeTrace",
+    "IDBDState",
+    "MetaOptimizeState",
+    "adamw",
+    "climb",
+    "hypergradient_descent",
+    "idbd",
+    "lion",
+    "metaoptimize",
+    "presets",
+    "sgd",
+    "step_sizes",
+    "trace",
+    "xu_idbd",
+)

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax.metaoptimize._hyperparams import concrete_number
+from metaoptax._src.hyperparams import concrete_number
 
 
 class ClimbState(NamedTuple):

@@ -25,10 +25,10 @@ from typing import Any
 
 import optax
 
-from metaoptax.metaoptimize._forwarding import forwarding_metaoptimize_keywords
-from metaoptax.metaoptimize._hyperparams import check_meta_step_size
+from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
+from metaoptax._src.hyperparams import check_meta_step_size
 from metaoptax.metaoptimize.climb import climb
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax._src.transform import metaoptimize
 
 #: Default start: far below any sensible step size; the climb finds the range.
 INIT_STEP_SIZE = 1e-6

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax.metaoptimize import _tree
-from metaoptax.metaoptimize._hyperparams import (check_meta_step_size, check_step_size_bounds,
-                                                  concrete_number)
+from metaoptax._src import tree_utils
+from metaoptax._src.hyperparams import (check_meta_step_size, check_step_size_bounds,
+                                        concrete_number)
 
 
 class IDBDState(NamedTuple):
@@ -77,7 +77,7 @@ def idbd(
   lower, upper = (jnp.log(b) for b in bounds)
 
   def init_fn(params):
-    widened = _tree.widen(params)
+    widened = tree_utils.widen(params)
     return IDBDState(
         log_step_sizes=jax.tree.map(
             lambda p: jnp.full_like(p, jnp.log(init_step_size)), widened),
@@ -91,9 +91,9 @@ def idbd(
       raise ValueError("idbd needs the extra argument hessian_diagonal= (e.g. inputs**2).")
     # Non-finite inputs are zeroed before use (the step is skipped anyway), so
     # that a derivative through a skipped step stays finite (no 0 * nan).
-    inputs_ok = _tree.all_finite((updates, hessian_diagonal))
-    grads = _tree.zeros_unless(inputs_ok, _tree.widen(updates))
-    hessian_diagonal = _tree.zeros_unless(inputs_ok, hessian_diagonal)
+    inputs_ok = tree_utils.all_finite((updates, hessian_diagonal))
+    grads = tree_utils.zeros_unless(inputs_ok, tree_utils.widen(updates))
+    hessian_diagonal = tree_utils.zeros_unless(inputs_ok, hessian_diagonal)
     beta = jax.tree.map(
         lambda b, h, g: jnp.clip(b - meta_step_size * h * g, lower, upper),
         state.log_step_sizes, state.trace, grads)
@@ -106,10 +106,10 @@ def idbd(
     trace = jax.tree.map(
         lambda h, a, c, g: h * decay(a, c) - a * g, state.trace, alpha, hessian_diagonal, grads)
     delta = jax.tree.map(lambda a, g: -a * g, alpha, grads)
-    ok = inputs_ok & _tree.all_finite((trace, beta))
-    new_state = _tree.select(ok, IDBDState(beta, trace, state.skipped_steps), state)
+    ok = inputs_ok & tree_utils.all_finite((trace, beta))
+    new_state = tree_utils.select(ok, IDBDState(beta, trace, state.skipped_steps), state)
     delta = jax.tree.map(lambda d: jnp.where(ok, d, 0.0), delta)
-    return _tree.cast_like(delta, updates), new_state._replace(
+    return tree_utils.cast_like(delta, updates), new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

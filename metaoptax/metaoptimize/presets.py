@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import optax
 
-from metaoptax.metaoptimize._forwarding import forwarding_metaoptimize_keywords
-from metaoptax.metaoptimize._hyperparams import check_meta_step_size
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
+from metaoptax._src.hyperparams import check_meta_step_size
+from metaoptax._src.transform import metaoptimize
 
 #: Default initial step size :math:`\alpha_0` (the paper's).
 INIT_STEP_SIZE = 1e-6

@@ -13,8 +13,8 @@ import math
 
 import optax
 
-from metaoptax.metaoptimize._hyperparams import check_meta_step_size
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax._src.hyperparams import check_meta_step_size
+from metaoptax._src.transform import metaoptimize
 
 
 def hypergradient_descent(

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax.metaoptimize import _tree
+from metaoptax._src import tree_utils
 
 
 def squared_gradient_norm(obj_fn: Callable, params: Any) -> jax.Array:
@@ -128,12 +128,12 @@ def with_teleportation(
     def do_teleport(_):
       _, moved = teleport(obj_fn, params, act, init_group_param(sub),
                           steps=ascent_steps, learning_rate=ascent_learning_rate)
-      moved = _tree.cast_like(moved, params)
+      moved = tree_utils.cast_like(moved, params)
       before, after = obj_fn(params), obj_fn(moved)
-      ok = (_tree.all_finite(moved) & jnp.isfinite(after)
+      ok = (tree_utils.all_finite(moved) & jnp.isfinite(after)
             & (jnp.abs(after - before) <= level_set_tolerance * (1 + jnp.abs(before))))
-      moved = _tree.select(ok, moved, params)
-      grads = jax.lax.cond(ok, lambda: _tree.cast_like(jax.grad(obj_fn)(moved), updates),
+      moved = tree_utils.select(ok, moved, params)
+      grads = jax.lax.cond(ok, lambda: tree_utils.cast_like(jax.grad(obj_fn)(moved), updates),
                            lambda: updates)
       return moved, grads, ok.astype(jnp.int32), (~ok).astype(jnp.int32)
 

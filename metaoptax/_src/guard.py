@@ -39,8 +39,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from metaoptax.metaoptimize import _tree, exact
-from metaoptax.metaoptimize.state import ExactTrace, MetaOptimizeState
+from metaoptax._src import exact, tree_utils
+from metaoptax._src.state import ExactTrace, MetaOptimizeState
 
 
 def initial_trace(trace: Any, beta: Any) -> Any:
@@ -63,18 +63,18 @@ def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_g
 
   ``meta_grad`` is ``H^T g`` from the current trace and gradient.
   """
-  s_ok = _tree.all_finite(meta_grad)
+  s_ok = tree_utils.all_finite(meta_grad)
   # Only when s is not finite: is it the gradient (skip) or the trace (restart)?
-  grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True), lambda: _tree.all_finite(grads))
+  grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True), lambda: tree_utils.all_finite(grads))
   restart_trace = initial_trace(state.trace, state.meta_params)
-  delta, new = attempt(_tree.zeros_unless(grads_ok, grads),
-                       state._replace(trace=_tree.select(s_ok, state.trace, restart_trace)),
-                       _tree.zeros_unless(s_ok, meta_grad))
-  trace_ok = _tree.all_finite(new.trace) if check_new_trace else jnp.asarray(True)
-  meta_ok = s_ok & trace_ok & _tree.all_finite(new.meta_params)
-  new_trace = _tree.select(trace_ok, new.trace, restart_trace)
+  delta, new = attempt(tree_utils.zeros_unless(grads_ok, grads),
+                       state._replace(trace=tree_utils.select(s_ok, state.trace, restart_trace)),
+                       tree_utils.zeros_unless(s_ok, meta_grad))
+  trace_ok = tree_utils.all_finite(new.trace) if check_new_trace else jnp.asarray(True)
+  meta_ok = s_ok & trace_ok & tree_utils.all_finite(new.meta_params)
+  new_trace = tree_utils.select(trace_ok, new.trace, restart_trace)
   new = new._replace(
-      meta_params=_tree.select(meta_ok, new.meta_params, state.meta_params),
-      meta_state=_tree.select(meta_ok, new.meta_state, state.meta_state),
-      trace=_tree.select(grads_ok, new_trace, state.trace))
-  return _tree.zeros_unless(grads_ok, delta), _count(new, ~grads_ok, grads_ok & ~meta_ok)
+      meta_params=tree_utils.select(meta_ok, new.meta_params, state.meta_params),
+      meta_state=tree_utils.select(meta_ok, new.meta_state, state.meta_state),
+      trace=tree_utils.select(grads_ok, new_trace, state.trace))
+  return tree_utils.zeros_unless(grads_ok, delta), _count(new, ~grads_ok, grads_ok & ~meta_ok)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from metaoptax.metaoptimize.transform import metaoptimize
+from metaoptax._src.transform import metaoptimize
 
 
 def forwarding_metaoptimize_keywords(preset):

@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax.metaoptimize import _tree, blocks as blocks_lib, exact, guard, hessian_free
-from metaoptax.metaoptimize._hyperparams import check_step_size_bounds, concrete_number
-from metaoptax.metaoptimize.state import MetaOptimizeState
+from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, tree_utils
+from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
+from metaoptax._src.state import MetaOptimizeState
 
 APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
 PARAMETRIZATIONS = ("log", "linear")
@@ -90,7 +90,7 @@ def metaoptimize(
       in ``state.skipped_steps``; a
       finite step whose trace or ``beta`` is not finite is taken with ``beta``
       kept and the trace restarted, counted in ``state.trace_resets``. See
-      ``metaoptax.metaoptimize.guard``. Free for the Hessian-free variant.
+      ``metaoptax._src.guard``. Free for the Hessian-free variant.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -135,7 +135,7 @@ def metaoptimize(
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)
     beta = layout.init_beta(init_beta, params)
     # The base runs in float32 or wider (its moments too): see "Precision" above.
-    wide_params = _tree.widen(params)
+    wide_params = tree_utils.widen(params)
     base_state = base.init(wide_params)
     meta_state = meta.init(beta)
     if approximation == "hessian_free":
@@ -162,7 +162,7 @@ def metaoptimize(
     layout = blocks_lib.resolve(blocks, params)
     grads = updates
     if approximation == "hessian_free":
-      s = _tree.cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
+      s = tree_utils.cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
                           state.meta_params)
       attempt = lambda g, st, s_: _hessian_free_update(g, st, s_, params, layout, extra_args)
     else:
@@ -175,7 +175,7 @@ def metaoptimize(
     else:
       delta, new_state = guard.guarded_step(attempt, grads, state, s,
                                             check_new_trace=approximation != "hessian_free")
-    return _tree.cast_like(delta, params), new_state
+    return tree_utils.cast_like(delta, params), new_state
 
   def _exact_update(grads, state, params, layout, obj_fn, extra_args):
     """The exact step (computes its meta-gradient inside, differentiably)."""
@@ -194,9 +194,9 @@ def metaoptimize(
     meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)
     new_beta = clip_beta(optax.apply_updates(state.meta_params, meta_updates))
     base_update = lambda g, s_, p: base.update(g, s_, p, **extra_args)
-    wide_grads = _tree.widen(grads)
+    wide_grads = tree_utils.widen(grads)
     reading = hessian_free.params_reading_leaves(
-        base_update, wide_grads, state.base_state, _tree.widen(params))
+        base_update, wide_grads, state.base_state, tree_utils.widen(params))
     if len(reading) != len(state.trace.base_state):
       raise ValueError("The base state's dependence on the params changed between init "
                        "and update (different extra arguments?).")

@@ -32,10 +32,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from metaoptax.metaoptimize import _tree
-from metaoptax.metaoptimize._dependence import dependent_outputs
-from metaoptax.metaoptimize.blocks import BlockLayout
-from metaoptax.metaoptimize.state import HessianFreeTrace
+from metaoptax._src import tree_utils
+from metaoptax._src.dependence import dependent_outputs
+from metaoptax._src.blocks import BlockLayout
+from metaoptax._src.state import HessianFreeTrace
 
 
 def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any) -> Any:
@@ -43,10 +43,10 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any) -> A
 
   The guard reads ``s`` to detect non-finite gradients and traces, so its
   derivative must stay finite when they are not (see
-  :func:`_tree.product_with_finite_derivative`).
+  :func:`tree_utils.product_with_finite_derivative`).
   """
   return layout.reduce(jax.tree.map(
-      lambda h, g: _tree.product_with_finite_derivative(h, g.astype(h.dtype)),
+      lambda h, g: tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)),
       trace.weights, grads))
 
 
@@ -57,10 +57,10 @@ def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
   Those the update computes from the params, or (transitively) from such leaves.
   Found by a dependency walk over the update's jaxpr, at trace time.
   """
-  floats, split = _tree.split_floats(base_state)
+  floats, split = tree_utils.split_floats(base_state)
 
   def new_floats(p, *fl):
-    return _tree.split_floats(base_update(grads, _tree.merge_floats(fl, split), p)[1])[0]
+    return tree_utils.split_floats(base_update(grads, tree_utils.merge_floats(fl, split), p)[1])[0]
 
   reading: set[int] = set()
   while True:
@@ -73,9 +73,9 @@ def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
 
 
 def init_trace(params: Any, base_state: Any, reading: tuple[int, ...]) -> HessianFreeTrace:
-  floats, _ = _tree.split_floats(base_state)
+  floats, _ = tree_utils.split_floats(base_state)
   return HessianFreeTrace(
-      weights=_tree.widen(jax.tree.map(jnp.zeros_like, params)),
+      weights=tree_utils.widen(jax.tree.map(jnp.zeros_like, params)),
       base_state=tuple(jnp.zeros_like(floats[i]) for i in reading))
 
 
@@ -96,13 +96,13 @@ def weight_change(
   base-state leaves. The gradient is closed over, i.e. held fixed
   (Hessian-free). The full new base state is returned as auxiliary output.
   """
-  floats, split = _tree.split_floats(base_state)
+  floats, split = tree_utils.split_floats(base_state)
 
   def change(wide_params, reading_floats, beta):
     leaves = list(floats)
     for i, x in zip(reading, reading_floats):
       leaves[i] = x
-    direction, new_base_state = base_update(grads, _tree.merge_floats(leaves, split),
+    direction, new_base_state = base_update(grads, tree_utils.merge_floats(leaves, split),
                                             wide_params)
     alpha = layout.expand(step_size_of(beta), like=wide_params)
 
@@ -117,7 +117,7 @@ def weight_change(
       return -d / (1 / a.astype(w.dtype))
 
     delta = jax.tree.map(leaf, alpha, direction, wide_params)
-    new_floats = _tree.split_floats(new_base_state)[0]
+    new_floats = tree_utils.split_floats(new_base_state)[0]
     return (delta, tuple(new_floats[i] for i in reading)), new_base_state
 
   return change
@@ -133,16 +133,16 @@ def trace_step(change: Callable, params: Any, base_state: Any, reading: tuple[in
   Adding :math:`\Delta` itself (instead of a second product with the direction)
   lets the trace kernel read :math:`\Delta` rather than the direction.
   """
-  floats, _ = _tree.split_floats(base_state)
-  carried = _tree.scale(trace.weights, gamma)
-  carried_state = _tree.scale(trace.base_state, gamma)
-  primals = (_tree.widen(params), tuple(floats[i] for i in reading), beta)
+  floats, _ = tree_utils.split_floats(base_state)
+  carried = tree_utils.scale(trace.weights, gamma)
+  carried_state = tree_utils.scale(trace.base_state, gamma)
+  primals = (tree_utils.widen(params), tuple(floats[i] for i in reading), beta)
   if log_parametrization:
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         lambda w, x: change(w, x, beta), primals[:2], (carried, carried_state), has_aux=True)
-    delta_dot = _tree.add(delta_dot, delta)
+    delta_dot = tree_utils.add(delta_dot, delta)
   else:
     ones = jax.tree.map(jnp.ones_like, beta)
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         change, primals, (carried, carried_state, ones), has_aux=True)
-  return delta, HessianFreeTrace(_tree.add(carried, delta_dot), state_dot), new_base_state
+  return delta, HessianFreeTrace(tree_utils.add(carried, delta_dot), state_dot), new_base_state

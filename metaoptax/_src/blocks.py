@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metaoptax.metaoptimize import _sharding
+from metaoptax._src import sharding
 
 BLOCK_NAMES = ("scalar", "per_leaf", "per_param")
 
@@ -85,7 +85,7 @@ class BlockLayout:
     else:
       leaves = [beta[lab] for lab in self.labels]
       if like is not None:
-        leaves = [x if lab.ndim == 0 else _sharding.reshard_like(x, p)
+        leaves = [x if lab.ndim == 0 else sharding.reshard_like(x, p)
                   for x, lab, p in zip(leaves, self.labels, jax.tree.leaves(like))]
     return jax.tree.unflatten(self.treedef, leaves)
 
@@ -103,7 +103,7 @@ class BlockLayout:
       if lab.ndim == 0:
         part = jnp.zeros((self.num_blocks,), x.dtype).at[int(lab)].add(jnp.sum(x))
       else:
-        part = _sharding.segment_sum(x, lab, self.num_blocks)
+        part = sharding.segment_sum(x, lab, self.num_blocks)
       total = part if total is None else total + part
     return jnp.zeros((self.num_blocks,)) if total is None else total  # no params arrays
 

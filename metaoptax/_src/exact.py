@@ -30,9 +30,9 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from metaoptax.metaoptimize import _sharding, _tree
-from metaoptax.metaoptimize.blocks import BlockLayout
-from metaoptax.metaoptimize.state import ExactTrace
+from metaoptax._src import sharding, tree_utils
+from metaoptax._src.blocks import BlockLayout
+from metaoptax._src.state import ExactTrace
 
 MAX_EXACT_BLOCKS = 256
 
@@ -58,7 +58,7 @@ def _split_like(flat: jax.Array, beta: Any) -> Any:
   pieces, start = [], 0
   for x in leaves:
     piece = flat[..., start:start + x.size].reshape(lead + jnp.shape(x)).astype(x.dtype)
-    pieces.append(_sharding.reshard_like(piece, x, leading=len(lead)))
+    pieces.append(sharding.reshard_like(piece, x, leading=len(lead)))
     start += x.size
   return jax.tree.unflatten(treedef, pieces)
 
@@ -88,10 +88,10 @@ def init_trace(params: Any, beta: Any, base_state: Any, meta_state: Any) -> Exac
         jnp.zeros_like(x)[None], (m,) + jnp.shape(x)), tree)
 
   return ExactTrace(
-      weights=zeros(_tree.widen(params)),
-      base_state=zeros(_tree.split_floats(base_state)[0]),
+      weights=zeros(tree_utils.widen(params)),
+      base_state=zeros(tree_utils.split_floats(base_state)[0]),
       meta_params=basis(beta),
-      meta_state=zeros(_tree.split_floats(meta_state)[0]),
+      meta_state=zeros(tree_utils.split_floats(meta_state)[0]),
   )
 
 
@@ -150,7 +150,7 @@ def _curvature_probe(g: Any) -> jax.Array:
   :math:`\nabla^2 f(w)\, v` leaf by leaf, so it is finite exactly when the product
   is (an overflowing sum counts as non-finite, as in the guard). One more
   reduction of the product per column."""
-  sums = [jnp.sum(x.astype(_tree.wide_dtype(x.dtype))) for x in jax.tree.leaves(g)]
+  sums = [jnp.sum(x.astype(tree_utils.wide_dtype(x.dtype))) for x in jax.tree.leaves(g)]
   return jnp.stack(sums) if sums else jnp.zeros((0,), jnp.float32)
 
 
@@ -202,8 +202,8 @@ def step(
     meta_update_first: bool,
 ):
   """One exact step. Returns ``(delta, beta', meta_state', base_state', trace')``."""
-  base_floats, base_split = _tree.split_floats(base_state)
-  meta_floats, meta_split = _tree.split_floats(meta_state)
+  base_floats, base_split = tree_utils.split_floats(base_state)
+  meta_floats, meta_split = tree_utils.split_floats(meta_state)
   H = trace.weights  # held fixed inside F (the 2x2 approximation drops dF/dH)
   m = layout.num_blocks
   gradient = _gradient_with_hvp_tangent(obj_fn)
@@ -212,20 +212,20 @@ def step(
     return meta_gradient(H, g, beta)
 
   def F(beta, meta_floats, wide_params, base_floats):
-    own = _tree.cast_like(wide_params, params)
+    own = tree_utils.cast_like(wide_params, params)
     # Primal value: the user's gradient; tangent: the Hessian-vector product.
-    g = gradient(own, _tree.cast_like(grads, own))
+    g = gradient(own, tree_utils.cast_like(grads, own))
     # "l_approx" holds s fixed inside F: the closed-over gradient, not
     # stop_gradient(g), which would also cut the derivative of an outer
     # transformation differentiating through this step (a meta-gradient).
-    g_meta = g if approximation == "2x2" else _tree.cast_like(grads, own)
+    g_meta = g if approximation == "2x2" else tree_utils.cast_like(grads, own)
     meta_upd, new_meta = meta_update(
-        meta_gradient_at(g_meta), _tree.merge_floats(meta_floats, meta_split), beta
+        meta_gradient_at(g_meta), tree_utils.merge_floats(meta_floats, meta_split), beta
     )
     new_beta = clip_beta(jax.tree.map(jnp.add, beta, meta_upd))
     # The base runs in float32 or wider, like its state (metaoptimize's "Precision").
     direction, new_base = base_update(
-        _tree.widen(g), _tree.merge_floats(base_floats, base_split), wide_params)
+        tree_utils.widen(g), tree_utils.merge_floats(base_floats, base_split), wide_params)
     alpha = layout.expand(step_size_of(new_beta if meta_update_first else beta),
                           like=wide_params)
 
@@ -238,29 +238,29 @@ def step(
     delta = jax.tree.map(leaf, alpha, direction, wide_params)
     outputs = (
         new_beta,
-        _tree.split_floats(new_meta)[0],
+        tree_utils.split_floats(new_meta)[0],
         delta,
-        _tree.split_floats(new_base)[0],
+        tree_utils.split_floats(new_base)[0],
         _curvature_probe(g),
     )
     return outputs, (new_meta, new_base)
 
-  primals = (beta, meta_floats, _tree.widen(params), base_floats)
+  primals = (beta, meta_floats, tree_utils.widen(params), base_floats)
   (new_beta, _, delta, _, _), linear, (new_meta, new_base) = jax.linearize(
       F, *primals, has_aux=True
   )
   one_minus_gamma = 1.0 - gamma
   tangents = (
-      _tree.add(_tree.scale(trace.meta_params, gamma), _tree.scale(basis(beta), one_minus_gamma)),
-      _tree.scale(trace.meta_state, gamma),
-      _tree.scale(trace.weights, gamma),
-      _tree.scale(trace.base_state, gamma),
+      tree_utils.add(tree_utils.scale(trace.meta_params, gamma), tree_utils.scale(basis(beta), one_minus_gamma)),
+      tree_utils.scale(trace.meta_state, gamma),
+      tree_utils.scale(trace.weights, gamma),
+      tree_utils.scale(trace.base_state, gamma),
   )
-  tangents = _sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
+  tangents = sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
   if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
     column = jax.tree.map(lambda t: t[0], tangents)
     columns = jax.tree.map(lambda t: t[None], linear(*column))
-  elif _sharding.any_explicit(params):
+  elif sharding.any_explicit(params):
     # jax.vmap of a linearized matmul with an explicit out_sharding (what a loss
     # on an explicit mesh contains) fails in JAX 0.10: map the columns in turn.
     columns = jax.lax.map(lambda c: linear(*c), tangents)
@@ -271,9 +271,9 @@ def step(
   # A non-finite Hessian-vector product (obj_fn NaN or inf near params) would be
   # read as zero curvature by _zero_nan: mark the trace non-finite instead, so
   # the guard restarts it and counts it (trace_resets); the step itself is taken.
-  curvature_ok = _tree.all_finite(d_probe)
+  curvature_ok = tree_utils.all_finite(d_probe)
   new_trace = ExactTrace(
-      weights=_tree.add(tangents[2], d_delta),
+      weights=tree_utils.add(tangents[2], d_delta),
       base_state=d_base,
       meta_params=jax.tree.map(lambda y: jnp.where(curvature_ok, y, jnp.nan), d_beta),
       meta_state=d_meta,

@@ -36,6 +36,8 @@ def test_tiny_digits_protocol_end_to_end(tmp_path):
   assert result["task"] == "digits" and result["best_lr"] in protocol.QUICK_GRID
   table = (tmp_path / "digits.md").read_text()
   assert "(AdamW, Adam) scalar" in table and "grid total" in table
+  assert "metaoptax.adamw()" in table
+  assert table.count("train loss − floor @") == 2 * len(protocol.BUDGET_FRACTIONS) == 8
   for suffix in ("_loss.png", "_step_sizes.png", "_init_sweep.png", "_curves.npz"):
     assert (tmp_path / f"digits{suffix}").stat().st_size > 0
   curves = np.load(tmp_path / "digits_curves.npz")

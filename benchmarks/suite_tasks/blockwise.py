@@ -26,13 +26,16 @@ CONFIG = protocol.TaskConfig(
     title="Task 5: blockwise (per-layer) step sizes, 6-layer MLP on MNIST-1D",
     description=__doc__,
     steps=20_000, quick_steps=400, chunk=500, quick_chunk=200,
-    select_by="test", contrib=False, init_sweep=False, hypergradient=False,
+    select_by="test", init_sweep=False, hypergradient=False,
     blocks_label="per layer")
 
 
-def run(*, quick, seeds, out_dir, progress, replot=False):
-  problem = mnist1d.make_problem(
+def make_problem():
+  return mnist1d.make_problem(
       SIZES, name="blockwise", blocks=layer_labels(),
       block_names=tuple(f"layer {i}" for i in range(len(SIZES) - 1)))
-  return protocol.run_task(problem, CONFIG, quick=quick, seeds=seeds, out_dir=out_dir,
+
+
+def run(*, quick, seeds, out_dir, progress, replot=False):
+  return protocol.run_task(make_problem(), CONFIG, quick=quick, seeds=seeds, out_dir=out_dir,
                            progress=progress, replot=replot)

@@ -5,6 +5,8 @@ Settings (all untuned, the same on every task):
 * AdamW: ``optax.adamw(lr, weight_decay=0.1)`` (the presets' decoupled decay),
   ``lr`` from ``ADAMW_GRID``; warm-up + cosine: linear warm-up over 5 % of the
   budget to the best constant rate, cosine decay to 0 at the end.
+* ``metaoptax.adamw()``: the learning-rate-free drop-in, from 1e-6 on every task,
+  weight decay 0.1, every other setting at its default.
 * metaoptax presets with the paper's defaults (meta step 1e-3, gamma 1, weight
   decay 0.1, Hessian-free unless stated), started at ``best AdamW rate / 100``.
 * Adam-HD (Baydin et al. 2017): ``metaoptax.hypergradient_descent`` on the Adam
@@ -67,6 +69,13 @@ def preset(label, init, blocks="scalar", blocks_label=None, approximation="hessi
   return Method(name, "metaoptax",
                 lambda _: fn(init, blocks=blocks, approximation=approximation),
                 needs_obj=exact, learned_step_size=True, info=f"start {init:.2g}")
+
+
+def drop_in(init=1e-6) -> Method:
+  """``metaoptax.adamw()``, untuned: from 1e-6 whatever the task, the grid's weight decay."""
+  return Method("metaoptax.adamw()", "metaoptax",
+                lambda _: metaoptax.adamw(init, weight_decay=WEIGHT_DECAY),
+                learned_step_size=True, info=f"start {init:g}, defaults")
 
 
 def _set_start(state, init):

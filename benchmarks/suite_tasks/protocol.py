@@ -3,10 +3,10 @@
 1. AdamW at every rate of ``methods.ADAMW_GRID``; the best rate is the one with
    the best final ``select_by`` metric (mean over seeds; diverged runs lose).
 2. Every other method at the same budget and seeds: AdamW warm-up + cosine at the
-   best rate, the metaoptax presets scalar and blockwise from ``best / 100``, the
+   best rate, ``metaoptax.adamw()`` untuned from 1e-6, the metaoptax presets scalar and blockwise from ``best / 100``, the
    exact 2x2 where ``exact``, Adam-HD, optax.contrib's parameter-free optimizers,
    and the initial-step-size sweep of the default (AdamW, Adam).
-3. ``<task>.md`` (tables at 25 %, 50 % and 100 % of the budget), ``<task>_loss.png``,
+3. ``<task>.md`` (tables at 10 %, 25 %, 50 % and 100 % of the budget), ``<task>_loss.png``,
    ``<task>_step_sizes.png``, ``<task>_init_sweep.png``, ``<task>_curves.npz``.
 """
 
@@ -24,7 +24,7 @@ from suite_tasks import runner
 QUICK_GRID = (1e-3, 1e-2)
 QUICK_SWEEP = (1e-6, 1e-4)
 QUICK_CONTRIB = ("prodigy", "schedule_free_adamw")
-BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
+BUDGET_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +105,7 @@ def run_task(problem, config: TaskConfig, *, quick: bool, seeds: int,
   todo = []
   if config.cosine:
     todo.append(M.adamw_cosine(best_lr, steps))
+  todo.append(M.drop_in())
   todo += [M.preset(label, start) for label in presets]
   todo += [M.preset(label, start, blocks=problem.blocks, blocks_label=config.blocks_label)
            for label in blockwise_presets]
@@ -192,8 +193,10 @@ def _tables(problem, config, steps, seeds, best_lr, start, grid_logs, grid_cost,
               "|---" * (len(budgets) + 3) + "|"]
     for log in sweep_logs:
       r = row(log).split(" | ")
-      # r: name, 3 losses, 3 tests, wall, tuning, alpha, settings
-      lines.append(f"| {log.method.info} | " + " | ".join(r[1:4]) + f" | {r[6]} | {r[9]} |")
+      # r: name, the losses, the tests (one per budget), wall, tuning, alpha, settings
+      n = len(BUDGET_FRACTIONS)
+      lines.append(f"| {log.method.info} | " + " | ".join(r[1:1 + n])
+                   + f" | {r[2 * n]} | {r[2 * n + 3]} |")
   return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,10 @@ scalar step size by default). Two things differ from the paper-faithful
   ``climb_rate`` per step until the total meta-gradient turns positive, so a
   start many orders of magnitude below a good step size costs tens to a few
   hundred steps instead of thousands;
+* a finite horizon, ``gamma = 0.99``: the Hessian-free trace forgets displacements
+  older than ~100 steps. With the paper's ``gamma = 1`` it is the whole displacement
+  since the start, a random walk once the loss is at its noise floor, and the
+  meta-gradient loses the signal that anneals the step size;
 * optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``).
 
 After the climb, Adam on :math:`\log\alpha` (meta step ``meta_step_size``)
@@ -36,6 +40,8 @@ INIT_STEP_SIZE = 1e-6
 META_STEP_SIZE = 1e-3
 #: Rise of ``log(alpha)`` per step during the climb (10x every 23 steps).
 CLIMB_RATE = 0.1
+#: Discount of the sensitivity trace: a horizon of ~100 steps (the paper uses 1).
+GAMMA = 0.99
 
 
 def _meta(meta_step_size, climb_rate):
@@ -64,6 +70,7 @@ def adamw(
     nesterov: bool = False,
     meta_step_size: float = META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
+    gamma: float = GAMMA,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""AdamW without a learning rate: a drop-in for ``optax.adamw``.
@@ -84,8 +91,9 @@ def adamw(
     mask: as in ``optax.adamw``: which params are decayed.
     meta_step_size: Adam's step on :math:`\log\alpha` after the climb.
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
+    gamma: discount :math:`\gamma` of the sensitivity trace (0.99: ~100 steps).
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+      ``approximation``, ``step_size_bounds``, ...).
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``.
@@ -101,7 +109,8 @@ def adamw(
       optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
                           nesterov=nesterov), weight_decay, mask)
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
-                      init_step_size=init_step_size, weight_decay=decay, **kwargs)
+                      init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
+                      **kwargs)
 
 
 @forwarding_metaoptimize_keywords
@@ -115,6 +124,7 @@ def lion(
     *,
     meta_step_size: float = META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
+    gamma: float = GAMMA,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Lion without a learning rate: a drop-in for ``optax.lion``.
@@ -130,7 +140,8 @@ def lion(
   direction, decay = _direction_with_decay(
       optax.scale_by_lion(b1=b1, b2=b2, mu_dtype=mu_dtype), weight_decay, mask)
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
-                      init_step_size=init_step_size, weight_decay=decay, **kwargs)
+                      init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
+                      **kwargs)
 
 
 @forwarding_metaoptimize_keywords
@@ -143,6 +154,7 @@ def sgd(
     weight_decay: float = 0.0,
     meta_step_size: float = META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
+    gamma: float = GAMMA,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""SGD (with optional heavy-ball or Nesterov momentum) without a learning rate.
@@ -159,4 +171,5 @@ def sgd(
                optax.trace(decay=momentum, nesterov=nesterov,
                            accumulator_dtype=accumulator_dtype))
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
-                      init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
+                      init_step_size=init_step_size, weight_decay=weight_decay, gamma=gamma,
+                      **kwargs)

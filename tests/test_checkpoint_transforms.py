@@ -16,6 +16,7 @@ import pytest
 import metaoptax
 from metaoptax import checkpoint
 from metaoptax.metaoptimize import presets
+from metaoptax.metaoptimize.drop_ins import DROP_INS
 
 STEPS, SAVE_AT = 8, 4
 
@@ -34,6 +35,8 @@ def _params():
 
 CASES = {f"{name} {blocks}": (lambda f=fn, b=blocks: f(1e-3, blocks=b), False)
          for name, fn in presets.PRESETS.items() for blocks in ("scalar", "per_param")}
+CASES.update({f"drop-in {name} {blocks}": (lambda f=fn, b=blocks: f(1e-3, blocks=b), False)
+              for name, fn in DROP_INS.items() for blocks in ("scalar", "per_leaf")})
 CASES["adamw_adam 2x2"] = (lambda: presets.adamw_adam(1e-3, approximation="2x2"), True)
 CASES["adamw_adam l_approx per_leaf"] = (
     lambda: presets.adamw_adam(1e-3, approximation="l_approx", blocks="per_leaf"), True)

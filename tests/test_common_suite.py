@@ -1,4 +1,4 @@
-"""One suite that every preset (and the exact variants) passes.
+"""One suite that every preset and drop-in (and the exact variants) passes.
 
 jit with no recompilation on the second step, mixed shapes and dtypes in one
 pytree, bf16 params, optax.chain, optax.MultiSteps, unknown extra args, and
@@ -12,10 +12,14 @@ import optax
 import pytest
 
 import metaoptax
+from metaoptax.metaoptimize.drop_ins import DROP_INS
 from metaoptax.metaoptimize.presets import PRESETS
 
+FACTORIES = {**PRESETS, **DROP_INS}
+
 # (preset, approximation): every preset Hessian-free, and exact variants of two.
-VARIANTS = [(name, "hessian_free") for name in PRESETS] + [
+VARIANTS = [(name, "hessian_free") for name in FACTORIES] + [
+    ("adamw", "2x2"),
     ("adamw_adam", "2x2"),
     ("sgd_sgd", "l_approx"),
     ("lion_lion", "2x2"),
@@ -24,7 +28,7 @@ IDS = [f"{n}-{a}" for n, a in VARIANTS]
 
 
 def make(name, approximation, **kwargs):
-  return PRESETS[name](1e-6, approximation=approximation, **kwargs)
+  return FACTORIES[name](1e-6, approximation=approximation, **kwargs)
 
 
 def mixed_params():

@@ -33,6 +33,7 @@ import pytest
 import metaoptax
 from metaoptax import l2hmc, l2o, teleport
 from metaoptax.metaoptimize import presets
+from metaoptax.metaoptimize.drop_ins import DROP_INS
 
 STEPS = 10
 INIT_STEP_SIZE = 1e-2
@@ -60,6 +61,9 @@ VARIANTS = {
     f"{name}-{blocks}": (lambda f=fn, b=blocks: f(INIT_STEP_SIZE, blocks=b), None)
     for name, fn in presets.PRESETS.items() for blocks in ("scalar", "per_param")
 }
+VARIANTS.update({
+    f"drop-in {name}-{blocks}": (lambda f=fn, b=blocks: f(INIT_STEP_SIZE, blocks=b), None)
+    for name, fn in DROP_INS.items() for blocks in ("scalar", "per_param")})
 VARIANTS["adamw_adam-labels"] = (
     lambda: presets.adamw_adam(INIT_STEP_SIZE, blocks={"w": np.array([0, 1, 1]), "b": 2}),
     None)

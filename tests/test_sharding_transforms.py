@@ -47,8 +47,10 @@ TRANSFORMS = {
              + ["adamw_adam-hessian_free-per_leaf", "adamw_adam-hessian_free-labels",
                 "adamw_adam-hessian_free-per_param", "adamw_adam-2x2-labels",
                 "sgd_sgd-l_approx-per_leaf", "hypergradient_descent", "idbd", "xu_idbd",
-                "teleport", "l2o", "l2hmc"]),
-    "explicit": ["adamw_adam-hessian_free-scalar", "adamw_adam-hessian_free-labels",
+                "teleport", "l2o", "l2hmc", "adamw-hessian_free-scalar",
+                "lion-hessian_free-per_leaf", "sgd-hessian_free-scalar"]),
+    "explicit": ["adamw_adam-hessian_free-scalar", "adamw-hessian_free-scalar",
+                 "adamw_adam-hessian_free-labels",
                  "adamw_adam-hessian_free-per_param", "adamw_adam-2x2-labels", "teleport", "l2o",
                  "l2hmc"],
     "flat": ["adamw_adam-hessian_free-per_param", "adamw_adam-2x2-labels", "l2hmc"],
@@ -161,6 +163,7 @@ def _worker():  # pylint: disable=too-many-statements
   import metaoptax  # pylint: disable=g-import-not-at-top
   from metaoptax import l2hmc, l2o  # pylint: disable=g-import-not-at-top
   from metaoptax._src import sharding  # pylint: disable=g-import-not-at-top
+  from metaoptax.metaoptimize.drop_ins import DROP_INS  # pylint: disable=g-import-not-at-top
   from metaoptax.metaoptimize.presets import PRESETS  # pylint: disable=g-import-not-at-top
   from metaoptax.teleport import groups  # pylint: disable=g-import-not-at-top
 
@@ -230,7 +233,7 @@ def _worker():  # pylint: disable=too-many-statements
       config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8, layers=1)
       return l2o.learned_optimizer(l2o.init_network(k5, config), config), loss, {}
     preset, approximation, blocks = name.split("-")
-    opt = PRESETS[preset](1e-3, approximation=approximation,
+    opt = {**PRESETS, **DROP_INS}[preset](1e-3, approximation=approximation,
                           blocks=labels if blocks == "labels" else blocks)
     return opt, loss, ({"obj_fn": lambda p: loss} if approximation != "hessian_free" else {})
 

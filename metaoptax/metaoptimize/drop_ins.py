@@ -173,3 +173,7 @@ def sgd(
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
                       init_step_size=init_step_size, weight_decay=weight_decay, gamma=gamma,
                       **kwargs)
+
+
+#: Every drop-in by name: ``{"adamw": adamw, "lion": lion, "sgd": sgd}``.
+DROP_INS = {"adamw": adamw, "lion": lion, "sgd": sgd}

@@ -17,58 +17,9 @@ import pytest
 import metaoptax
 from metaoptax import l2o
 from metaoptax.l2o import meta_training
+from tests.conftest import H, HYPER, RTOL, check_against_fd, unroll
 
-STEPS = 6
-H = 1e-5
-RTOL = 1e-6
-A = np.array([[1.0, 0.3, 0.0], [0.3, 2.0, 0.2], [0.0, 0.2, 0.5]])
-PARAMS = {"w": np.array([0.5, -0.3, 0.2]), "b": np.array([0.1, -0.2])}
-# log eta, log alpha_0, gamma, weight decay
-HYPER = np.array([np.log(0.05), np.log(0.05), 0.9, 0.1])
-
-
-@pytest.fixture(autouse=True)
-def float64():
-  with jax.enable_x64(True):
-    yield
-
-
-def loss(p, t):
-  """A non-quadratic loss changing with the step t (third derivatives matter)."""
-  r = jnp.asarray(A) @ p["w"] - jnp.array([1.0, -1.0, 0.5]) * (1 + 0.1 * t)
-  return 0.5 * jnp.sum(r**2) + 0.1 * jnp.sum(p["w"] ** 4) + jnp.sum(
-      jnp.log(jnp.cosh(p["b"] - 0.3 * t)))
-
-
-def unroll(opt, corrupt=None):
-  """Loss after STEPS steps of opt from PARAMS; corrupt(t, grads, state) may spoil a step."""
-  params = jax.tree.map(jnp.asarray, PARAMS)
-
-  def body(carry, t):
-    p, state = carry
-    g = jax.grad(loss)(p, t)
-    if corrupt is not None:
-      g, state = corrupt(t, g, state)
-    u, state = opt.update(g, state, p, obj_fn=lambda q: loss(q, t),
-                          hessian_diagonal=jax.tree.map(jnp.ones_like, p))
-    return (optax.apply_updates(p, u), state), None
-
-  (p, state), _ = jax.lax.scan(body, (params, opt.init(params)),
-                               jnp.arange(STEPS, dtype=jnp.float64))
-  return loss(p, float(STEPS)), state
-
-
-def check_against_fd(f, x):
-  """jax.grad(f)(x) vs central differences along each axis; returns max rel err."""
-  x = jnp.asarray(x, jnp.float64)
-  grad = jax.jit(jax.grad(f))(x)
-  steps = H * jnp.eye(x.size)
-  values = jax.jit(jax.vmap(f))(jnp.concatenate([x + steps, x - steps]))
-  fd = (values[:x.size] - values[x.size:]) / (2 * H)
-  assert np.all(np.isfinite(grad)), grad
-  err = np.abs(np.asarray(grad) - np.asarray(fd)) / np.maximum(np.abs(np.asarray(fd)), 1e-3)
-  assert np.max(err) < RTOL, (np.asarray(grad), np.asarray(fd), err)
-  return float(np.max(err))
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def metaoptimize_from(hyper, base=None, meta=optax.adam, **kwargs):

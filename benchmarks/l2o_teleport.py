@@ -1,6 +1,6 @@
 """Learned optimizers with learned teleportation vs tuned GD and Adam.
 
-Reproduces the comparisons of the L2O-teleportation paper (seed 002):
+Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*:
 1. ellipse family (generalized Booth, A and b varying): median loss at step 11
    over 200 unseen tasks for GD and Adam (each the best of a learning-rate grid,
    chosen on separate validation tasks), vanilla L2O, L2O with learned

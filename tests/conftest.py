@@ -5,7 +5,8 @@
 * ``float64``: a fixture enabling 64-bit JAX for a test (``pytest.mark.usefixtures``).
 * An unrolled run of an optimizer on a small non-quadratic loss (:func:`unroll`) and
   a check of ``jax.grad`` against central finite differences (:func:`check_against_fd`),
-  the oracle of the meta-gradient tests: import them with
+  the oracle of the meta-gradient tests, and MetaOptimize as a function of its
+  hyperparameters (:func:`metaoptimize_from`): import them with
   ``from tests.conftest import ...``.
 """
 
@@ -17,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+
+import metaoptax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -71,3 +74,11 @@ def check_against_fd(f, x):
   err = np.abs(np.asarray(grad) - np.asarray(fd)) / np.maximum(np.abs(np.asarray(fd)), 1e-3)
   assert np.max(err) < RTOL, (np.asarray(grad), np.asarray(fd), err)
   return float(np.max(err))
+
+
+def metaoptimize_from(hyper, base=None, meta=optax.adam, **kwargs):
+  """MetaOptimize with (log eta, log alpha_0, gamma, weight decay) = hyper (as HYPER)."""
+  eta, alpha0, gamma, kappa = jnp.exp(hyper[0]), jnp.exp(hyper[1]), hyper[2], hyper[3]
+  return metaoptax.metaoptimize(
+      base or optax.scale_by_adam(eps_root=1e-30), meta(eta, eps_root=1e-30),
+      init_step_size=alpha0, gamma=gamma, weight_decay=kappa, **kwargs)

@@ -33,12 +33,12 @@ def save_figure(fig, path) -> None:
   plt.close(fig)
 
 
-def git_commit() -> str:
+def git_commit(short: bool = False) -> str:
   """The commit of the working tree (with a note if it has uncommitted changes), or "unknown"."""
   here = pathlib.Path(__file__).resolve().parent
   try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                            text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse"] + (["--short"] if short else []) + ["HEAD"],
+                            cwd=here, capture_output=True, text=True, check=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                            capture_output=True, text=True, check=True).stdout.strip()
     return commit + (" (with uncommitted changes)" if dirty else "")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import time
 
 import jax
@@ -217,8 +216,7 @@ def main():
   start = time.perf_counter()
   ellipse_table, medians = ellipse_benchmark(args, args.out)
   mlp_table = mlp_benchmark(args, args.out)
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+  commit = _report.git_commit(short=True)
   report = (f"# Learned optimizers with teleportation\n\nmeasured at commit `{commit}`, "
             f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores, "
             f"jax {jax.__version__}{' (--quick)' if args.quick else ''}\n\n"

@@ -32,6 +32,19 @@ PARAMS = {"w": np.array([0.5, -0.3, 0.2]), "b": np.array([0.1, -0.2])}
 HYPER = np.array([np.log(0.05), np.log(0.05), 0.9, 0.1])
 
 
+# A small two-leaf problem and MetaOptimize on an Adam base (bad input and guard tests).
+TWO_LEAVES = {"a": jnp.ones((2, 3)), "b": jnp.zeros(4)}
+
+
+def two_leaves_loss(p):
+  return jnp.sum((p["a"] - 2.0) ** 2) + jnp.sum((p["b"] + 1.0) ** 2)
+
+
+def adam_metaoptimize(**kwargs):
+  kwargs.setdefault("init_step_size", 1e-3)
+  return metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), **kwargs)
+
+
 @pytest.fixture
 def float64():
   with jax.enable_x64(True):

@@ -8,17 +8,7 @@ import pytest
 
 import metaoptax
 from metaoptax.metaoptimize import exact
-
-PARAMS = {"a": jnp.ones((2, 3)), "b": jnp.zeros(4)}
-
-
-def loss(p):
-  return jnp.sum((p["a"] - 2.0) ** 2) + jnp.sum((p["b"] + 1.0) ** 2)
-
-
-def make(**kwargs):
-  kwargs.setdefault("init_step_size", 1e-3)
-  return metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), **kwargs)
+from tests.conftest import TWO_LEAVES as PARAMS, adam_metaoptimize as make, two_leaves_loss as loss
 
 
 @pytest.mark.parametrize("kwargs,message", [

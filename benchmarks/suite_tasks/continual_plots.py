@@ -120,6 +120,17 @@ def _log_binned(curve: np.ndarray, num_groups: int = 40) -> tuple[np.ndarray, np
   return x, y
 
 
+def _log_log_panel(ax, title, ylim=None):
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  if ylim is not None:
+    ax.set_ylim(*ylim)
+  ax.set_xlabel("examples")
+  ax.set_title(title)
+  ax.legend(fontsize=7)
+  ax.grid(True, which="both", alpha=0.3)
+
+
 def error_curves(curves: Curves, path) -> None:
   """MSE vs examples (log-spaced bins) with the closed-form LMS lines."""
   plt = _report.pyplot()
@@ -132,13 +143,8 @@ def error_curves(curves: Curves, path) -> None:
                label=f"best LMS, closed form {curves.mse_lms:.2f}")
     ax.axhline(curves.mse_relevant, color="black", ls=":", lw=1,
                label=f"best per-input LMS, closed form {curves.mse_relevant:.3f}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_ylim(1.2, 8.0)  # diverged runs leave through the top
-    ax.set_xlabel("examples")
-    ax.set_title(f"Sutton (1992) tracking task, {title}: MSE (log-spaced bins)")
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.3)
+    _log_log_panel(ax, f"Sutton (1992) tracking task, {title}: MSE (log-spaced bins)",
+                   ylim=(1.2, 8.0))  # diverged runs leave through the top
   axes[0].set_ylabel("MSE (mean over seeds; best of each grid)")
   _report.save_figure(fig, path)
 
@@ -157,12 +163,7 @@ def step_sizes(curves: Curves, path) -> None:
       ax.plot(x, curves.irrelevant[name], color=color, ls="--", lw=1.2)
     ax.axhline(curves.alpha_relevant, color="black", ls=":", lw=1,
                label=f"optimal relevant step size (closed form) {curves.alpha_relevant:.3f}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("examples")
-    ax.set_title(f"{title}: step sizes, relevant (solid) vs irrelevant (dashed)")
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.3)
+    _log_log_panel(ax, f"{title}: step sizes, relevant (solid) vs irrelevant (dashed)")
   axes[0].set_ylabel("step size (mean over inputs and seeds)")
   _report.save_figure(fig, path)
 

@@ -52,8 +52,12 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.replot:
     for name in args.tasks:
-      load_task(name).run(quick=args.quick, seeds=args.seeds, out_dir=args.out, progress=None,
-                          replot=True)
+      try:
+        load_task(name).run(quick=args.quick, seeds=args.seeds, out_dir=args.out,
+                            progress=None, replot=True)
+      except FileNotFoundError as e:  # no saved curves for this task in --out
+        print(f"[suite] --replot: {name} skipped ({e})", flush=True)
+        continue
       print(f"[suite] --replot: {name} redrawn", flush=True)
     return
   import tqdm  # pylint: disable=g-import-not-at-top

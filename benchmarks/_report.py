@@ -1,8 +1,10 @@
-"""Shared output helpers of the benchmark scripts: markdown tables and headless plots."""
+"""Shared output helpers of the benchmark scripts: markdown tables, headless plots, the commit."""
 
 from __future__ import annotations
 
 import os
+import pathlib
+import subprocess
 
 
 def write_table(lines: list[str], path: str) -> str:
@@ -29,3 +31,16 @@ def save_figure(fig, path) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def git_commit(short: bool = False) -> str:
+  """The commit of the working tree (with a note if it has uncommitted changes), or "unknown"."""
+  here = pathlib.Path(__file__).resolve().parent
+  try:
+    commit = subprocess.run(["git", "rev-parse"] + (["--short"] if short else []) + ["HEAD"],
+                            cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return commit + (" (with uncommitted changes)" if dirty else "")
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"

@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -173,8 +171,7 @@ def run_target(name, target, args):
                   crossings=mode_crossings(hmc_draws), seconds=0.0)
       arrays.update(hmc_autocorrelation=autocorrelation(hmc_draws), hmc_trace=hmc_draws[:500, 0])
   rows.append(best)
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+  commit = _report.git_commit(short=True)
   record = dict(name=name, target=target.name, rows=rows, grid=grid_rows,
                 iterations=iterations, options=described, commit=commit, seed=args.seed,
                 quick=args.quick, chains=chains, burn_in=burn_in, samples=samples,

@@ -1,6 +1,6 @@
 """Learned optimizers with learned teleportation vs tuned GD and Adam.
 
-Reproduces the comparisons of the L2O-teleportation paper (seed 002):
+Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*:
 1. ellipse family (generalized Booth, A and b varying): median loss at step 11
    over 200 unseen tasks for GD and Adam (each the best of a learning-rate grid,
    chosen on separate validation tasks), vanilla L2O, L2O with learned
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import time
 
 import jax
@@ -217,8 +216,7 @@ def main():
   start = time.perf_counter()
   ellipse_table, medians = ellipse_benchmark(args, args.out)
   mlp_table = mlp_benchmark(args, args.out)
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+  commit = _report.git_commit(short=True)
   report = (f"# Learned optimizers with teleportation\n\nmeasured at commit `{commit}`, "
             f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores, "
             f"jax {jax.__version__}{' (--quick)' if args.quick else ''}\n\n"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import time
 
 import jax
@@ -131,8 +130,7 @@ def main():
   ref = np.median(runs["optax.adamw"]["times"])
   ref_bytes = runs["optax.adamw"]["state_bytes"]
   params_bytes = nbytes(params0)
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+  commit = _report.git_commit(short=True)
   lines = [f"MLP {'-'.join(map(str, sizes))} ({n_params:,} params), batch 128, "
            f"{args.repeats} interleaved repeats x {args.steps} steps, {os.cpu_count()} CPU cores, "
            f"jax {jax.__version__}, commit `{commit}`", "",

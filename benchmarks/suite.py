@@ -1,5 +1,5 @@
-"""The metaoptax benchmark suite (issue 5): untuned learned step sizes vs tuned AdamW
-and optax.contrib's parameter-free optimizers, on five tasks.
+"""The metaoptax benchmark suite: untuned learned step sizes vs tuned AdamW and
+optax.contrib's parameter-free optimizers, on five tasks.
 
     python benchmarks/suite.py                 # full suite (~2 h on one shared core)
     python benchmarks/suite.py --quick         # smoke run (~3 min)
@@ -9,11 +9,11 @@ and optax.contrib's parameter-free optimizers, on five tasks.
 Tasks (``benchmarks/suite_tasks/``): ``digits`` (MLP, scikit-learn digits),
 ``mnist1d`` (MLP, MNIST-1D generated locally), ``charlm`` (character transformer
 on the Python standard library's source), ``continual`` (Sutton 1992's tracking
-task, if ``suite_tasks/continual.py`` exists), ``blockwise`` (deep MLP with one
-step size per layer vs one scalar). Each writes ``<task>.md`` and PNG plots into
-``--out`` (default ``benchmarks/results/suite``); this script writes
-``summary.md`` with the git commit measured at, followed by the hand-written
-analysis in ``summary_notes.md`` if that file exists.
+task), ``blockwise`` (deep MLP with one step size per layer vs one scalar). Each
+writes ``<task>.md``, ``<task>_curves.npz`` and PNG plots into ``--out`` (default
+``benchmarks/results/suite``); this script writes ``summary.md`` with the git
+commit measured at, followed by the hand-written analysis in ``summary_notes.md``
+if that file exists.
 """
 
 from __future__ import annotations
@@ -26,35 +26,19 @@ import json
 import os
 import pathlib
 import platform
-import subprocess
 import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import TASKS  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-def git_commit() -> str:
-  try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
-                           capture_output=True, text=True, check=True).stdout.strip()
-    return commit + (" (with uncommitted changes)" if dirty else "")
-  except (OSError, subprocess.CalledProcessError):
-    return "unknown"
-
-
 def load_task(name):
-  """The task module, or None if it does not exist (e.g. ``continual`` not merged yet)."""
-  try:
-    return importlib.import_module(f"suite_tasks.{name}")
-  except ModuleNotFoundError as e:
-    if e.name == f"suite_tasks.{name}":
-      return None
-    raise
+  """The task module ``suite_tasks.<name>`` (see ``suite_tasks/__init__.py``)."""
+  return importlib.import_module(f"suite_tasks.{name}")
 
 
 def main(argv=None):
@@ -68,26 +52,22 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.replot:
     for name in args.tasks:
-      module = load_task(name)
-      if module is None or name == "continual":  # continual draws from its own run
-        print(f"[suite] --replot: {name} skipped", flush=True)
+      try:
+        load_task(name).run(quick=args.quick, seeds=args.seeds, out_dir=args.out,
+                            progress=None, replot=True)
+      except FileNotFoundError as e:  # no saved curves for this task in --out
+        print(f"[suite] --replot: {name} skipped ({e})", flush=True)
         continue
-      module.run(quick=args.quick, seeds=args.seeds, out_dir=args.out, progress=None,
-                 replot=True)
       print(f"[suite] --replot: {name} redrawn", flush=True)
     return
   import tqdm  # pylint: disable=g-import-not-at-top
 
   args.out.mkdir(parents=True, exist_ok=True)
-  commit = git_commit()
+  commit = _report.git_commit()
   progress = functools.partial(tqdm.tqdm, leave=False, dynamic_ncols=True, mininterval=1.0)
-  skipped, times = [], {}
+  times = {}
   for name in args.tasks:
     module = load_task(name)
-    if module is None:
-      print(f"[suite] task {name}: module suite_tasks/{name}.py not present, skipped", flush=True)
-      skipped.append(name)
-      continue
     print(f"[suite] task {name} ...", flush=True)
     start = time.perf_counter()
     result = module.run(quick=args.quick, seeds=args.seeds, out_dir=args.out, progress=progress)
@@ -99,10 +79,10 @@ def main(argv=None):
               "finished": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"}
     (args.out / f"{name}_summary.json").write_text(json.dumps(record, indent=1))
 
-  write_summary(args.out, quick=args.quick, seeds=args.seeds, skipped=skipped)
+  write_summary(args.out, quick=args.quick, seeds=args.seeds)
 
 
-def write_summary(out, *, quick, seeds, skipped=()):
+def write_summary(out, *, quick, seeds):
   """``summary.md`` from every task's ``<task>_summary.json`` in ``out`` (so tasks can be
   run by separate invocations), each with the commit it was measured at."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -121,15 +101,12 @@ def write_summary(out, *, quick, seeds, skipped=()):
               f"finished {r['finished']}, commit `{r['commit'][:12]}`"
               + (", QUICK" if r["quick"] else "") + ")", ""]
     lines += list(r["summary_lines"]) + [""]
-  if skipped:
-    lines += [f"Not run (module missing): {', '.join(skipped)}.", ""]
   notes = out / "summary_notes.md"  # hand-written analysis (why targets are missed)
   if notes.exists():
     lines += [notes.read_text().rstrip(), ""]
   summary = "\n".join(lines)
   (out / "summary.md").write_text(summary)
   print(summary)
-
 
 
 if __name__ == "__main__":

@@ -89,19 +89,22 @@ def test_chain_multisteps_and_unknown_extra_args(name, approximation):
   u_direct, s_direct = direct.update(grads, direct.init(params), params, obj_fn=mixed_loss)
   u_chain, s_chain = chained.update(
       grads, chained.init(params), params, obj_fn=mixed_loss, value=3.0, unknown="ignored")
-  chex_equal(u_direct, u_chain)
-  chex_equal(metaoptax.trace(s_direct), metaoptax.trace(s_chain))
+  assert_trees_close(u_direct, u_chain)
+  assert_trees_close(metaoptax.trace(s_direct), metaoptax.trace(s_chain))
 
   state = accumulated.init(params)
   u1, state = accumulated.update(grads, state, params, obj_fn=mixed_loss, unknown=1)
   assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(u1))
   u2, state = accumulated.update(grads, state, params, obj_fn=mixed_loss, unknown=1)
-  chex_equal(u2, u_direct)
+  assert_trees_close(u2, u_direct)
 
 
-def chex_equal(a, b):
+def assert_trees_close(a, b):
+  """Same tree structure, and leaf by leaf the same shape, dtype and values (rtol 1e-6)."""
+  assert jax.tree.structure(a) == jax.tree.structure(b), (jax.tree.structure(a),
+                                                          jax.tree.structure(b))
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    assert x.dtype == y.dtype
+    assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, x.dtype, y.shape, y.dtype)
     assert jnp.allclose(x.astype(jnp.float32), y.astype(jnp.float32), rtol=1e-6, atol=0)
 
 

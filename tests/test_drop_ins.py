@@ -16,7 +16,7 @@ import optax
 import pytest
 
 import metaoptax
-from tests import test_unroll_grad as unroll_lib
+from tests import conftest as unroll_lib
 
 
 def reference_climb(meta_grads, rate, decay, inner_updates):
@@ -154,7 +154,7 @@ def test_vmap_over_starting_step_sizes():
 
 
 @pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])
-def test_differentiable_through_an_unrolled_run(name):
+def test_differentiable_through_an_unrolled_run(name, float64):  # pylint: disable=unused-argument
   """d(final loss)/d(log meta step, log alpha_0, gamma, weight decay), float64,
   vs central differences (the tolerance of test_unroll_grad)."""
   def f(h):
@@ -162,5 +162,4 @@ def test_differentiable_through_an_unrolled_run(name):
         jnp.exp(h[1]), meta_step_size=jnp.exp(h[0]), gamma=h[2], weight_decay=h[3],
         blocks="per_leaf")
     return unroll_lib.unroll(opt)[0]
-  with jax.enable_x64(True):
-    unroll_lib.check_against_fd(f, unroll_lib.HYPER)
+  unroll_lib.check_against_fd(f, unroll_lib.HYPER)

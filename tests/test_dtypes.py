@@ -1,10 +1,10 @@
-"""Params dtypes and determinism (issue 6, "Long runs").
+"""Params dtypes and determinism.
 
 Matrix: every MetaOptimize variant (the 8 presets, scalar and weight-wise; one
 blockwise layout; the exact ``2x2`` and ``L``; IDBD; hypergradient descent) x
 params in float16, bfloat16, float32, float64 (under ``jax.enable_x64``), a
-mixed bfloat16 / float32 tree, and float32 with x64 enabled. Checked by abstract evaluation (``jax.eval_shape``,
-no compile; outside any ``lax.scan``):
+mixed bfloat16 / float32 tree, and float32 with x64 enabled. Checked by
+abstract evaluation (``jax.eval_shape``, no compile; outside any ``lax.scan``):
 
 * the updates have exactly the params' dtypes;
 * every floating leaf of the state (log step sizes, traces, meta and base
@@ -252,11 +252,16 @@ def unrolled(opt, extra):
 
 
 def two_compilations(fn, *args):
-  """Two independent XLA compilations of ``fn`` (one lowering each; JAX's in-memory
-  compilation cache is keyed by the lowered module, so nothing is shared)."""
+  """Two independent XLA compilations of ``fn``.
+
+  JAX caches the trace and the lowering of a function and its executable keyed by
+  the lowered module, so two ``jax.jit(fn).lower(...).compile()`` in a row wrap the
+  same executable; its caches are cleared in between.
+  """
   first = jax.jit(fn).lower(*args).compile()
+  jax.clear_caches()
   second = jax.jit(fn).lower(*args).compile()
-  assert first is not second
+  assert first.runtime_executable() is not second.runtime_executable()
   return first, second
 
 

@@ -10,9 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import metaoptax
-from tests.test_unroll_grad import HYPER, check_against_fd, float64, unroll  # noqa: F401
+from tests.conftest import HYPER, check_against_fd, unroll
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 PARAMS = {"w": jnp.array([1.0, -2.0, 0.5]), "b": jnp.array([0.3])}
 GRADS = {"w": jnp.array([0.1, -0.2, 0.3]), "b": jnp.array([-0.4])}

@@ -1,14 +1,9 @@
 """Smoke test of the benchmark suite: one tiny task config end to end (tables, plots)."""
 
-import pathlib
-import sys
-
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from suite_tasks import digits  # pylint: disable=g-import-not-at-top,wrong-import-position
-from suite_tasks import protocol  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import digits  # benchmarks/ is on sys.path (conftest.py)
+from suite_tasks import protocol
 
 
 class _NoBar:

@@ -100,34 +100,47 @@ def test_teleport_leaving_the_level_set_is_rejected():
   assert int(state.teleports) == 0 and int(state.rejected) == 3
 
 
-def newton_perpendicular_product(hessian, grad):
-  """v_perp . d/dw ||grad L||^2 with v the Newton direction (Prop. 4.1)."""
-  v = -np.linalg.solve(hessian, grad)
+def orbit_growth(bijection, x):
+  """Prop. 4.1 along the SO(2) orbit of ``x`` under ``groups.conjugated_rotation(bijection)``.
+
+  Returns ``(cos(tau, grad f), growth, product, c)``: ``tau`` the orbit's tangent
+  at ``x``, ``growth = d/dtheta ||grad f(g_theta x)||^2`` at 0 (autodiff through
+  the library's action), ``product = v_perp . d/dx ||grad f||^2`` with ``v_perp``
+  the component of the Newton direction orthogonal to the gradient (from the
+  Hessian alone), and ``c = tau . v_perp / |tau|^2``. In 2-D the tangent spans the
+  gradient's orthogonal complement, so ``v_perp = c tau`` and ``product = c growth``.
+  """
+  h, _ = bijection
+  f = f_h(h)
+  act, _ = groups.conjugated_rotation(bijection)
+  grad, hessian = jax.grad(f)(x), jax.hessian(f)(x)
+  tau = jax.jvp(lambda theta: act(theta, x), (0.0,), (1.0,))[1]
+  growth = jax.grad(lambda theta: jnp.sum(jax.grad(f)(act(theta, x)) ** 2))(0.0)
+  v = -jnp.linalg.solve(hessian, grad)
   v_perp = v - (v @ grad) / (grad @ grad) * grad
-  return v_perp @ (2 * hessian @ grad)
+  product = v_perp @ (2 * hessian @ grad)
+  cosine = tau @ grad / (jnp.linalg.norm(tau) * jnp.linalg.norm(grad))
+  return cosine, growth, product, (tau @ v_perp) / (tau @ tau)
 
 
-def test_proposition_4_1_convex_functions():
-  def loss(w, a, c):  # convex: a positive definite quadratic plus log-sum-exp
-    return 0.5 * w @ a @ w + jax.nn.logsumexp(c @ w)
-
-  derivatives = jax.jit(lambda w, a, c: (jax.hessian(loss)(w, a, c), jax.grad(loss)(w, a, c)))
+def test_proposition_4_1_along_the_group_orbit():
+  """Prop. 4.1 through the library's group actions: for convex f (h affine, random A, b)
+  the gradient norm grows along the orbit in the direction of Newton's component
+  orthogonal to the gradient; for the non-convex Rosenbrock f_h both signs occur."""
   with jax.enable_x64(True):
     rng = np.random.default_rng(0)
-    for trial in range(50):
-      q = rng.normal(size=(5, 5))
-      a = jnp.asarray(q @ q.T + 0.01 * np.eye(5))
-      hessian, grad = derivatives(jnp.asarray(rng.normal(size=5)), a,
-                                  jnp.asarray(rng.normal(size=(4, 5))))
-      value = newton_perpendicular_product(np.asarray(hessian), np.asarray(grad))
-      assert value >= -1e-9 * (1 + abs(value)), (trial, value)
-
-
-def test_proposition_4_1_fails_without_convexity():
-  # the paper's counterexample: H = diag(1, -2), gradient (1, 3)
-  value = newton_perpendicular_product(np.diag([1.0, -2.0]), np.array([1.0, 3.0]))
-  np.testing.assert_allclose(value, 2 * (-10 + 3.5 * 17 / 10), rtol=1e-12)
-  assert value < 0
+    a = jnp.asarray(rng.normal(size=(50, 2, 2)) + 2 * np.eye(2))
+    b, x = jnp.asarray(rng.normal(size=(50, 2))), jnp.asarray(rng.normal(size=(50, 2)))
+    cosine, growth, product, c = jax.jit(jax.vmap(
+        lambda a, b, x: orbit_growth(groups.affine_bijection(a, b), x)))(a, b, x)
+    np.testing.assert_array_less(np.abs(cosine), 1e-9)  # the orbit stays on the level set
+    np.testing.assert_allclose(product, c * growth, rtol=1e-8)
+    assert np.all(product >= -1e-9 * (1 + np.abs(product))), product
+    assert np.median(np.abs(product)) > 1e-3  # not vacuous
+    _, growth, product, c = jax.jit(jax.vmap(
+        lambda x: orbit_growth(BIJECTIONS["rosenbrock"], x)))(jnp.asarray(rng.normal(size=(50, 2))))
+    np.testing.assert_allclose(product, c * growth, rtol=1e-8)
+    assert product.min() < 0 < product.max()  # without convexity the proposition fails
 
 
 def test_algorithm_2_closed_form_and_learning():

@@ -8,7 +8,6 @@ Tables report train loss minus that floor, and test accuracy.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

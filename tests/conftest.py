@@ -1,0 +1,97 @@
+"""Helpers shared by several test modules.
+
+* ``benchmarks/`` on ``sys.path``, so that the tests of the benchmark suite import
+  its task modules as the driver does (``from suite_tasks import ...``).
+* ``float64``: a fixture enabling 64-bit JAX for a test (``pytest.mark.usefixtures``).
+* An unrolled run of an optimizer on a small non-quadratic loss (:func:`unroll`) and
+  a check of ``jax.grad`` against central finite differences (:func:`check_against_fd`),
+  the oracle of the meta-gradient tests, and MetaOptimize as a function of its
+  hyperparameters (:func:`metaoptimize_from`): import them with
+  ``from tests.conftest import ...``.
+"""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import metaoptax
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+STEPS = 6
+H = 1e-5  # central-difference step
+RTOL = 1e-6  # relative tolerance of a meta-gradient against central differences
+A = np.array([[1.0, 0.3, 0.0], [0.3, 2.0, 0.2], [0.0, 0.2, 0.5]])
+PARAMS = {"w": np.array([0.5, -0.3, 0.2]), "b": np.array([0.1, -0.2])}
+# log eta, log alpha_0, gamma, weight decay
+HYPER = np.array([np.log(0.05), np.log(0.05), 0.9, 0.1])
+
+
+# A small two-leaf problem and MetaOptimize on an Adam base (bad input and guard tests).
+TWO_LEAVES = {"a": jnp.ones((2, 3)), "b": jnp.zeros(4)}
+
+
+def two_leaves_loss(p):
+  return jnp.sum((p["a"] - 2.0) ** 2) + jnp.sum((p["b"] + 1.0) ** 2)
+
+
+def adam_metaoptimize(**kwargs):
+  kwargs.setdefault("init_step_size", 1e-3)
+  return metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), **kwargs)
+
+
+@pytest.fixture
+def float64():
+  with jax.enable_x64(True):
+    yield
+
+
+def loss(p, t):
+  """A non-quadratic loss changing with the step t (third derivatives matter)."""
+  r = jnp.asarray(A) @ p["w"] - jnp.array([1.0, -1.0, 0.5]) * (1 + 0.1 * t)
+  return 0.5 * jnp.sum(r**2) + 0.1 * jnp.sum(p["w"] ** 4) + jnp.sum(
+      jnp.log(jnp.cosh(p["b"] - 0.3 * t)))
+
+
+def unroll(opt, corrupt=None):
+  """Loss after STEPS steps of opt from PARAMS; corrupt(t, grads, state) may spoil a step."""
+  params = jax.tree.map(jnp.asarray, PARAMS)
+
+  def body(carry, t):
+    p, state = carry
+    g = jax.grad(loss)(p, t)
+    if corrupt is not None:
+      g, state = corrupt(t, g, state)
+    u, state = opt.update(g, state, p, obj_fn=lambda q: loss(q, t),
+                          hessian_diagonal=jax.tree.map(jnp.ones_like, p))
+    return (optax.apply_updates(p, u), state), None
+
+  (p, state), _ = jax.lax.scan(body, (params, opt.init(params)),
+                               jnp.arange(STEPS, dtype=jnp.float64))
+  return loss(p, float(STEPS)), state
+
+
+def check_against_fd(f, x):
+  """jax.grad(f)(x) vs central differences along each axis; returns max rel err."""
+  x = jnp.asarray(x, jnp.float64)
+  grad = jax.jit(jax.grad(f))(x)
+  steps = H * jnp.eye(x.size)
+  values = jax.jit(jax.vmap(f))(jnp.concatenate([x + steps, x - steps]))
+  fd = (values[:x.size] - values[x.size:]) / (2 * H)
+  assert np.all(np.isfinite(grad)), grad
+  err = np.abs(np.asarray(grad) - np.asarray(fd)) / np.maximum(np.abs(np.asarray(fd)), 1e-3)
+  assert np.max(err) < RTOL, (np.asarray(grad), np.asarray(fd), err)
+  return float(np.max(err))
+
+
+def metaoptimize_from(hyper, base=None, meta=optax.adam, **kwargs):
+  """MetaOptimize with (log eta, log alpha_0, gamma, weight decay) = hyper (as HYPER)."""
+  eta, alpha0, gamma, kappa = jnp.exp(hyper[0]), jnp.exp(hyper[1]), hyper[2], hyper[3]
+  return metaoptax.metaoptimize(
+      base or optax.scale_by_adam(eps_root=1e-30), meta(eta, eps_root=1e-30),
+      init_step_size=alpha0, gamma=gamma, weight_decay=kappa, **kwargs)

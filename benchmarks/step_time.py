@@ -52,6 +52,8 @@ def methods():
   return {
       "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), False, None),
       "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), True, None),
+      "metaoptax.adamw() (HF scalar, climb)": (metaoptax.adamw(1e-6, weight_decay=0.1), False,
+                                               "Hessian-free"),
       "(AdamW, Adam) HF scalar": (adam(1e-6), False, "Hessian-free"),
       "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), False, "Hessian-free"),
       "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), False, None),
@@ -76,14 +78,14 @@ def loss_fn(params, x, y):
   return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-def make_step(opt, needs_objective):
+def make_step(opt, needs_objective, donate=True):
   def step(params, state, x, y):
     grads = jax.grad(loss_fn)(params, x, y)
     extra = {"obj_fn": lambda p: loss_fn(p, x, y)} if needs_objective else {}
     updates, state = opt.update(grads, state, params, **extra)
     return optax.apply_updates(params, updates), state
 
-  return jax.jit(step, donate_argnums=(0, 1))
+  return jax.jit(step, donate_argnums=(0, 1) if donate else ())
 
 
 def nbytes(tree):
@@ -96,6 +98,8 @@ def main():
   parser.add_argument("--steps", type=int, default=30)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--donate", choices=("both", "yes", "no"), default="both",
+                      help="donate params and state to the step (buffers updated in place)")
   args = parser.parse_args()
   sizes = (784, 64, 10) if args.quick else (784, 1024, 512, 10)
   if args.quick:
@@ -107,18 +111,20 @@ def main():
   params0 = init_mlp(key, sizes)
   n_params = sum(p.size for p in jax.tree.leaves(params0))
   table = methods()
+  modes = {"both": (True, False), "yes": (True,), "no": (False,)}[args.donate]
   runs = {}
-  for name, (opt, needs_obj, _) in table.items():
-    params = jax.tree.map(jnp.copy, params0)
-    state = opt.init(params)
-    step = make_step(opt, needs_obj)
-    params, state = step(params, state, x, y)  # compile
-    jax.block_until_ready(params)
-    runs[name] = {"step": step, "params": params, "state": state, "times": [],
-                  "state_bytes": nbytes(state)}
-    print(f"compiled {name}", flush=True)
+  for donate in modes:
+    for name, (opt, needs_obj, _) in table.items():
+      params = jax.tree.map(jnp.copy, params0)
+      state = opt.init(params)
+      step = make_step(opt, needs_obj, donate)
+      params, state = step(params, state, x, y)  # compile
+      jax.block_until_ready(params)
+      runs[name, donate] = {"step": step, "params": params, "state": state, "times": [],
+                            "state_bytes": nbytes(state)}
+      print(f"compiled {name} (donated: {donate})", flush=True)
   for r in range(args.repeats):
-    for name, run in runs.items():
+    for run in runs.values():
       params, state = run["params"], run["state"]
       start = time.perf_counter()
       for _ in range(args.steps):
@@ -127,22 +133,25 @@ def main():
       run["times"].append((time.perf_counter() - start) / args.steps)
       run["params"], run["state"] = params, state
     print(f"repeat {r + 1}/{args.repeats}", flush=True)
-  ref = np.median(runs["optax.adamw"]["times"])
-  ref_bytes = runs["optax.adamw"]["state_bytes"]
+  ref_bytes = runs["optax.adamw", modes[0]]["state_bytes"]
   params_bytes = nbytes(params0)
   commit = _report.git_commit(short=True)
   lines = [f"MLP {'-'.join(map(str, sizes))} ({n_params:,} params), batch 128, "
            f"{args.repeats} interleaved repeats x {args.steps} steps, {os.cpu_count()} CPU cores, "
-           f"jax {jax.__version__}, commit `{commit}`", "",
-           "| method | median step (ms) | ratio to adamw | target | state (MB) | extra params-sized vectors |",
-           "|---|---|---|---|---|---|"]
+           f"jax {jax.__version__}, commit `{commit}`. Ratios are to optax.adamw's step with the "
+           "same donation (params and state donated to the jitted step, or not).", "",
+           "| method | donated | median step (ms) | ratio to adamw | target | state (MB) | "
+           "extra params-sized vectors |",
+           "|---|---|---|---|---|---|---|"]
   ratios = {}
-  for name, run in runs.items():
+  for (name, donate), run in runs.items():
     med = np.median(run["times"])
-    ratios[name] = med / ref
+    ref = np.median(runs["optax.adamw", donate]["times"])
+    if donate == modes[0]:
+      ratios[name] = med / ref
     target = table[name][2]
     extra = (run["state_bytes"] - ref_bytes) / params_bytes
-    lines.append(f"| {name} | {1e3 * med:.2f} | {med / ref:.3f} | "
+    lines.append(f"| {name} | {'yes' if donate else 'no'} | {1e3 * med:.2f} | {med / ref:.3f} | "
                  f"{'<= %.2f' % TARGETS[target] if target else '-'} | "
                  f"{run['state_bytes'] / 2**20:.2f} | {extra:+.3f} |")
   lines += ["", NOTES]

@@ -70,10 +70,11 @@ def test_jit_no_recompilation_and_dtypes(name, approximation):
   assert dtypes(params2) == dtypes(params)
   assert dtypes(state1) == dtypes(state0) == dtypes(state2)
   assert jax.tree.structure(state1) == jax.tree.structure(state0)
-  # beta, the trace, the meta and the base state are float32 even for bf16 params.
+  # beta, the trace, the meta and the base state are float32 even for bf16 params
+  # (flags such as the climb's are bool, counters int32).
   for leaf in jax.tree.leaves(
       (state2.meta_params, state2.trace, state2.meta_state, state2.base_state)):
-    assert leaf.dtype in (jnp.float32, jnp.int32), leaf.dtype
+    assert leaf.dtype in (jnp.float32, jnp.int32, jnp.bool_), leaf.dtype
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params2))
   assert float(mixed_loss(params2)) < float(mixed_loss(params))
 

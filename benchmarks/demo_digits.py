@@ -16,12 +16,12 @@ step size at those checkpoints, and the first step at which it reaches half of
 the best AdamW rate of the grid (best: lowest final train loss). The figure shows
 the learned step sizes and the loss curves against the AdamW grid.
 
-    python benchmarks/demo_digits.py              # ~190 s of CPU time (see below)
+    python benchmarks/demo_digits.py              # 155-190 s of CPU time (see below)
     python benchmarks/demo_digits.py --quick      # smoke run: 200 steps
 
-The full run needs about 190 s of CPU time, most of it in the 2 x 15 runs of
-6,000 steps: 2-3 min of wall time on two free cores; on a 2-core machine shared
-with other work it took 13-14.5 min.
+The full run needs 155-190 s of CPU time (four measured runs), most of it in the
+2 x 15 runs of 6,000 steps: 1.5-3 min of wall time on two free cores; on a 2-core
+machine shared with other work it took 9-14.5 min.
 
 Writes ``demo_digits.md`` and ``demo_digits.png`` into ``--out`` (by default
 ``benchmarks/out/``, not tracked by git) and prints their paths.
@@ -126,11 +126,12 @@ def table(problem, grid_logs, start_logs, best, steps, chunk, seconds):
   lines += [row(log.method.name, log) for log in start_logs]
   lines += ["", f"Learned step size at each share of the budget; first step at which it "
             f"reaches half the best AdamW rate ({best / 2:g}):", "",
-            "| start | " + " | ".join(pct) + " | step reaching half the best rate |",
+            "| metaoptax.adamw() from | " + " | ".join(pct)
+            + " | step reaching half the best rate |",
             "|---" * (len(CHECKPOINTS) + 2) + "|"]
-  for log in start_logs:
+  for a0, log in zip(STARTS, start_logs):
     cells = [fmt(log.step_sizes[:, at(log, f)].mean(-1)) for f in CHECKPOINTS]
-    lines.append(f"| {log.method.info} | " + " | ".join(cells)
+    lines.append(f"| {a0:g} | " + " | ".join(cells)
                  + f" | {fmt_reach(reach_step(log, best / 2))} |")
   return lines
 
@@ -152,10 +153,11 @@ def plot(problem, grid_logs, start_logs, best, path):
   def loss_curve(log):  # mean over seeds, then smoothed along the (logarithmic) step axis
     return smoothed(steps_after_0, (log.train_loss - problem.train_loss_floor)[:, 1:].mean(0))
 
-  for lr, log in zip(GRID, grid_logs):
+  grays = plt.cm.Greys(np.linspace(0.35, 0.8, len(GRID)))  # darker: larger rate
+  for lr, log, gray in zip(GRID, grid_logs, grays):
     is_best = lr == best
     label = f"AdamW {lr:g}" + (" (best)" if is_best else "")
-    style = dict(color="black" if is_best else "gray", lw=1.4 if is_best else 0.9,
+    style = dict(color="black" if is_best else gray, lw=1.4 if is_best else 1.1,
                  ls="--" if is_best else ":")
     ax1.axhline(lr, **style)
     ax1.annotate(label, xy=(1.0, lr), xycoords=("axes fraction", "data"), xytext=(3, 0),
@@ -168,8 +170,7 @@ def plot(problem, grid_logs, start_logs, best, path):
     ax1.fill_between(steps, alpha.min(0), alpha.max(0), color=color, alpha=0.25, lw=0)
     ax2.plot(steps_after_0, loss_curve(log), color=color, lw=1.6, label=log.method.name)
   linear_up_to = min(LINEAR_UP_TO, int(steps[-1]))
-  ticks = [t for t in (0, 20, 50, 100, 150, 200, 500, 1000, 2000, 5000, 10_000, 20_000)
-           if t <= steps[-1]]
+  later = (500, 1000, 2000, 5000, 10_000, 20_000)
   ax1.set_xscale("symlog", linthresh=linear_up_to, linscale=1.5)
   ax1.set(xlim=(0, steps[-1]), yscale="log", ylabel="step size α",
           xlabel=f"step (linear to {linear_up_to}, logarithmic after)",
@@ -177,9 +178,9 @@ def plot(problem, grid_logs, start_logs, best, path):
   ax2.set(xscale="log", xlim=(steps[1], steps[-1]), yscale="log",
           ylabel="train loss − floor (full train set)", xlabel="step",
           title=f"training loss, mean of {SEEDS} seeds (smoothed over ±{SMOOTHING:.0%} of the step)")
-  for ax in (ax1, ax2):
-    ax.set_xticks([t for t in ticks if t >= ax.get_xlim()[0]],
-                  [str(t) for t in ticks if t >= ax.get_xlim()[0]])
+  for ax, ticks in ((ax1, (0, 50, 100, 150, 200) + later), (ax2, (20, 50, 100, 200) + later)):
+    ticks = [t for t in ticks if ax.get_xlim()[0] <= t <= steps[-1]]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xticks([], minor=True)
     for f in CHECKPOINTS[:-1]:  # the table's checkpoints
       ax.axvline(f * steps[-1], color="0.75", lw=0.8, ls=":", zorder=0)

@@ -1,206 +1,220 @@
-"""Demonstration: a learned step size vs hand-tuned AdamW on scikit-learn's digits.
+"""Demonstration: ``metaoptax.adamw()``, untuned, against a grid of hand-set AdamW rates.
 
-An MLP (64-128-128-10, ReLU, He init) trains with minibatches of 128 for
-``--steps`` steps on cross-entropy with label smoothing 0.1. (Without smoothing
-every rate of the grid drives the train loss to exactly 0 on digits and the
-"best" step size is ill-posed; with it the loss has a floor, the entropy of the
-smoothed targets, and minibatch noise persists at the optimum, so a step size
-that is too large costs loss.) AdamW runs at each rate of a grid; metaoptax's
-(AdamW, Adam) preset starts two orders of magnitude below a good fixed rate
-(1e-5 vs 1e-3) and learns its step size while training. Under Adam
-meta-updates log(alpha) moves by at most about eta = 1e-3 per step, so climbing
-two orders (4.6 nats) needs >= 5k steps.
+An MLP (64-128-128-10, ReLU, He init) learns scikit-learn's digits with minibatches
+of 128 and cross-entropy with label smoothing 0.1, which gives the train loss a
+floor (the entropy of the smoothed targets) that the tables subtract. Two method
+families, each one compiled program over its five settings and three seeds:
 
-    python benchmarks/demo_digits.py              # ~3 min on 2 CPU cores
-    python benchmarks/demo_digits.py --quick      # smoke run
+* ``optax.adamw(lr, weight_decay=0.1)`` for ``lr`` in 1e-4, 3e-4, 1e-3, 3e-3, 1e-2;
+* ``metaoptax.adamw(init_step_size=a0, weight_decay=0.1)`` for ``a0`` in 1e-8 ...
+  1e-4, every other setting at its default: the step size is learned while
+  training (an exponential climb, then Adam on its logarithm).
 
-Prints a table (train loss above its floor, test accuracy, wall time, peak and
-final step size) and writes demo_digits.png and demo_digits.md into --out.
+The table gives, as mean ± std over the seeds, the train loss above its floor at
+10 %, 25 %, 50 % and 100 % of the budget, the final test accuracy, the learned
+step size at those checkpoints, and the first step at which it reaches half of
+the best AdamW rate of the grid (best: lowest final train loss). The figure shows
+the learned step sizes and the loss curves against the AdamW grid.
+
+    python benchmarks/demo_digits.py              # 155-190 s of CPU time (see below)
+    python benchmarks/demo_digits.py --quick      # smoke run: 200 steps
+
+The full run needs 155-190 s of CPU time (four measured runs), most of it in the
+2 x 15 runs of 6,000 steps: 1.5-3 min of wall time on two free cores; on a 2-core
+machine shared with other work it took 9-14.5 min.
+
+Writes ``demo_digits.md`` and ``demo_digits.png`` into ``--out`` (by default
+``benchmarks/out/``, not tracked by git) and prints their paths.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import functools
+import pathlib
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import _report
 import metaoptax
+from suite_tasks import digits
+from suite_tasks import methods
+from suite_tasks import runner
 
 GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
-SIZES = (64, 128, 128, 10)
-BATCH = 128
-CHUNK = 100  # steps per jitted scan; losses and step sizes are logged between chunks
+STARTS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
+SEEDS = 3
+STEPS, CHUNK = 6_000, 20  # the loss and the step sizes are recorded every CHUNK steps
+QUICK_STEPS, QUICK_CHUNK = 200, 20
+CHECKPOINTS = (0.1, 0.25, 0.5, 1.0)  # fractions of the budget reported in the table
+LINEAR_UP_TO = 200  # the figure's step axis is linear up to here (the climb), log after
+SMOOTHING = 0.2  # the loss curves are smoothed over steps within ±20 % (log-step axis)
+OUT = pathlib.Path(__file__).resolve().parent / "out"
 
 
-def load_data(seed=0):
-  digits = load_digits()
-  x_train, x_test, y_train, y_test = train_test_split(
-      digits.data.astype(np.float32), digits.target, test_size=360, random_state=seed,
-      stratify=digits.target)
-  mean, std = x_train.mean(0), x_train.std(0) + 1e-6
-  return ((jnp.asarray((x_train - mean) / std), jnp.asarray(y_train)),
-          (jnp.asarray((x_test - mean) / std), jnp.asarray(y_test)))
+def drop_in_starts(starts) -> runner.Method:
+  """``metaoptax.adamw`` from every start in ``starts``, side by side, defaults otherwise."""
+  return runner.Method(
+      "metaoptax.adamw() starts", "metaoptax",
+      lambda a0: metaoptax.adamw(init_step_size=a0, weight_decay=methods.WEIGHT_DECAY),
+      learned_step_size=True, values=tuple(starts),
+      names=tuple((f"metaoptax.adamw() from {a0:g}", f"start {a0:g}") for a0 in starts))
 
 
-def init_mlp(key):
-  params = []
-  for k, (fan_in, fan_out) in zip(jax.random.split(key, len(SIZES) - 1), zip(SIZES, SIZES[1:])):
-    w = jax.random.normal(k, (fan_in, fan_out)) * jnp.sqrt(2.0 / fan_in)  # He / Kaiming
-    params.append({"w": w, "b": jnp.zeros(fan_out)})
-  return params
+def at(log, fraction):
+  """Index of the record at ``fraction`` of the budget."""
+  return int(round(fraction * (len(log.steps) - 1)))
 
 
-def logits(params, x):
-  for layer in params[:-1]:
-    x = jax.nn.relu(x @ layer["w"] + layer["b"])
-  return x @ params[-1]["w"] + params[-1]["b"]
+def best_rate_index(grid_logs, record):
+  """Index of the grid rate with the lowest mean train loss at ``record`` (NaN loses)."""
+  means = np.array([np.mean(log.train_loss[:, record]) for log in grid_logs])
+  return int(np.argmin(np.where(np.isfinite(means), means, np.inf)))
 
 
-LABEL_SMOOTHING = 0.1
-NUM_CLASSES = 10
-_p_true = 1 - LABEL_SMOOTHING + LABEL_SMOOTHING / NUM_CLASSES
-_p_other = LABEL_SMOOTHING / NUM_CLASSES
-# The smallest possible loss: the entropy of the smoothed targets.
-LOSS_FLOOR = float(-_p_true * np.log(_p_true) - (NUM_CLASSES - 1) * _p_other * np.log(_p_other))
+def fmt(x, digits=3):
+  x = np.asarray(x, dtype=float)
+  if not np.all(np.isfinite(x)):
+    return "diverged"
+  return f"{x.mean():.{digits}g} ± {x.std():.1g}"
 
 
-def loss_fn(params, x, y):
-  targets = optax.smooth_labels(jax.nn.one_hot(y, NUM_CLASSES), LABEL_SMOOTHING)
-  return optax.softmax_cross_entropy(logits(params, x), targets).mean()
+def reach_step(log, target):
+  """Per seed: first recorded step at which the step size is >= ``target`` (NaN if never)."""
+  alpha = log.step_sizes.mean(-1)  # (seeds, records); one step size per run (scalar)
+  hit = alpha >= target
+  return np.where(hit.any(1), log.steps[np.argmax(hit, 1)], np.nan)
 
 
-def accuracy(params, x, y):
-  return float(jnp.mean(jnp.argmax(logits(params, x), -1) == y))
+def fmt_reach(steps):
+  if np.all(np.isnan(steps)):
+    return "not reached"
+  text = fmt(steps[~np.isnan(steps)], 3)
+  missing = int(np.isnan(steps).sum())
+  return text + (f" ({missing} of {len(steps)} seeds never)" if missing else "")
 
 
-def train(opt, data, steps, seed):
-  (x_train, y_train), _ = data
-  params = init_mlp(jax.random.key(seed))
-  state = opt.init(params)
+def table(problem, grid_logs, start_logs, best, steps, chunk, seconds):
+  floor = problem.train_loss_floor
+  pct = [f"{int(100 * f)} %" for f in CHECKPOINTS]
+  lines = [
+      f"Digits MLP 64-128-128-10, batch {digits.BATCH}, label smoothing "
+      f"{digits.LABEL_SMOOTHING} (train-loss floor {floor:.4f}), {steps} steps, "
+      f"{SEEDS} seeds (mean ± std), weight decay {methods.WEIGHT_DECAY}. Best AdamW rate of "
+      f"the grid (lowest final train loss): {best:g}. Loss and step size recorded every "
+      f"{chunk} steps. Training time: AdamW grid {seconds[0]:.0f} s, metaoptax.adamw() "
+      f"{seconds[1]:.0f} s ({len(GRID) * SEEDS} runs each, compilation excluded).", "",
+      "Train loss − floor at each share of the budget, final test accuracy:", "",
+      "| method | " + " | ".join(f"{p} ({int(f * steps)})" for p, f in zip(pct, CHECKPOINTS))
+      + " | test accuracy |",
+      "|---" * (len(CHECKPOINTS) + 2) + "|"]
 
-  @jax.jit
-  def chunk(params, state, key):
-    def one(carry, k):
-      p, s = carry
-      idx = jax.random.randint(k, (BATCH,), 0, x_train.shape[0])
-      grads = jax.grad(loss_fn)(p, x_train[idx], y_train[idx])
-      updates, s = opt.update(grads, s, p)
-      return (optax.apply_updates(p, updates), s), None
+  def row(name, log):
+    cells = [fmt(log.train_loss[:, at(log, f)] - floor) for f in CHECKPOINTS]
+    return f"| {name} | " + " | ".join(cells) + f" | {fmt(log.test[:, -1], 4)} |"
 
-    (params, state), _ = jax.lax.scan(one, (params, state), jax.random.split(key, CHUNK))
-    return params, state, loss_fn(params, x_train, y_train)
-
-  key = jax.random.key(seed + 1)
-  log = {"step": [0], "loss": [float(loss_fn(params, x_train, y_train))], "step_size": []}
-  is_meta = metaoptax.MetaOptimizeState in {type(s) for s in jax.tree.leaves(
-      state, is_leaf=lambda s: isinstance(s, metaoptax.MetaOptimizeState))}
-  if is_meta:
-    log["step_size"].append(np.asarray(metaoptax.step_sizes(state)))
-  start = time.perf_counter()
-  for i in range(steps // CHUNK):
-    key, sub = jax.random.split(key)
-    params, state, train_loss = chunk(params, state, sub)
-    log["step"].append((i + 1) * CHUNK)
-    log["loss"].append(float(train_loss))
-    if is_meta:
-      log["step_size"].append(np.asarray(metaoptax.step_sizes(state)))
-  log["seconds"] = time.perf_counter() - start
-  log["params"] = params
-  return log
-
-
-def excess(loss):
-  """Train loss above its floor (the entropy of the smoothed targets)."""
-  return np.maximum(np.asarray(loss) - LOSS_FLOOR, 1e-9)
-
-
-def mean_log_excess(log):
-  return float(np.mean(np.log10(excess(log["loss"]))))
+  for lr, log in zip(GRID, grid_logs):
+    lines.append(row(log.method.name + (" (best)" if lr == best else ""), log))
+  best_at = []
+  for f in CHECKPOINTS:
+    i = best_rate_index(grid_logs, at(grid_logs[0], f))
+    best_at.append(fmt(grid_logs[i].train_loss[:, at(grid_logs[i], f)] - floor)
+                   + f" (lr {GRID[i]:g})")
+  lines.append("| AdamW, best rate of the grid at each checkpoint | " + " | ".join(best_at)
+               + " | |")
+  lines += [row(log.method.name, log) for log in start_logs]
+  lines += ["", f"Learned step size at each share of the budget; first step at which it "
+            f"reaches half the best AdamW rate ({best / 2:g}):", "",
+            "| metaoptax.adamw() from | " + " | ".join(pct)
+            + " | step reaching half the best rate |",
+            "|---" * (len(CHECKPOINTS) + 2) + "|"]
+  for a0, log in zip(STARTS, start_logs):
+    cells = [fmt(log.step_sizes[:, at(log, f)].mean(-1)) for f in CHECKPOINTS]
+    lines.append(f"| {a0:g} | " + " | ".join(cells)
+                 + f" | {fmt_reach(reach_step(log, best / 2))} |")
+  return lines
 
 
-def peak_step_size(log):
-  """(largest mean step size, the step at which it occurred)."""
-  a = np.stack([np.atleast_1d(s).mean() for s in log["step_size"]])
-  return float(a.max()), log["step"][int(a.argmax())]
+def smoothed(steps, y, spread=SMOOTHING):
+  """Geometric mean of ``y`` over the records within a factor ``1 ± spread`` of each step."""
+  log_y = np.log(np.maximum(y, 1e-12))
+  return np.exp([log_y[(steps >= t / (1 + spread)) & (steps <= t * (1 + spread))].mean()
+                 for t in steps])
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--steps", type=int, default=30_000)
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--init-step-size", type=float, default=1e-5)
-  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-  parser.add_argument("--quick", action="store_true", help="500 steps (smoke run)")
-  args = parser.parse_args()
-  steps = 500 if args.quick else args.steps
-  os.makedirs(args.out, exist_ok=True)
-  data = load_data(args.seed)
-  runs = {}
-  for lr in GRID:
-    print(f"AdamW lr={lr:g} ...", flush=True)
-    runs[f"AdamW {lr:g}"] = train(optax.adamw(lr, weight_decay=0.1), data, steps, args.seed)
-  # 1e-3 is a good fixed rate (see the table); metaoptax starts 100x below it.
-  best_lr = 1e-3
-  start = args.init_step_size
-  print(f"metaoptax starts at {start:g}", flush=True)
-  for blocks in ("scalar", "per_leaf"):
-    name = f"metaoptax (AdamW, Adam) {blocks}, start {start:g}"
-    print(f"{name} ...", flush=True)
-    runs[name] = train(metaoptax.presets.adamw_adam(start, blocks=blocks), data, steps, args.seed)
-
-  (_, _), (x_test, y_test) = data
-  lines = [f"Digits MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, {steps} steps, seed {args.seed}, "
-           f"label smoothing {LABEL_SMOOTHING} (train-loss floor {LOSS_FLOOR:.4f})",
-           "", "| method | final train loss - floor | mean log10 (train loss - floor) | test accuracy |"
-           " wall time (s) | peak step size (at step) | final step size |",
-           "|---|---|---|---|---|---|---|"]
-  for name, log in runs.items():
-    if log["step_size"]:
-      alpha = "%.3g" % float(np.mean(log["step_size"][-1]))
-      peak = "%.3g (%d)" % peak_step_size(log)
-    else:
-      alpha = peak = name.split()[1]
-    lines.append(f"| {name} | {excess(log['loss'][-1]):.2e} | {mean_log_excess(log):.2f} | "
-                 f"{accuracy(log['params'], x_test, y_test):.4f}"
-                 f" | {log['seconds']:.1f} | {peak} | {alpha} |")
-  _report.write_table(lines, os.path.join(args.out, "demo_digits.md"))
-  plot(runs, os.path.join(args.out, "demo_digits.png"), best_lr)
-  print(f"wrote {os.path.join(args.out, 'demo_digits.png')}")
-
-
-def plot(runs, path, best_lr):
+def plot(problem, grid_logs, start_logs, best, path):
   plt = _report.pyplot()
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-  for name, log in runs.items():
-    style = "-" if log["step_size"] else ":"
-    ax1.plot(log["step"], excess(log["loss"]), style, label=name, lw=2 if log["step_size"] else 1.2)
-    if log["step_size"]:
-      sizes = np.stack([np.atleast_1d(s) for s in log["step_size"]])
-      for j in range(sizes.shape[1]):
-        ax2.plot(log["step"], sizes[:, j], lw=1.5,
-                 label=name if j == 0 else None, color=ax1.lines[-1].get_color(),
-                 alpha=1.0 if sizes.shape[1] == 1 else 0.6)
-  for lr in GRID:
-    ax2.axhline(lr, color="gray", lw=0.8, ls=":" if lr != best_lr else "--")
-    ax2.text(0, lr, f" AdamW {lr:g}", fontsize=7, va="bottom",
-             color="gray")
-  ax1.set(yscale="log", xlabel="step", ylabel="train loss - floor (full train set)",
-          title="training loss")
-  ax2.set(yscale="log", xlabel="step", ylabel="step size alpha",
-          title="learned step size (per-leaf: one line per array)")
-  ax1.legend(fontsize=7)
-  ax2.legend(fontsize=7, loc="lower right")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
+  colors = plt.cm.viridis(np.linspace(0.0, 0.85, len(start_logs)))
+  steps = grid_logs[0].steps
+  steps_after_0 = steps[1:]
+
+  def loss_curve(log):  # mean over seeds, then smoothed along the (logarithmic) step axis
+    return smoothed(steps_after_0, (log.train_loss - problem.train_loss_floor)[:, 1:].mean(0))
+
+  grays = plt.cm.Greys(np.linspace(0.35, 0.8, len(GRID)))  # darker: larger rate
+  for lr, log, gray in zip(GRID, grid_logs, grays):
+    is_best = lr == best
+    label = f"AdamW {lr:g}" + (" (best)" if is_best else "")
+    style = dict(color="black" if is_best else gray, lw=1.4 if is_best else 1.1,
+                 ls="--" if is_best else ":")
+    ax1.axhline(lr, **style)
+    ax1.annotate(label, xy=(1.0, lr), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                 textcoords="offset points", fontsize=7, va="center", color=style["color"])
+    ax2.plot(steps_after_0, loss_curve(log), label=label, **style)
+  ax1.axhline(best / 2, color="tab:red", lw=0.9, ls="-.", label="half the best AdamW rate")
+  for log, color in zip(start_logs, colors):
+    alpha = log.step_sizes.mean(-1)
+    ax1.plot(steps, alpha.mean(0), color=color, lw=1.8, label=log.method.name)
+    ax1.fill_between(steps, alpha.min(0), alpha.max(0), color=color, alpha=0.25, lw=0)
+    ax2.plot(steps_after_0, loss_curve(log), color=color, lw=1.6, label=log.method.name)
+  linear_up_to = min(LINEAR_UP_TO, int(steps[-1]))
+  later = (500, 1000, 2000, 5000, 10_000, 20_000)
+  ax1.set_xscale("symlog", linthresh=linear_up_to, linscale=1.5)
+  ax1.set(xlim=(0, steps[-1]), yscale="log", ylabel="step size α",
+          xlabel=f"step (linear to {linear_up_to}, logarithmic after)",
+          title=f"learned step size α(t), {SEEDS} seeds (line: mean, band: min–max)")
+  ax2.set(xscale="log", xlim=(steps[1], steps[-1]), yscale="log",
+          ylabel="train loss − floor (full train set)", xlabel="step",
+          title=f"training loss, mean of {SEEDS} seeds (smoothed over ±{SMOOTHING:.0%} of the step)")
+  for ax, ticks in ((ax1, (0, 50, 100, 150, 200) + later), (ax2, (20, 50, 100, 200) + later)):
+    ticks = [t for t in ticks if ax.get_xlim()[0] <= t <= steps[-1]]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xticks([], minor=True)
+    for f in CHECKPOINTS[:-1]:  # the table's checkpoints
+      ax.axvline(f * steps[-1], color="0.75", lw=0.8, ls=":", zorder=0)
+  ax1.legend(fontsize=7, loc="lower right")
+  ax2.legend(fontsize=7, loc="lower left", ncol=2)
+  fig.text(0.5, 0.005, "vertical dotted lines: " + ", ".join(
+      f"{int(100 * f)} %" for f in CHECKPOINTS[:-1]) + " of the budget (the table's checkpoints)",
+      ha="center", fontsize=8, color="0.4")
+  _report.save_figure(fig, path)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--steps", type=int, default=STEPS)
+  parser.add_argument("--out", type=pathlib.Path, default=OUT,
+                      help="output folder (default: benchmarks/out/, git-ignored)")
+  parser.add_argument("--quick", action="store_true", help="smoke run: 200 steps")
+  args = parser.parse_args(argv)
+  import tqdm  # pylint: disable=g-import-not-at-top
+  steps, chunk = (QUICK_STEPS, QUICK_CHUNK) if args.quick else (args.steps, CHUNK)
+  problem = digits.make_problem()
+  progress = functools.partial(tqdm.tqdm, dynamic_ncols=True, mininterval=0.5)
+  start = time.perf_counter()
+  kw = dict(steps=steps, seeds=SEEDS, chunk=chunk, progress=progress)
+  grid_logs = runner.train(problem, methods.adamw_grid(GRID), **kw)
+  start_logs = runner.train(problem, drop_in_starts(STARTS), **kw)
+  best = GRID[best_rate_index(grid_logs, -1)]
+  seconds = (sum(l.seconds for l in grid_logs), sum(l.seconds for l in start_logs))
+  args.out.mkdir(parents=True, exist_ok=True)
+  md, png = args.out / "demo_digits.md", args.out / "demo_digits.png"
+  _report.write_table(table(problem, grid_logs, start_logs, best, steps, chunk, seconds), md)
+  plot(problem, grid_logs, start_logs, best, png)
+  print(f"wrote {md}\nwrote {png}")
+  print(f"total {time.perf_counter() - start:.0f} s (data, compilation and training)")
 
 
 if __name__ == "__main__":

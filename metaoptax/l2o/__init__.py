@@ -1,7 +1,8 @@
-"""Learned (LSTM) optimizers that can teleport, their tasks and meta-training (seed 002)."""
+"""Learned (LSTM) optimizers that can teleport, their tasks and meta-training."""
 
+from metaoptax._src.loop import Progress
 from metaoptax.l2o import tasks
-from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingResult,
+from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaTrainingResult,
                                          MetaTrainingState, build_meta_step,
                                          default_meta_optimizer, evaluate, evaluate_optax,
                                          init_meta_training, meta_train, sample_problems)

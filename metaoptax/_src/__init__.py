@@ -1,0 +1,1 @@
+"""The private core of metaoptax. Users import the public names from :mod:`metaoptax`."""

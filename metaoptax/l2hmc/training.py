@@ -356,15 +356,14 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
   """
   training, old = _training_config("train", training, deprecated, {
       "chain_axis": "data_axis=",
-      "seed": "init_state=init_training(target, config, training, seed=...)"})
+      "seed": "init_state=init_training(target, config, training, seed=...) (unused with "
+              "init_state)"})
   data_axis = hashable_axis(rename("train", data_axis, None, old, "chain_axis", "data_axis"))
   progress = loop.legacy_progress("train", progress,
                                   lambda r: (r.iteration, r.loss, r.metrics["acceptance"]))
   _check_dim(target, config)
   optimizer = optimizer or default_optimizer()
-  if "seed" in old:
-    if init_state is not None:
-      raise ValueError("init_state sets the starting point; seed cannot be given with it.")
+  if "seed" in old and init_state is None:  # the earlier precedence: init_state first
     init_state = init_training(target, config, training, optimizer=optimizer, seed=old["seed"])
   chosen = init_state is not None
   if init_state is None:

@@ -308,8 +308,9 @@ def meta_train(
   """
   old = pop_deprecated("meta_train", deprecated, {
       **_FLAT_FIELDS, "meta_steps": "num_iterations=", "batch_axis": "data_axis=",
-      "seed": "init_state=init_meta_training(config, seed=...)",
-      "network_params": "init_state=init_meta_training(config, params=...)"})
+      "seed": "init_state=init_meta_training(config, seed=...) (unused with init_state)",
+      "network_params": "init_state=init_meta_training(config, params=...) (unused with "
+                        "init_state)"})
   num_iterations = rename("meta_train", num_iterations, 100, old, "meta_steps",
                           "num_iterations")
   data_axis = hashable_axis(rename("meta_train", data_axis, None, old, "batch_axis",
@@ -318,10 +319,8 @@ def meta_train(
   progress = loop.legacy_progress("meta_train", progress,
                                   lambda r: (r.iteration, r.loss, r.skipped_updates))
   meta_optimizer = meta_optimizer or default_meta_optimizer()
-  if "seed" in old or "network_params" in old:
-    if init_state is not None:
-      raise ValueError("init_state sets the starting point; seed and network_params "
-                       "cannot be given with it.")
+  if ("seed" in old or "network_params" in old) and init_state is None:
+    # the earlier precedence: an init_state makes seed and network_params unused
     init_state = init_meta_training(config, meta_optimizer=meta_optimizer,
                                     seed=old.get("seed", 0), params=old.get("network_params"))
   chosen = init_state is not None

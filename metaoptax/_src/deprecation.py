@@ -7,14 +7,15 @@ import warnings
 from typing import Any, Mapping
 
 
-def pop_deprecated(function: str, kwargs: dict[str, Any],
-                   replacements: Mapping[str, str]) -> dict[str, Any]:
+def pop_deprecated(function: str, kwargs: dict[str, Any], replacements: Mapping[str, str],
+                   stacklevel: int = 3) -> dict[str, Any]:
   """The deprecated keyword arguments in ``kwargs``, each announced by a warning.
 
   Args:
     function: the public function's name, for the messages.
     kwargs: the keyword arguments the function did not declare.
     replacements: deprecated name -> what to use instead (shown in the warning).
+    stacklevel: the warnings' stack level (3: the public function's caller).
 
   Returns:
     ``{deprecated name: value}`` for those given.
@@ -27,7 +28,7 @@ def pop_deprecated(function: str, kwargs: dict[str, Any],
     raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
   for name in kwargs:
     warnings.warn(f"{function}(): `{name}=` is deprecated; use {replacements[name]}.",
-                  DeprecationWarning, stacklevel=3)
+                  DeprecationWarning, stacklevel=stacklevel)
   return dict(kwargs)
 
 

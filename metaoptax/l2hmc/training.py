@@ -153,7 +153,7 @@ def _training_config(function: str, training: TrainingConfig,
                      deprecated: dict[str, Any], extra: dict[str, str]) -> tuple[TrainingConfig, dict]:
   """``training`` with the deprecated flat keyword arguments applied, checked; and the
   remaining deprecated arguments (``extra`` names their replacements)."""
-  old = pop_deprecated(function, deprecated, {**_FLAT_FIELDS, **extra})
+  old = pop_deprecated(function, deprecated, {**_FLAT_FIELDS, **extra}, stacklevel=4)
   flat = {name: old.pop(name) for name in TrainingConfig._fields if name in old}
   if flat:
     if training != TrainingConfig():

@@ -5,6 +5,8 @@ from metaoptax import l2hmc
 from metaoptax import l2o
 from metaoptax import teleport
 
+from metaoptax._src.progress import Progress
+
 from metaoptax.metaoptimize import ExactTrace
 from metaoptax.metaoptimize import HessianFreeTrace
 from metaoptax.metaoptimize import IDBDState
@@ -20,6 +22,7 @@ from metaoptax.metaoptimize import xu_idbd
 __version__ = "0.1.0"
 
 __all__ = (
+    "Progress",
     "checkpoint",
     "l2hmc",
     "l2o",

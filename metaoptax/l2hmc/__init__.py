@@ -1,6 +1,5 @@
 """Samplers whose leapfrog step sizes (and S, Q, T networks) are trained: L2HMC."""
 
-from metaoptax._src.loop import Progress
 from metaoptax.l2hmc import ess, targets
 from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, leapfrog,
                                       make_masks)

@@ -57,6 +57,7 @@ from metaoptax._src import loop
 from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_axis
 from metaoptax._src.deprecation import pop_deprecated, rename
 from metaoptax._src.finite_update import apply_if_finite
+from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
@@ -306,7 +307,7 @@ def _summarize(infos: TrainingInfo) -> tuple[float, dict]:
 def train(target: Target, config: L2HMCConfig, training: TrainingConfig = TrainingConfig(),
           *, num_iterations: int = 5000, optimizer: optax.GradientTransformation | None = None,
           init_state: TrainingState | None = None,
-          progress: str | Callable[[loop.Progress], None] | None = "bar",
+          progress: str | Callable[[Progress], None] | None = "bar",
           log_every: int = 100, mesh: jax.sharding.Mesh | None = None,
           data_axis: str | Sequence[str] | None = None,
           checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0,
@@ -330,7 +331,7 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
       training, optimizer=optimizer)`` (seed 0).
     progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates, the
       acceptance and the rate), a callable receiving a
-      :class:`metaoptax.l2hmc.Progress` every ``log_every`` iterations and at the
+      :class:`metaoptax.Progress` every ``log_every`` iterations and at the
       end (means over those iterations, skipped ones' losses left out;
       ``print`` prints a labelled line), or ``None`` for silence.
     log_every: iterations between progress reports.
@@ -359,7 +360,7 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
       "seed": "init_state=init_training(target, config, training, seed=...) (unused with "
               "init_state)"})
   data_axis = hashable_axis(rename("train", data_axis, None, old, "chain_axis", "data_axis"))
-  progress = loop.legacy_progress("train", progress,
+  progress = legacy_progress("train", progress,
                                   lambda r: (r.iteration, r.loss, r.metrics["acceptance"]))
   _check_dim(target, config)
   optimizer = optimizer or default_optimizer()

@@ -1,6 +1,5 @@
 """Learned (LSTM) optimizers that can teleport, their tasks and meta-training."""
 
-from metaoptax._src.loop import Progress
 from metaoptax.l2o import tasks
 from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaTrainingResult,
                                          MetaTrainingState, build_meta_step,

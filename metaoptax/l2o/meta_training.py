@@ -36,6 +36,7 @@ from metaoptax._src import loop
 from metaoptax._src.data_parallel import data_parallel, hashable_axis
 from metaoptax._src.deprecation import deprecated_alias, pop_deprecated, rename
 from metaoptax._src.finite_update import apply_if_finite
+from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2o.network import L2OConfig, init_network
 from metaoptax.l2o.optimizer import init_state, learned_optimizer, step
 from metaoptax.l2o.tasks import TaskFamily
@@ -255,7 +256,7 @@ def meta_train(
     num_iterations: int = 100,
     meta_optimizer: optax.GradientTransformation | None = None,
     init_state: MetaTrainingState | None = None,
-    progress: str | Callable[[loop.Progress], None] | None = "bar",
+    progress: str | Callable[[Progress], None] | None = "bar",
     log_every: int = 10,
     mesh: jax.sharding.Mesh | None = None,
     data_axis: str | Sequence[str] | None = None,
@@ -283,7 +284,7 @@ def meta_train(
       ``result.state`` of an earlier call, to continue). Default:
       ``init_meta_training(config, meta_optimizer=meta_optimizer)`` (seed 0).
     progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates and the
-      rate), a callable receiving a :class:`metaoptax.l2o.Progress` every
+      rate), a callable receiving a :class:`metaoptax.Progress` every
       ``log_every`` iterations and at the end (``print`` prints a labelled
       line), or ``None`` for silence.
     log_every: iterations between progress reports.
@@ -316,7 +317,7 @@ def meta_train(
   data_axis = hashable_axis(rename("meta_train", data_axis, None, old, "batch_axis",
                                    "data_axis"))
   training = _training_config("meta_train", training, old)
-  progress = loop.legacy_progress("meta_train", progress,
+  progress = legacy_progress("meta_train", progress,
                                   lambda r: (r.iteration, r.loss, r.skipped_updates))
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   if ("seed" in old or "network_params" in old) and init_state is None:

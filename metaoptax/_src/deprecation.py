@@ -55,3 +55,18 @@ def deprecated_alias(old: str, new: str) -> property:
     return getattr(self, new)
 
   return property(get, doc=f"Deprecated name of ``{new}``.")
+
+
+def replace_fields(function: str, config: Any, old: dict[str, Any]) -> Any:
+  """``config`` (a NamedTuple) with the deprecated flat keyword arguments for its fields,
+  popped from ``old``, applied.
+
+  Raises ``TypeError`` if ``config`` was given too (differs from its default).
+  """
+  flat = {name: old.pop(name) for name in config._fields if name in old}
+  if not flat:
+    return config
+  if config != type(config)():
+    raise TypeError(f"{function}() got both a {type(config).__name__} and its deprecated "
+                    f"flat fields {sorted(flat)}.")
+  return config._replace(**flat)

@@ -55,7 +55,7 @@ import optax
 
 from metaoptax._src import loop
 from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_axis
-from metaoptax._src.deprecation import pop_deprecated, rename
+from metaoptax._src.deprecation import pop_deprecated, rename, replace_fields
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
@@ -155,12 +155,7 @@ def _training_config(function: str, training: TrainingConfig,
   """``training`` with the deprecated flat keyword arguments applied, checked; and the
   remaining deprecated arguments (``extra`` names their replacements)."""
   old = pop_deprecated(function, deprecated, {**_FLAT_FIELDS, **extra}, stacklevel=4)
-  flat = {name: old.pop(name) for name in TrainingConfig._fields if name in old}
-  if flat:
-    if training != TrainingConfig():
-      raise TypeError(f"{function}() got both `training=` and its deprecated flat fields "
-                      f"{sorted(flat)}.")
-    training = training._replace(**flat)
+  training = replace_fields(function, training, old)
   temperature = training.temperature
   if not callable(temperature) and not temperature > 0:
     raise ValueError(f"temperature must be > 0 or a schedule, got {temperature}.")

@@ -1,4 +1,4 @@
-r"""Meta-training learned optimizers (Algorithm 1, Chen et al. 2022) and evaluation.
+r"""Meta-training learned optimizers (Algorithm 1, Chen et al. 2022).
 
 For each iteration, ``tasks_per_step`` tasks and starting points are sampled;
 the optimizee runs ``horizon`` steps in truncations of ``unroll`` steps
@@ -22,9 +22,7 @@ second derivatives of ``f`` from the meta-gradient.
 
 from __future__ import annotations
 
-import functools
 import os
-import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -34,11 +32,12 @@ import optax
 
 from metaoptax._src import loop
 from metaoptax._src.data_parallel import data_parallel, hashable_axis
-from metaoptax._src.deprecation import deprecated_alias, pop_deprecated, rename
+from metaoptax._src.deprecation import (deprecated_alias, pop_deprecated, rename,
+                                        replace_fields)
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2o.network import L2OConfig, init_network
-from metaoptax.l2o.optimizer import init_state, learned_optimizer, step
+from metaoptax.l2o.optimizer import init_state, step
 from metaoptax.l2o.tasks import TaskFamily
 
 
@@ -113,17 +112,11 @@ def _unroll(config, family, network_params, task, params, state, length, second_
   return losses, (params, state)
 
 
-def _sample_tasks(family: TaskFamily, key: jax.Array, count: int):
-  """``count`` tasks and starting points (vmapped)."""
+def sample_problems(config: L2OConfig, family: TaskFamily, key: jax.Array, count: int):
+  """``count`` tasks, starting points and fresh optimizer states (vmapped)."""
   k_task, k_init = jax.random.split(key)
   tasks = jax.vmap(family.sample_task)(jax.random.split(k_task, count))
   params = jax.vmap(family.init_params)(jax.random.split(k_init, count), tasks)
-  return tasks, params
-
-
-def sample_problems(config: L2OConfig, family: TaskFamily, key: jax.Array, count: int):
-  """``count`` tasks, starting points and fresh optimizer states (vmapped)."""
-  tasks, params = _sample_tasks(family, key, count)
   states = jax.vmap(lambda p: init_state(config, p))(params)
   return tasks, params, states
 
@@ -155,18 +148,10 @@ def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTrans
   return MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero)
 
 
-_TRAINING_FIELDS = MetaTrainingConfig._fields
-
-
 def _training_config(function: str, training: MetaTrainingConfig,
                      old: dict[str, Any]) -> MetaTrainingConfig:
   """``training`` with the deprecated flat keyword arguments applied, in a hashable form."""
-  flat = {name: old.pop(name) for name in _TRAINING_FIELDS if name in old}
-  if flat:
-    if training != MetaTrainingConfig():
-      raise TypeError(f"{function}() got both `training=` and its deprecated flat fields "
-                      f"{sorted(flat)}.")
-    training = training._replace(**flat)
+  training = replace_fields(function, training, old)
   if training.horizon % training.unroll:
     raise ValueError(f"horizon ({training.horizon}) must be a multiple of unroll "
                      f"({training.unroll}).")
@@ -179,7 +164,8 @@ def _training_config(function: str, training: MetaTrainingConfig,
   return training
 
 
-_FLAT_FIELDS = {name: f"training=MetaTrainingConfig({name}=...)" for name in _TRAINING_FIELDS}
+_FLAT_FIELDS = {name: f"training=MetaTrainingConfig({name}=...)"
+                for name in MetaTrainingConfig._fields}
 
 
 def build_meta_step(
@@ -337,55 +323,3 @@ def meta_train(
   losses = run.infos.losses.reshape(-1)
   return MetaTrainingResult(run.state.params, losses, int(run.state.skipped_updates),
                             run.seconds, losses.size / run.seconds, run.state)
-
-
-def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: jax.Array,
-             num_tasks: int, steps: int, *deprecated_args) -> jax.Array:
-  """Losses ``(num_tasks, steps + 1)`` of an optax optimizer on unseen tasks of ``family``.
-
-  The same ``key`` gives every optimizer the same tasks and starting points. A
-  trained learned optimizer is ``learned_optimizer(result.params, config)``;
-  each update receives the task's group action as ``act=``, so its teleport
-  head acts (other optimizers ignore it).
-
-  Examples:
-    >>> import jax, optax
-    >>> from metaoptax import l2o
-    >>> family = l2o.tasks.ellipse()
-    >>> losses = l2o.evaluate(optax.adam(0.1), family, jax.random.key(0), 4, 10)
-    >>> losses.shape
-    (4, 11)
-  """
-  if isinstance(optimizer, L2OConfig):  # evaluate(config, params, family, key, num_tasks, steps)
-    warnings.warn("evaluate(config, params, family, ...) is deprecated; use "
-                  "evaluate(learned_optimizer(params, config), family, ...).",
-                  DeprecationWarning, stacklevel=2)
-    optimizer, family, key, num_tasks, steps = (learned_optimizer(family, optimizer), key,
-                                                num_tasks, steps, deprecated_args[0])
-  elif deprecated_args:
-    raise TypeError(f"evaluate() takes 5 positional arguments but {5 + len(deprecated_args)} "
-                    "were given")
-  optimizer = optax.with_extra_args_support(optimizer)
-  tasks, params = _sample_tasks(family, key, num_tasks)
-
-  def run(task, p):
-    act = functools.partial(family.act, task)
-
-    def body(carry, _):
-      x, s = carry
-      u, s = optimizer.update(jax.grad(family.loss, argnums=1)(task, x), s, x, act=act)
-      x = optax.apply_updates(x, u)
-      return (x, s), family.loss(task, x)
-
-    _, losses = jax.lax.scan(body, (p, optimizer.init(p)), None, length=steps)
-    return jnp.concatenate([family.loss(task, p)[None], losses])
-
-  return jax.jit(jax.vmap(run))(tasks, params)
-
-
-def evaluate_optax(optimizer: optax.GradientTransformation, family: TaskFamily,
-                   key: jax.Array, num_tasks: int, steps: int) -> jax.Array:
-  """Deprecated name of :func:`evaluate`."""
-  warnings.warn("evaluate_optax is deprecated; use evaluate.", DeprecationWarning,
-                stacklevel=2)
-  return evaluate(optimizer, family, key, num_tasks, steps)

@@ -29,7 +29,7 @@ import _report
 from metaoptax import l2hmc
 
 # Per target: training iterations, HMC step-size grid, L2HMC initial step size and
-# the training options (metaoptax.l2hmc.train keyword arguments) it needs.
+# the training options (fields of metaoptax.l2hmc.TrainingConfig) it needs.
 TARGETS = {
     # aux_weight=0.1: fresh N(0, I) draws are 10x narrower than the long axis; at weight 1
     # their jumps dominate the loss (acceptance 0.47, ESS 0.32), at 0 the sampler learns
@@ -136,10 +136,11 @@ def run_target(name, target, args):
                              init_step_size=settings["init_step_size"],
                              step_sizes=args.step_sizes, hidden=args.hidden)
   print(f"{target.name}: training L2HMC for {iterations} iterations {described}", flush=True)
-  result = l2hmc.train(target, config, num_iterations=iterations, seed=args.seed, **options,
-                       log_every=max(1, iterations // 10), progress=lambda i, loss, acc: print(
-                           f"  iteration {i:5d}  loss {loss:12.4f}  acceptance {acc:.3f}",
-                           flush=True))
+  training = l2hmc.TrainingConfig(**options)
+  result = l2hmc.train(target, config, training, num_iterations=iterations,
+                       init_state=l2hmc.init_training(target, config, training, seed=args.seed),
+                       log_every=max(1, iterations // 10),
+                       progress=lambda report: print(f"  {report}", flush=True))
   key = jax.random.key(args.seed + 1)
   draws, acc = run_chains(target, config, result.params, result.masks, key, chains, burn_in,
                           samples)

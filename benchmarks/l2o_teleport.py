@@ -43,7 +43,7 @@ def best_of_grid(make, grid, family, key, steps, eval_step):
   """Best learning rate by median loss at ``eval_step`` on validation tasks."""
   scores = {}
   for lr in grid:
-    losses = l2o.evaluate_optax(make(lr), family, key, 200, steps)
+    losses = l2o.evaluate(make(lr), family, key, 200, steps)
     scores[lr] = float(jnp.nanmedian(jnp.where(jnp.isfinite(losses[:, eval_step]),
                                               losses[:, eval_step], jnp.inf)))
   return min(scores, key=scores.get), scores
@@ -52,12 +52,13 @@ def best_of_grid(make, grid, family, key, steps, eval_step):
 def train_variant(name, heads, family, args, **config_kwargs):
   config = l2o.L2OConfig(heads=heads, group_dim=family.group_dim, **config_kwargs)
   print(f"  meta-training {name} ...", flush=True)
+  training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
+                                    unroll=args.unroll, log_loss=True)
   result = l2o.meta_train(
-      config, family, meta_steps=args.meta_steps, tasks_per_step=args.tasks_per_step,
-      horizon=args.horizon, unroll=args.unroll, log_loss=True, seed=args.seed,
-      log_every=max(1, args.meta_steps // 5),
-      progress=lambda s, loss, skipped: print(
-          f"    meta step {s:5d}  meta-loss {loss:8.4f}  skipped {skipped}", flush=True))
+      config, family, training, num_iterations=args.meta_steps,
+      init_state=l2o.init_meta_training(config, seed=args.seed),
+      log_every=max(1, args.meta_steps // 5), progress=lambda report: print(
+          f"    {report}", flush=True))
   return config, result
 
 
@@ -72,14 +73,14 @@ def ellipse_benchmark(args, out):
                             at)
   for name, opt in ((f"GD (lr {gd_lr})", optax.sgd(gd_lr)),
                     (f"Adam (lr {adam_lr})", optax.adam(adam_lr))):
-    curves[name] = np.asarray(l2o.evaluate_optax(opt, family, test_key, 200, steps))
+    curves[name] = np.asarray(l2o.evaluate(opt, family, test_key, 200, steps))
     rows.append((name, curves[name], None))
   trained = {}
   for name, heads in ELLIPSE_VARIANTS.items():
     config, result = train_variant(name, heads, family, args)
-    trained[name] = (config, result.network_params)
-    curves[name] = np.asarray(l2o.evaluate(config, result.network_params, family, test_key,
-                                           200, steps))
+    trained[name] = (config, result.params)
+    curves[name] = np.asarray(l2o.evaluate(l2o.learned_optimizer(result.params, config),
+                                           family, test_key, 200, steps))
     rows.append((name, curves[name], result))
   table = table_markdown("Ellipse family (A, b varying), 200 unseen tasks", rows, at)
   plot_losses(curves, at, os.path.join(out, "l2o_ellipse_loss.png"), "ellipse family")
@@ -95,13 +96,13 @@ def mlp_benchmark(args, out):
   gd_lr, _ = best_of_grid(optax.sgd, [1e-4, 3e-4, 1e-3, 3e-3], family, valid_key, steps, at)
   curves, rows = {}, []
   curves[f"GD (lr {gd_lr})"] = np.asarray(
-      l2o.evaluate_optax(optax.sgd(gd_lr), family, test_key, 20, steps))
+      l2o.evaluate(optax.sgd(gd_lr), family, test_key, 20, steps))
   rows.append((f"GD (lr {gd_lr})", curves[f"GD (lr {gd_lr})"], None))
   for name, heads in MLP_VARIANTS.items():
     config, result = train_variant(name, heads, family, args._replace_mlp(),
                                    lr_scale=gd_lr, teleport_scale=1.0)
-    curves[name] = np.asarray(l2o.evaluate(config, result.network_params, family, test_key,
-                                           20, steps))
+    curves[name] = np.asarray(l2o.evaluate(l2o.learned_optimizer(result.params, config),
+                                           family, test_key, 20, steps))
     rows.append((name, curves[name], result))
   table = table_markdown(f"Two-layer MLP regression (20x20, LeakyReLU), 20 unseen tasks", rows,
                          at)
@@ -116,7 +117,7 @@ def table_markdown(title, rows, at):
   for name, losses, result in rows:
     q1, med, q3 = np.nanpercentile(losses[:, at], [25, 50, 75])
     extra = ("| - | - | - |" if result is None else
-             f"| {len(result.meta_losses)} | {result.updates_per_second:.0f} | "
+             f"| {len(result.losses)} | {result.updates_per_second:.0f} | "
              f"{result.skipped_updates} |")
     lines.append(f"| {name} | {med:.4g} | {q1:.3g} - {q3:.3g} {extra}")
   return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ from metaoptax import l2hmc
 from metaoptax import l2o
 from metaoptax import teleport
 
+from metaoptax._src.progress import Progress
 from metaoptax.metaoptimize import ClimbState
 from metaoptax.metaoptimize import ExactTrace
 from metaoptax.metaoptimize import HessianFreeTrace
@@ -25,6 +26,7 @@ from metaoptax.metaoptimize import xu_idbd
 __version__ = "0.1.0"
 
 __all__ = (
+    "Progress",
     "checkpoint",
     "l2hmc",
     "l2o",

@@ -1,4 +1,4 @@
-"""Samplers whose leapfrog step sizes (and S, Q, T networks) are trained: L2HMC (seed 000)."""
+"""Samplers whose leapfrog step sizes (and S, Q, T networks) are trained: L2HMC."""
 
 from metaoptax.l2hmc import ess, targets
 from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, leapfrog,
@@ -6,6 +6,6 @@ from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, lea
 from metaoptax.l2hmc.kernel import (L2HMCInfo, L2HMCState, SamplingAlgorithm,
                                     acceptance_probability, build_kernel, init, l2hmc,
                                     propose, sample_chains)
-from metaoptax.l2hmc.training import (TrainingInfo, TrainingResult, TrainingState,
-                                      build_training_step, default_optimizer, esjd_loss,
-                                      init_training, train)
+from metaoptax.l2hmc.training import (TrainingConfig, TrainingInfo, TrainingResult,
+                                      TrainingState, build_training_step, default_optimizer,
+                                      esjd_loss, init_training, train)

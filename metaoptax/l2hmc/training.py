@@ -26,19 +26,19 @@ Two options of the paper's experiments:
   second derivatives of :math:`\log p`; the forward pass is unchanged). On a
   rough target the Hessian is large (:math:`\sim 1/\eta = 100` on the rough well)
   and :math:`\partial x_K/\partial\theta`, a product of :math:`K` step Jacobians,
-  grows like a chaotic system's: the exact gradient's norm climbed from 5e3 to
-  1e7 within 1000 iterations, the updates became random and the acceptance fell
-  to 0 (gradient clipping did not help). Cutting the curvature path keeps the
-  gradient's norm ~3e2 and training improves steadily.
+  can grow exponentially in :math:`K`, like a chaotic system's sensitivity, so
+  the exact gradient explodes and clipping only bounds its size, not its
+  direction. Cutting the curvature path keeps the gradient bounded
+  (measurements in the L2HMC guide).
 
-The loop is explicit for long runs, as in :mod:`metaoptax.l2o.meta_training`:
-:func:`init_training` gives a :class:`TrainingState` (parameters, optimizer
-state, chains, masks, PRNG key, counters) and :func:`build_training_step` the
-jit-able ``step(state) -> (state, info)`` of one iteration, whose PRNG key is
-``fold_in(state.key, state.iteration)``: a run is a pure function of its seed,
-whatever ``log_every`` and wherever it was interrupted. Updates with a
-non-finite loss or gradient are skipped and counted. :func:`train` drives the
-step, with the chains sharded over a ``jax.sharding.Mesh`` (``mesh=``) and orbax
+As in :mod:`metaoptax.l2o.meta_training`, :func:`init_training` gives a
+:class:`TrainingState` (parameters, optimizer state, chains, masks, PRNG key,
+counters) and :func:`build_training_step` the jit-able ``step(state) -> (state,
+info)`` of one iteration, whose PRNG key is ``fold_in(state.key,
+state.iteration)``: a run is a pure function of its starting state, whatever
+``log_every`` and wherever it was interrupted. Updates with a non-finite loss or
+gradient are skipped and counted. :func:`train` runs the step, with progress,
+the chains sharded over a ``jax.sharding.Mesh`` (``mesh=``) and orbax
 checkpoints (``checkpoint_dir=``) from which a run resumes bit for bit.
 """
 
@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -54,13 +53,35 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metaoptax import checkpoint
-from metaoptax._training_loop import check_schedule, hashable_axis
-from metaoptax._data_parallel import DataParallel, data_parallel
+from metaoptax._src import loop
+from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_axis
+from metaoptax._src.deprecation import pop_deprecated, rename, replace_fields
+from metaoptax._src.finite_update import apply_if_finite
+from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
-from metaoptax._src import tree_utils as _tree
+
+
+class TrainingConfig(NamedTuple):
+  """The chains and the loss of L2HMC training.
+
+  Attributes:
+    num_chains: chains (vmapped; split over the mesh's data axis), started from
+      a standard normal.
+    scale: :math:`\\lambda^2` of the loss.
+    aux_weight: weight of the loss on fresh samples from the initial distribution.
+    temperature: :math:`T`, a number or an optax schedule of the iteration;
+      training targets :math:`p^{1/T}` (annealing if the schedule decreases to 1).
+    differentiate_force: ``False``: no gradient through :math:`\\nabla \\log p`
+      inside the leapfrog (for rough targets; see the module docstring).
+  """
+
+  num_chains: int = 200
+  scale: float = 0.1
+  aux_weight: float = 1.0
+  temperature: float | optax.Schedule = 1.0
+  differentiate_force: bool = True
 
 
 class TrainingState(NamedTuple):
@@ -68,7 +89,7 @@ class TrainingState(NamedTuple):
 
   params: L2HMCParams
   opt_state: Any  # the optimizer's state
-  chains: L2HMCState  # leaves (num_chains, ...): split over the mesh's chain axis
+  chains: L2HMCState  # leaves (num_chains, ...): split over the mesh's data axis
   masks: jax.Array  # (K, dim) the sampler's fixed masks
   key: jax.Array  # typed PRNG key; iteration i draws from fold_in(key, i)
   iteration: jax.Array  # int32 iterations done
@@ -126,13 +147,26 @@ def default_optimizer() -> optax.GradientTransformation:
   return optax.adam(optax.exponential_decay(1e-3, 1000, 0.96, staircase=True))
 
 
-def _check(target: Target, config: L2HMCConfig, num_chains: int, temperature) -> None:
-  if config.dim != target.dim:
-    raise ValueError(f"config.dim={config.dim} but the target has dim={target.dim}.")
+_FLAT_FIELDS = {name: f"training=TrainingConfig({name}=...)" for name in TrainingConfig._fields}
+
+
+def _training_config(function: str, training: TrainingConfig,
+                     deprecated: dict[str, Any], extra: dict[str, str]) -> tuple[TrainingConfig, dict]:
+  """``training`` with the deprecated flat keyword arguments applied, checked; and the
+  remaining deprecated arguments (``extra`` names their replacements)."""
+  old = pop_deprecated(function, deprecated, {**_FLAT_FIELDS, **extra}, stacklevel=4)
+  training = replace_fields(function, training, old)
+  temperature = training.temperature
   if not callable(temperature) and not temperature > 0:
     raise ValueError(f"temperature must be > 0 or a schedule, got {temperature}.")
-  if num_chains < 1:
-    raise ValueError(f"num_chains must be >= 1, got {num_chains}.")
+  if training.num_chains < 1:
+    raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
+  return training, old
+
+
+def _check_dim(target: Target, config: L2HMCConfig) -> None:
+  if config.dim != target.dim:
+    raise ValueError(f"config.dim={config.dim} but the target has dim={target.dim}.")
 
 
 def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -> Callable:
@@ -146,23 +180,25 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
   return at
 
 
-def init_training(target: Target, config: L2HMCConfig, *, num_chains: int = 200,
-                  optimizer: optax.GradientTransformation | None = None,
-                  temperature: float | optax.Schedule = 1.0, differentiate_force: bool = True,
-                  seed: int = 0) -> TrainingState:
+def init_training(target: Target, config: L2HMCConfig,
+                  training: TrainingConfig = TrainingConfig(), *,
+                  optimizer: optax.GradientTransformation | None = None, seed: int = 0,
+                  **deprecated) -> TrainingState:
   """The state before the first iteration.
 
   Parameters, masks and the chains' starting points (a standard normal) are
   drawn from ``seed``; the chains' ``log p`` is at the temperature of iteration
   0. Arguments as in :func:`train` (``optimizer`` must be the one the step uses).
   """
-  _check(target, config, num_chains, temperature)
+  training, _ = _training_config("init_training", training, deprecated, {})
+  _check_dim(target, config)
   optimizer = optimizer or default_optimizer()
   k_params, k_masks, k_chains, key = jax.random.split(jax.random.key(seed), 4)
   params = init_params(k_params, config)
-  logdensity_fn = _tempered(target.logdensity_fn, temperature, differentiate_force)(0)
+  logdensity_fn = _tempered(target.logdensity_fn, training.temperature,
+                            training.differentiate_force)(0)
   chains = jax.vmap(lambda x: init(x, logdensity_fn))(
-      jax.random.normal(k_chains, (num_chains, config.dim)))
+      jax.random.normal(k_chains, (training.num_chains, config.dim)))
   zero = jnp.zeros([], jnp.int32)
   return TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
                        key, zero, zero)
@@ -171,15 +207,12 @@ def init_training(target: Target, config: L2HMCConfig, *, num_chains: int = 200,
 def build_training_step(
     target: Target,
     config: L2HMCConfig,
+    training: TrainingConfig = TrainingConfig(),
     *,
-    num_chains: int = 200,
     optimizer: optax.GradientTransformation | None = None,
-    scale: float = 0.1,
-    aux_weight: float = 1.0,
-    temperature: float | optax.Schedule = 1.0,
-    differentiate_force: bool = True,
     mesh: jax.sharding.Mesh | None = None,
-    chain_axis: str | Sequence[str] | None = None,
+    data_axis: str | Sequence[str] | None = None,
+    **deprecated,
 ) -> Callable[[TrainingState], tuple[TrainingState, TrainingInfo]]:
   """``step(state) -> (state, info)``: one optimizer step, every chain moved once.
 
@@ -190,14 +223,25 @@ def build_training_step(
   with its acceptance probability. Pure and jit-able.
 
   With ``mesh``, the chains (and the fresh draws, momenta, proposals) are split
-  over the devices of ``chain_axis`` (default: every axis of the mesh), the
+  over the devices of ``data_axis`` (default: every axis of the mesh), the
   parameters and optimizer state are replicated, and the means over chains
   become all-reduces. Arguments as in :func:`train`.
   """
-  _check(target, config, num_chains, temperature)
-  parallel = data_parallel(mesh, chain_axis, num_chains, "num_chains")
-  optimizer = optimizer or default_optimizer()
-  tempered = _tempered(target.logdensity_fn, temperature, differentiate_force)
+  training, old = _training_config("build_training_step", training, deprecated,
+                                   {"chain_axis": "data_axis="})
+  data_axis = rename("build_training_step", data_axis, None, old, "chain_axis", "data_axis")
+  _check_dim(target, config)
+  return _build_step(target.logdensity_fn, config, training, optimizer or default_optimizer(),
+                     mesh, hashable_axis(data_axis))
+
+
+def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: TrainingConfig,
+                optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh | None,
+                data_axis: str | tuple[str, ...] | None):
+  """:func:`build_training_step` of a checked configuration (hashable arguments)."""
+  num_chains, scale, aux_weight, temperature, differentiate_force = training
+  parallel = data_parallel(mesh, data_axis, num_chains, "num_chains")
+  tempered = _tempered(logdensity_fn, temperature, differentiate_force)
 
   def transitions(params, masks, states, key, logdensity_fn):
     k_v, k_d = jax.random.split(key)
@@ -230,11 +274,9 @@ def build_training_step(
     k_loss, k_accept = jax.random.split(jax.random.fold_in(state.key, state.iteration))
     (loss, (proposals, acceptance)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, state.masks, chains, k_loss, logdensity_fn)
-    finite = _tree.all_finite(grads) & jnp.isfinite(loss)
-    updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params, opt_state = parallel.replicate(_tree.select(
-        finite, (optax.apply_updates(state.params, updates), new_opt_state),
-        (state.params, state.opt_state)))
+    params, opt_state, finite = apply_if_finite(optimizer, grads, loss, state.params,
+                                                state.opt_state)
+    params, opt_state = parallel.replicate((params, opt_state))
     accepted = jax.random.uniform(k_accept, acceptance.shape) < acceptance
     chains = parallel.shard_batch(jax.tree.map(
         lambda p, c: jnp.where(accepted.reshape((-1,) + (1,) * (p.ndim - 1)), p, c),
@@ -248,140 +290,91 @@ def build_training_step(
 
 
 def _place(parallel: DataParallel, state: TrainingState) -> TrainingState:
-  """The state on the devices, outside jit: chains split, everything else replicated
-  (one device without a mesh, committed so fresh and restored states share a compile)."""
-  if parallel.batch is None:
-    return jax.device_put(state, jax.devices()[0])
-  chains = jax.device_put(state.chains, parallel.batch)
-  return jax.device_put(state._replace(chains=None), parallel.replicated)._replace(chains=chains)
+  """The state on the devices, outside jit: chains split, everything else replicated."""
+  return parallel.place(state._replace(chains=None))._replace(
+      chains=parallel.place_batch(state.chains))
 
 
-class _StepSettings(NamedTuple):
-  """The static arguments of :func:`build_training_step` (hashable, so compiles are reused;
-  the target enters only through its log density, as its arrays are not hashable)."""
-
-  logdensity_fn: Callable
-  dim: int
-  config: L2HMCConfig
-  num_chains: int
-  optimizer: optax.GradientTransformation
-  scale: float
-  aux_weight: float
-  temperature: Any
-  differentiate_force: bool
-  mesh: jax.sharding.Mesh | None
-  chain_axis: str | tuple | None
-
-  def build(self):
-    kwargs = {k: v for k, v in self._asdict().items() if k not in ("logdensity_fn", "dim")}
-    return build_training_step(Target("", self.dim, self.logdensity_fn, None, None), **kwargs)
+def _summarize(infos: TrainingInfo) -> tuple[float, dict]:
+  return loop.finite_mean(infos.loss), {"acceptance": float(np.mean(infos.acceptance))}
 
 
-@functools.partial(jax.jit, static_argnames="settings")
-def _jitted_step(state: TrainingState, settings: _StepSettings):
-  """One compile per distinct settings (a resumed run, a repeated call, reuse it)."""
-  return settings.build()(state)
-
-
-def train(target: Target, config: L2HMCConfig, *, num_iterations: int = 5000,
-          num_chains: int = 200, optimizer: optax.GradientTransformation | None = None,
-          scale: float = 0.1, aux_weight: float = 1.0,
-          temperature: float | optax.Schedule = 1.0, differentiate_force: bool = True,
-          seed: int = 0, progress: Callable[[int, float, float], None] | None = print,
-          log_every: int = 500, mesh: jax.sharding.Mesh | None = None,
-          chain_axis: str | Sequence[str] | None = None,
+def train(target: Target, config: L2HMCConfig, training: TrainingConfig = TrainingConfig(),
+          *, num_iterations: int = 5000, optimizer: optax.GradientTransformation | None = None,
           init_state: TrainingState | None = None,
-          checkpoint_dir: str | os.PathLike | None = None,
-          checkpoint_every: int = 0) -> TrainingResult:
+          progress: str | Callable[[Progress], None] | None = "bar",
+          log_every: int = 100, mesh: jax.sharding.Mesh | None = None,
+          data_axis: str | Sequence[str] | None = None,
+          checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0,
+          **deprecated) -> TrainingResult:
   """Trains the networks and step sizes of an L2HMC sampler on ``target``.
 
-  The run is a pure function of its arguments: the same ``seed`` gives the
-  same result bit for bit, whatever ``log_every``, and so does a run
-  interrupted and resumed from a checkpoint (or ``init_state``). The host
-  waits for the devices only at progress reports and checkpoints.
+  The run is a pure function of its starting state: the same ``init_state``
+  gives the same result bit for bit, whatever ``log_every``, and so does a run
+  interrupted and resumed from a checkpoint. The host waits for the devices
+  only at progress reports and checkpoints.
 
   Args:
     target: the distribution.
     config: the sampler's configuration (``dim`` must match the target).
+    training: chains, loss and temperature (:class:`TrainingConfig`).
     num_iterations: optimizer steps in the whole run (a resumed run does the
       remaining ones); each moves every chain once.
-    num_chains: chains (vmapped), started from a standard normal.
     optimizer: optax optimizer of the parameters (default :func:`default_optimizer`).
-    scale: :math:`\\lambda^2` of the loss.
-    aux_weight: weight of the loss on fresh samples from the initial distribution.
-    temperature: :math:`T`, a number or an optax schedule of the iteration;
-      training targets :math:`p^{1/T}` (annealing if the schedule decreases to 1).
-    differentiate_force: ``False``: no gradient through :math:`\\nabla \\log p`
-      inside the leapfrog (for rough targets; see the module docstring).
-    seed: PRNG seed (parameters, masks, chains, then each iteration's draws).
-    progress: ``progress(iteration, loss, acceptance)`` every ``log_every``
-      iterations and at the end (means over those iterations, skipped ones'
-      losses left out); ``None`` for silence.
-    log_every: how often to report.
+    init_state: the starting state (:func:`init_training`; or ``result.state``
+      of an earlier call, to continue). Default: ``init_training(target, config,
+      training, optimizer=optimizer)`` (seed 0).
+    progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates, the
+      acceptance and the rate), a callable receiving a
+      :class:`metaoptax.Progress` every ``log_every`` iterations and at the
+      end (means over those iterations, skipped ones' losses left out;
+      ``print`` prints a labelled line), or ``None`` for silence.
+    log_every: iterations between progress reports.
     mesh: split the chains over this ``jax.sharding.Mesh`` (data parallel; see
       :func:`build_training_step`). Same results as on one device up to the
       order of float32 sums over chains. Tested with ``Auto`` mesh axes (what
       ``Mesh(devices, names)`` makes); the sampler itself also runs with
       chains sharded over an ``Explicit`` mesh.
-    chain_axis: the mesh axis (or axes) the chains are split over (default all).
-    init_state: continue from this state (e.g. ``result.state`` of an earlier
-      call) instead of ``seed``.
+    data_axis: the mesh axis (or axes) the chains are split over (default all).
     checkpoint_dir: write the state to ``checkpoint_dir/<iteration>`` (orbax,
       :mod:`metaoptax.checkpoint`) every ``checkpoint_every`` iterations and at
-      the end. If it already holds checkpoints, the run resumes from the latest
-      (taking precedence over ``init_state``), so re-running the same call after
-      an interruption finishes the run.
+      the end. If it already holds checkpoints, the run resumes from the latest,
+      so re-running the same call after an interruption finishes the run. An
+      ``init_state`` that is neither the checkpointed run's start nor its
+      latest state is an error.
     checkpoint_every: iterations between checkpoints (0: only at the end).
+    **deprecated: the earlier names ``chain_axis`` (``data_axis``), the flat
+      fields of ``training`` (``num_chains``, ``temperature`` ...) and ``seed``
+      (``init_state=init_training(target, config, training, seed=...)``).
 
   Returns:
     A :class:`TrainingResult`.
   """
-  _check(target, config, num_chains, temperature)
-  check_schedule(log_every, checkpoint_every, checkpoint_dir)
+  training, old = _training_config("train", training, deprecated, {
+      "chain_axis": "data_axis=",
+      "seed": "init_state=init_training(target, config, training, seed=...) (unused with "
+              "init_state)"})
+  data_axis = hashable_axis(rename("train", data_axis, None, old, "chain_axis", "data_axis"))
+  progress = legacy_progress("train", progress,
+                                  lambda r: (r.iteration, r.loss, r.metrics["acceptance"]))
+  _check_dim(target, config)
   optimizer = optimizer or default_optimizer()
-  settings = _StepSettings(
-      target.logdensity_fn, target.dim, config, num_chains, optimizer, scale, aux_weight,
-      temperature, differentiate_force, mesh,
-      hashable_axis(chain_axis))
-  try:
-    hash(settings)
-    step = functools.partial(_jitted_step, settings=settings)
-  except TypeError:  # an unhashable setting: compile for this call only
-    step = jax.jit(settings.build())
-  parallel = data_parallel(mesh, chain_axis, num_chains, "num_chains")
+  if "seed" in old and init_state is None:  # the earlier precedence: init_state first
+    init_state = init_training(target, config, training, optimizer=optimizer, seed=old["seed"])
+  chosen = init_state is not None
   if init_state is None:
-    init_state = init_training(target, config, num_chains=num_chains, optimizer=optimizer,
-                               temperature=temperature,
-                               differentiate_force=differentiate_force, seed=seed)
-  elif init_state.chains.position.shape != (num_chains, config.dim):
+    init_state = init_training(target, config, training, optimizer=optimizer)
+  elif init_state.chains.position.shape != (training.num_chains, config.dim):
     raise ValueError(f"init_state has chains of shape {init_state.chains.position.shape}, "
-                     f"expected ({num_chains}, {config.dim}).")
-  state = _place(parallel, init_state)
-  latest = checkpoint.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
-  if latest is not None:
-    state = checkpoint.restore(os.path.join(checkpoint_dir, str(latest)), like=state)
-
-  infos, reported = [], 0
-  start = time.perf_counter()
-  for done in range(int(state.iteration) + 1, num_iterations + 1):
-    state, info = step(state)
-    infos.append(info)  # stays on the device until a report
-    if progress is not None and (done % log_every == 0 or done == num_iterations):
-      losses, acceptance, _ = _stack(infos[reported:])
-      finite = np.isfinite(losses)
-      progress(done, float(np.mean(losses[finite])) if finite.any() else np.nan,
-               float(np.mean(acceptance)))
-      reported = len(infos)
-    if checkpoint_dir is not None and (
-        (checkpoint_every and done % checkpoint_every == 0) or done == num_iterations):
-      checkpoint.save(os.path.join(checkpoint_dir, str(done)), state, overwrite=True)
-  losses, acceptance, _ = _stack(infos)
-  return TrainingResult(state.params, state.masks, losses, acceptance,
-                        time.perf_counter() - start, int(state.skipped_updates), state)
-
-
-def _stack(infos: list[TrainingInfo]) -> tuple[np.ndarray, ...]:
-  """Per-iteration infos as host arrays ``(losses, acceptance, finite)``."""
-  if not infos:
-    return np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, bool)
-  return tuple(np.asarray(jnp.stack(x)) for x in zip(*infos))
+                     f"expected ({training.num_chains}, {config.dim}).")
+  parallel = data_parallel(mesh, data_axis, training.num_chains, "num_chains")
+  step = loop.jitted(_build_step, target.logdensity_fn, config, training, optimizer, mesh,
+                     data_axis)
+  run = loop.run(step, init_state, num_iterations=num_iterations,
+                 count=lambda s: s.iteration, summarize=_summarize, label="L2HMC training",
+                 chosen=chosen, place=functools.partial(_place, parallel), progress=progress,
+                 log_every=log_every, checkpoint_dir=checkpoint_dir,
+                 checkpoint_every=checkpoint_every)
+  return TrainingResult(run.state.params, run.state.masks, run.infos.loss,
+                        run.infos.acceptance, run.seconds, int(run.state.skipped_updates),
+                        run.state)

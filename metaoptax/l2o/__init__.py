@@ -1,10 +1,11 @@
-"""Learned (LSTM) optimizers that can teleport, their tasks and meta-training (seed 002)."""
+"""Learned (LSTM) optimizers that can teleport, their tasks and meta-training."""
 
 from metaoptax.l2o import tasks
-from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingResult,
+from metaoptax.l2o.evaluation import evaluate, evaluate_optax
+from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaTrainingResult,
                                          MetaTrainingState, build_meta_step,
-                                         default_meta_optimizer, evaluate, evaluate_optax,
-                                         init_meta_training, meta_train, sample_problems)
+                                         default_meta_optimizer, init_meta_training, meta_train,
+                                         sample_problems)
 from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_network,
                                    preprocess)
 from metaoptax.l2o.optimizer import L2OState, learned_optimizer, load, save, step

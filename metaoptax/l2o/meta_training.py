@@ -1,17 +1,17 @@
-r"""Meta-training learned optimizers (Algorithm 1, Chen et al. 2022) and evaluation.
+r"""Meta-training learned optimizers (Algorithm 1, Chen et al. 2022).
 
-For each meta step, ``tasks_per_step`` tasks and starting points are sampled;
+For each iteration, ``tasks_per_step`` tasks and starting points are sampled;
 the optimizee runs ``horizon`` steps in truncations of ``unroll`` steps
 (``jax.lax.scan``, ``jax.vmap`` over tasks). After each truncation the network
 takes one meta-optimizer step on the gradient of the weighted loss
 :math:`L = \tfrac1T \sum_t w_t\, \ell(f(x_t))` (truncated back-propagation: no
 gradient crosses truncations). Non-finite meta-gradients are skipped and
-counted; the run is deterministic under ``seed``.
+counted; the run is a pure function of its starting state.
 
-The loop is explicit for long runs: :func:`init_meta_training` gives a
-:class:`MetaTrainingState` (network, meta-optimizer state, PRNG key, counters)
-and :func:`build_meta_step` the jit-able ``meta_step(state) -> (state, info)``
-of one task batch. :func:`meta_train` drives them, with tasks sharded over a
+:func:`init_meta_training` gives a :class:`MetaTrainingState` (network,
+meta-optimizer state, PRNG key, counters) and :func:`build_meta_step` the
+jit-able ``meta_step(state) -> (state, info)`` of one task batch.
+:func:`meta_train` runs them, with progress, tasks sharded over a
 ``jax.sharding.Mesh`` (``mesh=``) and orbax checkpoints (``checkpoint_dir=``)
 from which a run resumes bit for bit.
 
@@ -22,9 +22,7 @@ second derivatives of ``f`` from the meta-gradient.
 
 from __future__ import annotations
 
-import functools
 import os
-import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -32,23 +30,47 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metaoptax import checkpoint
-from metaoptax._training_loop import check_schedule, hashable_axis
-from metaoptax._data_parallel import data_parallel
+from metaoptax._src import loop
+from metaoptax._src.data_parallel import data_parallel, hashable_axis
+from metaoptax._src.deprecation import (deprecated_alias, pop_deprecated, rename,
+                                        replace_fields)
+from metaoptax._src.finite_update import apply_if_finite
+from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2o.network import L2OConfig, init_network
 from metaoptax.l2o.optimizer import init_state, step
 from metaoptax.l2o.tasks import TaskFamily
-from metaoptax._src import tree_utils as _tree
+
+
+class MetaTrainingConfig(NamedTuple):
+  """How each task batch of meta-training is run and scored.
+
+  Attributes:
+    tasks_per_step: tasks per batch (vmapped; split over the mesh's data axis).
+    horizon: optimizee steps per task.
+    unroll: truncation length T: a meta update every ``unroll`` optimizee steps.
+    second_order: differentiate through the optimizee's gradient too.
+    log_loss: use ``log f`` in the meta-loss (robust across task scales).
+    loss_weights: ``(unroll,)`` weights ``w_t`` of the meta-loss (default: all ones).
+  """
+
+  tasks_per_step: int = 32
+  horizon: int = 100
+  unroll: int = 10
+  second_order: bool = False
+  log_loss: bool = False
+  loss_weights: tuple[float, ...] | None = None
 
 
 class MetaTrainingState(NamedTuple):
   """Everything a meta-training run carries from one task batch to the next."""
 
-  network_params: Any
+  params: Any  # the network's weights
   opt_state: Any  # the meta-optimizer's state
   key: jax.Array  # typed PRNG key of the next task batches
   meta_step: jax.Array  # int32 task batches done
   skipped_updates: jax.Array  # int32 meta updates skipped (non-finite meta-gradient or loss)
+
+  network_params = deprecated_alias("network_params", "params")
 
 
 class MetaStepInfo(NamedTuple):
@@ -62,12 +84,15 @@ class MetaStepInfo(NamedTuple):
 class MetaTrainingResult(NamedTuple):
   """What :func:`meta_train` returns."""
 
-  network_params: Any
-  meta_losses: np.ndarray  # one per meta update (truncation) of this call
+  params: Any  # the network's weights
+  losses: np.ndarray  # one meta-loss per meta update (truncation) of this call
   skipped_updates: int  # meta updates skipped for non-finite meta-gradients (whole run)
   seconds: float
   updates_per_second: float
   state: MetaTrainingState  # to continue (``init_state=``) or checkpoint
+
+  network_params = deprecated_alias("network_params", "params")
+  meta_losses = deprecated_alias("meta_losses", "losses")
 
 
 def _unroll(config, family, network_params, task, params, state, length, second_order,
@@ -102,8 +127,8 @@ def default_meta_optimizer() -> optax.GradientTransformation:
 
 
 def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTransformation
-                       | None = None, seed: int = 0,
-                       network_params: Any = None) -> MetaTrainingState:
+                       | None = None, seed: int = 0, params: Any = None,
+                       **deprecated) -> MetaTrainingState:
   """The state before the first task batch.
 
   Args:
@@ -111,48 +136,69 @@ def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTrans
     meta_optimizer: optax optimizer of the network (default
       :func:`default_meta_optimizer`); the same one must go to :func:`build_meta_step`.
     seed: PRNG seed (network init, then the task batches).
-    network_params: start from these weights instead of a fresh init.
+    params: start from these network weights instead of a fresh init
+      (deprecated name: ``network_params``).
   """
+  old = pop_deprecated("init_meta_training", deprecated, {"network_params": "params="})
+  params = rename("init_meta_training", params, None, old, "network_params", "params")
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   key, init_key = jax.random.split(jax.random.key(seed))
-  net = init_network(init_key, config) if network_params is None else network_params
+  net = init_network(init_key, config) if params is None else params
   zero = jnp.zeros([], jnp.int32)
   return MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero)
+
+
+def _training_config(function: str, training: MetaTrainingConfig,
+                     old: dict[str, Any]) -> MetaTrainingConfig:
+  """``training`` with the deprecated flat keyword arguments applied, in a hashable form."""
+  training = replace_fields(function, training, old)
+  if training.horizon % training.unroll:
+    raise ValueError(f"horizon ({training.horizon}) must be a multiple of unroll "
+                     f"({training.unroll}).")
+  if training.loss_weights is not None:
+    weights = np.asarray(training.loss_weights, np.float32)
+    if weights.shape != (training.unroll,):
+      raise ValueError(f"loss_weights must have shape ({training.unroll},), got "
+                       f"{weights.shape}.")
+    training = training._replace(loss_weights=tuple(weights.tolist()))
+  return training
+
+
+_FLAT_FIELDS = {name: f"training=MetaTrainingConfig({name}=...)"
+                for name in MetaTrainingConfig._fields}
 
 
 def build_meta_step(
     config: L2OConfig,
     family: TaskFamily,
+    training: MetaTrainingConfig = MetaTrainingConfig(),
     *,
-    tasks_per_step: int = 32,
-    horizon: int = 100,
-    unroll: int = 10,
     meta_optimizer: optax.GradientTransformation | None = None,
-    second_order: bool = False,
-    log_loss: bool = False,
-    loss_weights: jax.Array | None = None,
     mesh: jax.sharding.Mesh | None = None,
-    batch_axis: str | Sequence[str] | None = None,
+    data_axis: str | Sequence[str] | None = None,
+    **deprecated,
 ) -> Callable[[MetaTrainingState], tuple[MetaTrainingState, MetaStepInfo]]:
   """``meta_step(state) -> (state, info)``: one task batch, all its truncations.
 
-  Samples ``tasks_per_step`` tasks with the state's key, runs ``horizon``
-  optimizee steps as ``horizon // unroll`` truncations (``jax.lax.scan``), and
-  after each takes a meta-optimizer step, or skips it (counted) when the
-  meta-gradient or the meta-loss is not finite. Pure and jit-able.
+  Samples ``training.tasks_per_step`` tasks with the state's key, runs
+  ``horizon`` optimizee steps as ``horizon // unroll`` truncations
+  (``jax.lax.scan``), and after each takes a meta-optimizer step, or skips it
+  (counted) when the meta-gradient or the meta-loss is not finite. Pure and
+  jit-able.
 
   With ``mesh``, the tasks (and the optimizees' params and states) are split
-  over the devices of ``batch_axis`` (default: every axis of the mesh) and the
+  over the devices of ``data_axis`` (default: every axis of the mesh) and the
   network and meta-optimizer state are replicated; the batch mean becomes an
   all-reduce. Arguments as in :func:`meta_train`.
   """
-  if horizon % unroll:
-    raise ValueError(f"horizon ({horizon}) must be a multiple of unroll ({unroll}).")
-  parallel = data_parallel(mesh, batch_axis, tasks_per_step, "tasks_per_step")
+  old = pop_deprecated("build_meta_step", deprecated,
+                       {**_FLAT_FIELDS, "batch_axis": "data_axis="})
+  data_axis = rename("build_meta_step", data_axis, None, old, "batch_axis", "data_axis")
+  training = _training_config("build_meta_step", training, old)
+  tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights = training
+  parallel = data_parallel(mesh, data_axis, tasks_per_step, "tasks_per_step")
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
-  if weights.shape != (unroll,):
-    raise ValueError(f"loss_weights must have shape ({unroll},), got {weights.shape}.")
 
   def batch_loss(net, tasks, params, states):
     losses, carry = jax.vmap(
@@ -164,10 +210,8 @@ def build_meta_step(
     net, opt_state, skipped, tasks, params, states = carry
     (loss, (params, states)), grads = jax.value_and_grad(batch_loss, has_aux=True)(
         net, tasks, params, states)
-    finite = _tree.all_finite(grads) & jnp.isfinite(loss)
-    updates, new_opt_state = meta_optimizer.update(grads, opt_state, net)
-    net, opt_state = parallel.replicate(_tree.select(
-        finite, (optax.apply_updates(net, updates), new_opt_state), (net, opt_state)))
+    net, opt_state, finite = apply_if_finite(meta_optimizer, grads, loss, net, opt_state)
+    net, opt_state = parallel.replicate((net, opt_state))
     params, states = parallel.shard_batch((params, states))
     skipped = skipped + (~finite).astype(jnp.int32)
     return (net, opt_state, skipped, tasks, params, states), (loss, finite)
@@ -176,8 +220,7 @@ def build_meta_step(
     key, sub = jax.random.split(state.key)
     tasks, params, states = parallel.shard_batch(
         sample_problems(config, family, sub, tasks_per_step))
-    carry = (state.network_params, state.opt_state, state.skipped_updates, tasks, params,
-             states)
+    carry = (state.params, state.opt_state, state.skipped_updates, tasks, params, states)
     (net, opt_state, skipped, tasks, params, _), (losses, finite) = jax.lax.scan(
         truncation, carry, None, length=horizon // unroll)
     task_losses = parallel.shard_batch(jax.vmap(family.loss)(tasks, params))
@@ -187,158 +230,96 @@ def build_meta_step(
   return meta_step
 
 
-class _MetaStepSettings(NamedTuple):
-  """The static arguments of :func:`build_meta_step` (hashable, so compiles are reused)."""
-
-  config: L2OConfig
-  family: TaskFamily
-  tasks_per_step: int
-  horizon: int
-  unroll: int
-  meta_optimizer: optax.GradientTransformation
-  second_order: bool
-  log_loss: bool
-  loss_weights: tuple | None
-  mesh: jax.sharding.Mesh | None
-  batch_axis: str | tuple | None
-
-
-@functools.partial(jax.jit, static_argnames="settings")
-def _jitted_meta_step(state: MetaTrainingState, settings: _MetaStepSettings):
-  """One compile per distinct settings: calls of :func:`meta_train` with the same
-  family, meta-optimizer and sizes (a resumed run, say) reuse it."""
-  return build_meta_step(**settings._asdict())(state)
+def _summarize(infos: MetaStepInfo) -> tuple[float, dict]:
+  return loop.finite_mean(infos.losses), {}
 
 
 def meta_train(
     config: L2OConfig,
     family: TaskFamily,
+    training: MetaTrainingConfig = MetaTrainingConfig(),
     *,
-    meta_steps: int = 100,
-    tasks_per_step: int = 32,
-    horizon: int = 100,
-    unroll: int = 10,
+    num_iterations: int = 100,
     meta_optimizer: optax.GradientTransformation | None = None,
-    seed: int = 0,
-    second_order: bool = False,
-    log_loss: bool = False,
-    loss_weights: jax.Array | None = None,
-    network_params: Any = None,
-    progress: Callable[[int, float, int], None] | None = print,
+    init_state: MetaTrainingState | None = None,
+    progress: str | Callable[[Progress], None] | None = "bar",
     log_every: int = 10,
     mesh: jax.sharding.Mesh | None = None,
-    batch_axis: str | Sequence[str] | None = None,
-    init_state: MetaTrainingState | None = None,
+    data_axis: str | Sequence[str] | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 0,
+    **deprecated,
 ) -> MetaTrainingResult:
   """Trains the network of a learned optimizer on a task family.
 
-  The run is a pure function of its arguments: the same ``seed`` gives the
-  same result bit for bit, and so does a run interrupted and resumed from a
-  checkpoint (or from ``init_state``). The host only waits for the devices
-  every ``log_every`` meta steps (progress) and at checkpoints.
+  The run is a pure function of its starting state: the same ``init_state``
+  gives the same result bit for bit, whatever ``log_every``, and so does a run
+  interrupted and resumed from a checkpoint. The host waits for the devices
+  only at progress reports and checkpoints.
 
   Args:
     config: the learned optimizer's configuration (heads, sizes).
     family: the task family to train on.
-    meta_steps: number of task batches in the whole run (a resumed run does
-      the remaining ones); each gives ``horizon // unroll`` updates.
-    tasks_per_step: tasks per batch (vmapped).
-    horizon: optimizee steps per task.
-    unroll: truncation length T.
+    training: tasks per batch, horizon, truncation and meta-loss
+      (:class:`MetaTrainingConfig`).
+    num_iterations: task batches in the whole run (a resumed run does the
+      remaining ones); each gives ``horizon // unroll`` meta updates.
     meta_optimizer: optax optimizer of the network (default
       :func:`default_meta_optimizer`: Adam 1e-3 with global-norm clipping at 1).
-    seed: PRNG seed (network init and tasks).
-    second_order: differentiate through the optimizee's gradient too.
-    log_loss: use ``log f`` in the meta-loss (robust across task scales).
-    loss_weights: ``(unroll,)`` weights ``w_t`` (default: all ones).
-    network_params: start from these weights instead of a fresh init.
-    progress: called as ``progress(meta_step, mean_loss, skipped)`` every
-      ``log_every`` meta steps (default: a printed line); ``None`` for silence.
-    log_every: how often to report.
+    init_state: the starting state (:func:`init_meta_training`; or
+      ``result.state`` of an earlier call, to continue). Default:
+      ``init_meta_training(config, meta_optimizer=meta_optimizer)`` (seed 0).
+    progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates and the
+      rate), a callable receiving a :class:`metaoptax.Progress` every
+      ``log_every`` iterations and at the end (``print`` prints a labelled
+      line), or ``None`` for silence.
+    log_every: iterations between progress reports.
     mesh: shard the tasks over this ``jax.sharding.Mesh`` (data parallel; see
       :func:`build_meta_step`). Same results as on one device up to the order
       of float32 sums over tasks.
-    batch_axis: the mesh axis (or axes) the tasks are split over (default all).
-    init_state: continue from this state (e.g. ``result.state`` of an earlier
-      call) instead of ``seed`` / ``network_params``.
-    checkpoint_dir: write the state to ``checkpoint_dir/<meta_step>`` (orbax,
-      :mod:`metaoptax.checkpoint`) every ``checkpoint_every`` meta steps and at
+    data_axis: the mesh axis (or axes) the tasks are split over (default all).
+    checkpoint_dir: write the state to ``checkpoint_dir/<iteration>`` (orbax,
+      :mod:`metaoptax.checkpoint`) every ``checkpoint_every`` iterations and at
       the end. If it already holds checkpoints, the run resumes from the
-      latest (taking precedence over ``init_state`` and ``network_params``),
-      so re-running the same call after an interruption finishes the run.
-    checkpoint_every: meta steps between checkpoints (0: only at the end).
+      latest, so re-running the same call after an interruption finishes the
+      run. An ``init_state`` that is neither the checkpointed run's start nor
+      its latest state is an error.
+    checkpoint_every: iterations between checkpoints (0: only at the end).
+    **deprecated: the earlier names ``meta_steps`` (``num_iterations``),
+      ``batch_axis`` (``data_axis``), the flat fields of ``training``
+      (``tasks_per_step``, ``horizon`` ...), and ``seed`` / ``network_params``
+      (``init_state=init_meta_training(config, seed=..., params=...)``).
 
   Returns:
     A :class:`MetaTrainingResult`.
   """
-  check_schedule(log_every, checkpoint_every, checkpoint_dir)
+  old = pop_deprecated("meta_train", deprecated, {
+      **_FLAT_FIELDS, "meta_steps": "num_iterations=", "batch_axis": "data_axis=",
+      "seed": "init_state=init_meta_training(config, seed=...) (unused with init_state)",
+      "network_params": "init_state=init_meta_training(config, params=...) (unused with "
+                        "init_state)"})
+  num_iterations = rename("meta_train", num_iterations, 100, old, "meta_steps",
+                          "num_iterations")
+  data_axis = hashable_axis(rename("meta_train", data_axis, None, old, "batch_axis",
+                                   "data_axis"))
+  training = _training_config("meta_train", training, old)
+  progress = legacy_progress("meta_train", progress,
+                                  lambda r: (r.iteration, r.loss, r.skipped_updates))
   meta_optimizer = meta_optimizer or default_meta_optimizer()
-  settings = _MetaStepSettings(
-      config, family, tasks_per_step, horizon, unroll, meta_optimizer, second_order, log_loss,
-      None if loss_weights is None else tuple(np.asarray(loss_weights, np.float32).tolist()),
-      mesh, hashable_axis(batch_axis))
-  try:
-    hash(settings)
-    meta_step = functools.partial(_jitted_meta_step, settings=settings)
-  except TypeError:  # an unhashable setting: compile for this call only
-    meta_step = jax.jit(build_meta_step(**settings._asdict()))
-  parallel = data_parallel(mesh, batch_axis, tasks_per_step, "tasks_per_step")
-  state = init_state if init_state is not None else init_meta_training(
-      config, meta_optimizer=meta_optimizer, seed=seed, network_params=network_params)
-  state = parallel.place(state)
-  latest = checkpoint.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
-  if latest is not None:
-    state = checkpoint.restore(os.path.join(checkpoint_dir, str(latest)), like=state)
-
-  first = int(state.meta_step)
-  losses = []
-  start = time.perf_counter()
-  for done in range(first + 1, meta_steps + 1):
-    state, info = meta_step(state)
-    losses.append(info.losses)  # stays on the device until a report
-    if progress is not None and done % log_every == 0:
-      recent = np.concatenate([np.asarray(x) for x in losses[-log_every:]])
-      mean = float(np.mean(recent[np.isfinite(recent)])) if np.isfinite(recent).any() else np.nan
-      progress(done, mean, int(state.skipped_updates))
-    if checkpoint_dir is not None and (
-        (checkpoint_every and done % checkpoint_every == 0) or done == meta_steps):
-      checkpoint.save(os.path.join(checkpoint_dir, str(done)), state, overwrite=True)
-  losses = np.concatenate([np.asarray(x) for x in losses]) if losses else np.zeros(0)
-  seconds = time.perf_counter() - start
-  return MetaTrainingResult(state.network_params, losses, int(state.skipped_updates), seconds,
-                            losses.size / seconds, state)
-
-
-def evaluate(config: L2OConfig, network_params, family: TaskFamily, key: jax.Array,
-             num_tasks: int, steps: int) -> jax.Array:
-  """Losses ``(num_tasks, steps + 1)`` of the learned optimizer on unseen tasks."""
-  tasks, params, states = sample_problems(config, family, key, num_tasks)
-
-  def run(task, p, s):
-    losses, _ = _unroll(config, family, network_params, task, p, s, steps, False, False)
-    return jnp.concatenate([family.loss(task, p)[None], losses])
-
-  return jax.jit(jax.vmap(run))(tasks, params, states)
-
-
-def evaluate_optax(optimizer: optax.GradientTransformation, family: TaskFamily,
-                   key: jax.Array, num_tasks: int, steps: int) -> jax.Array:
-  """Losses ``(num_tasks, steps + 1)`` of an optax optimizer on the same tasks.
-
-  Uses the same keys as :func:`evaluate`, so both see identical tasks and starts.
-  """
-  tasks, params, _ = sample_problems(L2OConfig(), family, key, num_tasks)
-
-  def run(task, p):
-    def body(carry, _):
-      x, s = carry
-      u, s = optimizer.update(jax.grad(family.loss, argnums=1)(task, x), s, x)
-      x = optax.apply_updates(x, u)
-      return (x, s), family.loss(task, x)
-
-    _, losses = jax.lax.scan(body, (p, optimizer.init(p)), None, length=steps)
-    return jnp.concatenate([family.loss(task, p)[None], losses])
-
-  return jax.jit(jax.vmap(run))(tasks, params)
+  if ("seed" in old or "network_params" in old) and init_state is None:
+    # the earlier precedence: an init_state makes seed and network_params unused
+    init_state = init_meta_training(config, meta_optimizer=meta_optimizer,
+                                    seed=old.get("seed", 0), params=old.get("network_params"))
+  chosen = init_state is not None
+  if init_state is None:
+    init_state = init_meta_training(config, meta_optimizer=meta_optimizer)
+  parallel = data_parallel(mesh, data_axis, training.tasks_per_step, "tasks_per_step")
+  meta_step = loop.jitted(build_meta_step, config, family, training,
+                          meta_optimizer=meta_optimizer, mesh=mesh, data_axis=data_axis)
+  run = loop.run(meta_step, init_state, num_iterations=num_iterations,
+                 count=lambda s: s.meta_step, summarize=_summarize, label="L2O meta-training",
+                 chosen=chosen, place=parallel.place, progress=progress, log_every=log_every,
+                 checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+  losses = run.infos.losses.reshape(-1)
+  return MetaTrainingResult(run.state.params, losses, int(run.state.skipped_updates),
+                            run.seconds, losses.size / run.seconds, run.state)

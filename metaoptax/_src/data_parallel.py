@@ -1,7 +1,7 @@
 """Data parallelism for the training loops: a batch axis sharded over a device mesh.
 
 The batch (tasks of meta-training, chains of the sampler) is split along its
-leading axis over the devices of the mesh axes ``batch_axis``; everything else
+leading axis over the devices of the mesh axes ``data_axis``; everything else
 (network weights, optimizer state, PRNG key, counters) is replicated. Inside
 ``jax.jit`` the shardings are imposed with ``jax.lax.with_sharding_constraint``
 and XLA turns means over the batch into all-reduces: no host round trip.
@@ -22,7 +22,7 @@ class DataParallel(NamedTuple):
   replicated: NamedSharding | None
 
   def shard_batch(self, tree: Any) -> Any:
-    """Constrains every leaf of ``tree`` to be split along its leading axis."""
+    """Constrains (inside jit) every leaf of ``tree`` to be split along its leading axis."""
     if self.batch is None:
       return tree
     return jax.lax.with_sharding_constraint(tree, self.batch)
@@ -34,15 +34,25 @@ class DataParallel(NamedTuple):
     return jax.lax.with_sharding_constraint(tree, self.replicated)
 
   def place(self, tree: Any) -> Any:
-    """Puts the (replicated) loop state on every device of the mesh, outside jit.
+    """Puts ``tree`` replicated on every device of the mesh, outside jit.
 
     Without a mesh, commits it to the default device, so a fresh state and one
     restored from a checkpoint (committed) share one compiled step.
     """
     return jax.device_put(tree, self.replicated or jax.devices()[0])
 
+  def place_batch(self, tree: Any) -> Any:
+    """Puts ``tree`` split along its leading axis over the mesh, outside jit (without a
+    mesh: committed to the default device)."""
+    return jax.device_put(tree, self.batch or jax.devices()[0])
 
-def data_parallel(mesh: Mesh | None, batch_axis: str | Sequence[str] | None,
+
+def hashable_axis(axis: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+  """A mesh axis name or names in a hashable form (part of a jit cache key)."""
+  return axis if axis is None or isinstance(axis, str) else tuple(axis)
+
+
+def data_parallel(mesh: Mesh | None, data_axis: str | Sequence[str] | None,
                   batch_size: int, what: str) -> DataParallel:
   """The shardings of a batch of ``batch_size`` over ``mesh`` (all its axes by default).
 
@@ -50,14 +60,14 @@ def data_parallel(mesh: Mesh | None, batch_axis: str | Sequence[str] | None,
   ``what`` in the message) does not split evenly over the devices of the axes.
   """
   if mesh is None:
-    if batch_axis is not None:
-      raise ValueError("batch_axis is given but mesh is None.")
+    if data_axis is not None:
+      raise ValueError("data_axis is given but mesh is None.")
     return DataParallel(None, None)
-  axes = tuple(mesh.axis_names) if batch_axis is None else (
-      (batch_axis,) if isinstance(batch_axis, str) else tuple(batch_axis))
+  axes = tuple(mesh.axis_names) if data_axis is None else (
+      (data_axis,) if isinstance(data_axis, str) else tuple(data_axis))
   unknown = [a for a in axes if a not in mesh.axis_names]
   if unknown:
-    raise ValueError(f"batch_axis {unknown} not among the mesh axes {mesh.axis_names}.")
+    raise ValueError(f"data_axis {unknown} not among the mesh axes {mesh.axis_names}.")
   devices = 1
   for a in axes:
     devices *= mesh.shape[a]

@@ -1,0 +1,73 @@
+"""Progress reports of the training loops: a labelled tqdm bar or a callback."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Callable, NamedTuple
+
+
+class Progress(NamedTuple):
+  """What a training loop reports every ``log_every`` iterations and at the end.
+
+  ``str(progress)`` is a labelled line, so ``progress=print`` prints readable reports.
+  """
+
+  label: str  # which loop, e.g. "L2O meta-training"
+  iteration: int  # iterations done (of the whole run)
+  num_iterations: int  # iterations of the whole run
+  loss: float  # mean finite loss since the previous report (NaN if none was finite)
+  skipped_updates: int  # updates skipped for a non-finite loss or gradient (whole run)
+  iterations_per_second: float  # since the previous report
+  metrics: dict  # further means since the previous report, e.g. {"acceptance": 0.6}
+
+  def __str__(self) -> str:
+    extra = "".join(f", {name} {value:.4g}" for name, value in self.metrics.items())
+    return (f"{self.label} {self.iteration}/{self.num_iterations}: loss {self.loss:.5g}, "
+            f"skipped {self.skipped_updates}{extra}, {self.iterations_per_second:.3g} it/s")
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+class Bar:
+  """A labelled tqdm bar: iterations, rate, and the last report's loss and skipped updates."""
+
+  def __init__(self, label: str, first: int, total: int):
+    from tqdm.auto import tqdm  # only when a bar is shown
+
+    self._bar = tqdm(total=total, initial=first, desc=label, unit="it", dynamic_ncols=True)
+
+  def __call__(self, report: Progress) -> None:
+    postfix = {"loss": f"{report.loss:.4g}", "skipped": report.skipped_updates}
+    postfix.update({name: f"{value:.3g}" for name, value in report.metrics.items()})
+    self._bar.set_postfix(postfix, refresh=False)
+    self._bar.update(report.iteration - self._bar.n)
+
+  def close(self) -> None:
+    self._bar.close()
+
+
+def legacy_progress(function: str, progress: Any,
+                    arguments: Callable[[Progress], tuple]) -> str | ProgressFn | None:
+  """``progress``, or an adapter if it is a callback of the older positional form.
+
+  A callable with a positional parameter receives one :class:`Progress`
+  (``print`` prints it as a labelled line). One that takes only ``*args``, or
+  cannot take one argument, is a callback of the older form: it receives the
+  positional values ``arguments(report)`` (with a ``DeprecationWarning``).
+  """
+  if not callable(progress) or progress is print:
+    return progress
+  try:
+    parameters = inspect.signature(progress).parameters.values()
+  except (TypeError, ValueError):  # no signature to read: assume the current form
+    return progress
+  positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  required = [p for p in positional if p.default is p.empty]
+  if positional and len(required) <= 1:
+    return progress
+  warnings.warn(f"{function}(): a progress callback taking positional values is deprecated; "
+                "pass one taking a single metaoptax Progress report (fields iteration, loss, "
+                "skipped_updates, metrics ...).", DeprecationWarning, stacklevel=3)
+  return lambda report: progress(*arguments(report))

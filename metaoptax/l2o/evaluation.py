@@ -1,0 +1,67 @@
+"""Evaluating optimizers, learned or not, on unseen tasks of a family."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from metaoptax.l2o.meta_training import sample_problems
+from metaoptax.l2o.network import L2OConfig
+from metaoptax.l2o.optimizer import learned_optimizer
+from metaoptax.l2o.tasks import TaskFamily
+
+
+def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: jax.Array,
+             num_tasks: int, steps: int, *deprecated_args) -> jax.Array:
+  """Losses ``(num_tasks, steps + 1)`` of an optax optimizer on unseen tasks of ``family``.
+
+  The same ``key`` gives every optimizer the same tasks and starting points. A
+  trained learned optimizer is ``learned_optimizer(result.params, config)``;
+  each update receives the task's group action as ``act=``, so its teleport
+  head acts (other optimizers ignore it).
+
+  Examples:
+    >>> import jax, optax
+    >>> from metaoptax import l2o
+    >>> family = l2o.tasks.ellipse()
+    >>> losses = l2o.evaluate(optax.adam(0.1), family, jax.random.key(0), 4, 10)
+    >>> losses.shape
+    (4, 11)
+  """
+  if isinstance(optimizer, L2OConfig):  # evaluate(config, params, family, key, num_tasks, steps)
+    warnings.warn("evaluate(config, params, family, ...) is deprecated; use "
+                  "evaluate(learned_optimizer(params, config), family, ...).",
+                  DeprecationWarning, stacklevel=2)
+    optimizer, family, key, num_tasks, steps = (learned_optimizer(family, optimizer), key,
+                                                num_tasks, steps, deprecated_args[0])
+  elif deprecated_args:
+    raise TypeError(f"evaluate() takes 5 positional arguments but {5 + len(deprecated_args)} "
+                    "were given")
+  optimizer = optax.with_extra_args_support(optimizer)
+  tasks, params, _ = sample_problems(L2OConfig(), family, key, num_tasks)
+
+  def run(task, p):
+    act = functools.partial(family.act, task)
+
+    def body(carry, _):
+      x, s = carry
+      u, s = optimizer.update(jax.grad(family.loss, argnums=1)(task, x), s, x, act=act)
+      x = optax.apply_updates(x, u)
+      return (x, s), family.loss(task, x)
+
+    _, losses = jax.lax.scan(body, (p, optimizer.init(p)), None, length=steps)
+    return jnp.concatenate([family.loss(task, p)[None], losses])
+
+  return jax.jit(jax.vmap(run))(tasks, params)
+
+
+def evaluate_optax(optimizer: optax.GradientTransformation, family: TaskFamily,
+                   key: jax.Array, num_tasks: int, steps: int) -> jax.Array:
+  """Deprecated name of :func:`evaluate`."""
+  warnings.warn("evaluate_optax is deprecated; use evaluate.", DeprecationWarning,
+                stacklevel=2)
+  return evaluate(optimizer, family, key, num_tasks, steps)

@@ -1,0 +1,201 @@
+"""The shared host loop under L2O meta-training and L2HMC training.
+
+Checked against independent references: the results the two drivers gave
+before they shared the loop (``tests/data/training_loop_reference.npz``, bit
+for bit), a hand-written Python loop over the jitted ``build_*_step``, and the
+earlier keyword names (deprecated aliases, same bits). Also: progress reports
+(bar, ``print``, callbacks old and new), the starting point (``init_state`` or
+a checkpoint, a conflict is an error) and the one ``evaluate``.
+"""
+
+import pathlib
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from metaoptax import checkpoint, l2hmc, l2o
+
+REFERENCE = pathlib.Path(__file__).parent / "data" / "training_loop_reference.npz"
+
+FAMILY = l2o.tasks.ellipse()
+L2O_CONFIG = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
+META_OPTIMIZER = l2o.default_meta_optimizer()  # one object: the calls share a compiled step
+TRAINING = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
+
+TARGET = l2hmc.targets.strongly_correlated_gaussian()
+HMC_CONFIG = l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4)
+HMC_TRAINING = l2hmc.TrainingConfig(num_chains=8)
+
+
+def _bits(tree) -> bytes:
+  """The bytes of a pytree's leaves, in order (typed keys as their key data)."""
+  out = []
+  for leaf in jax.tree.leaves(tree):
+    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+      leaf = jax.random.key_data(leaf)
+    out.append(np.ascontiguousarray(np.asarray(leaf)).tobytes())
+  return b"".join(out)
+
+
+def _meta_train(**kwargs):
+  kwargs = {"init_state": l2o.init_meta_training(L2O_CONFIG, meta_optimizer=META_OPTIMIZER,
+                                                 seed=5),
+            "num_iterations": 4, "progress": None, **kwargs}
+  return l2o.meta_train(L2O_CONFIG, FAMILY, TRAINING, meta_optimizer=META_OPTIMIZER, **kwargs)
+
+
+def _train(**kwargs):
+  kwargs = {"init_state": l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16),
+            "num_iterations": 6, "progress": None, **kwargs}
+  return l2hmc.train(TARGET, HMC_CONFIG, HMC_TRAINING, **kwargs)
+
+
+def test_same_bits_as_the_drivers_before_the_shared_loop():
+  """The fixture holds the losses and final states of ``meta_train`` and
+  ``l2hmc.train`` as they were before they shared one loop (same settings,
+  given then as flat keyword arguments and ``seed=``)."""
+  ref = np.load(REFERENCE)
+  if str(ref["jax_version"]) != jax.__version__:
+    pytest.skip(f"reference written with jax {ref['jax_version']}: bits may differ")
+  meta = _meta_train()
+  np.testing.assert_array_equal(meta.losses, ref["l2o_a_losses"])
+  assert _bits(meta.state) == ref["l2o_a_state_bytes"].tobytes()
+  hmc = _train()
+  np.testing.assert_array_equal(hmc.losses, ref["hmc_a_losses"])
+  np.testing.assert_array_equal(hmc.acceptance, ref["hmc_a_acceptance"])
+  assert _bits(hmc.state) == ref["hmc_a_state_bytes"].tobytes()
+
+
+@pytest.mark.parametrize("driver", ["l2o", "l2hmc"])
+def test_train_is_a_loop_over_the_jitted_step(driver):
+  """``train`` equals a hand-written loop over ``jax.jit(build_*_step(...))`` from
+  ``init_*``, bit for bit; the callback gets one report per ``log_every``
+  iterations and one at the end, with the means of the iterations since the last."""
+  if driver == "l2o":
+    step = jax.jit(l2o.build_meta_step(L2O_CONFIG, FAMILY, TRAINING,
+                                       meta_optimizer=META_OPTIMIZER))
+    state = l2o.init_meta_training(L2O_CONFIG, meta_optimizer=META_OPTIMIZER, seed=5)
+    run, losses_of, num = _meta_train, (lambda info: info.losses), 4
+  else:
+    step = jax.jit(l2hmc.build_training_step(TARGET, HMC_CONFIG, HMC_TRAINING))
+    state = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)
+    run, losses_of, num = _train, (lambda info: info.loss[None]), 6
+  losses = []
+  for _ in range(num):
+    state, info = step(state)
+    losses.append(np.asarray(losses_of(info)))
+  reports = []
+  result = run(progress=reports.append, log_every=3)
+  assert _bits(result.state) == _bits(state)
+  np.testing.assert_array_equal(result.losses, np.concatenate(losses))
+  assert [r.iteration for r in reports] == [3, num]
+  assert all(r.num_iterations == num and r.skipped_updates == 0 for r in reports)
+  np.testing.assert_allclose(reports[-1].loss, np.mean(np.concatenate(losses[3:])), rtol=1e-6)
+  assert reports[0].label == ("L2O meta-training" if driver == "l2o" else "L2HMC training")
+  if driver == "l2hmc":
+    np.testing.assert_allclose(reports[-1].metrics["acceptance"],
+                               np.mean(result.acceptance[3:]), rtol=1e-6)
+
+
+def test_deprecated_names_warn_and_give_the_same_run():
+  new = _meta_train(num_iterations=2)
+  with pytest.warns(DeprecationWarning, match="meta_steps"):
+    old = l2o.meta_train(L2O_CONFIG, FAMILY, meta_steps=2, tasks_per_step=8, horizon=4,
+                         unroll=2, log_loss=True, seed=5, meta_optimizer=META_OPTIMIZER,
+                         progress=None)
+  assert _bits(old.state) == _bits(new.state)
+  with pytest.warns(DeprecationWarning, match="network_params"):
+    np.testing.assert_array_equal(old.meta_losses, new.losses)
+    assert old.network_params is old.params
+  with pytest.warns(DeprecationWarning, match="evaluate_optax"):
+    l2o.evaluate_optax(optax.sgd(0.1), FAMILY, jax.random.key(0), 2, 3)
+  with pytest.raises(TypeError, match="both"):
+    l2o.meta_train(L2O_CONFIG, FAMILY, num_iterations=3, meta_steps=2, progress=None)
+  with pytest.raises(TypeError, match="both"):
+    l2o.meta_train(L2O_CONFIG, FAMILY, TRAINING, horizon=8, progress=None)
+  with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+    l2o.meta_train(L2O_CONFIG, FAMILY, bogus=1)
+
+  new = _train(num_iterations=2)
+  with pytest.warns(DeprecationWarning, match="chain_axis"):
+    old = l2hmc.train(TARGET, HMC_CONFIG, num_iterations=2, num_chains=8, seed=16,
+                      chain_axis=None, progress=None)
+  assert _bits(old.state) == _bits(new.state)
+
+
+def test_old_positional_progress_callbacks_still_work():
+  seen = []
+  with pytest.warns(DeprecationWarning, match="progress callback"):
+    _meta_train(num_iterations=2, log_every=1,
+                progress=lambda step, loss, skipped: seen.append((step, loss, skipped)))
+  assert [s[0] for s in seen] == [1, 2] and all(s[2] == 0 for s in seen)
+  assert all(isinstance(s[1], float) for s in seen)
+
+
+def test_progress_bar_by_default_and_print(capsys):
+  _meta_train(num_iterations=2, log_every=1, progress="bar")
+  err = capsys.readouterr().err
+  assert "L2O meta-training" in err and "2/2" in err
+  assert "loss=" in err and "skipped=0" in err and "it/s" in err
+  _train(num_iterations=2, progress=print)
+  out = capsys.readouterr().out.strip()
+  assert out.startswith("L2HMC training 2/2: loss ") and ", skipped 0, acceptance " in out
+  assert out.endswith(" it/s")
+  with pytest.raises(ValueError, match="progress"):
+    _train(num_iterations=1, progress="tqdm")
+
+
+def test_starting_point_is_init_state_or_checkpoint_never_silently_both(tmp_path):
+  directory = tmp_path / "run"
+  start = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)
+  half = _train(num_iterations=3, init_state=start, checkpoint_dir=directory)
+  assert checkpoint.latest_step(directory) == 3
+  full = _train(init_state=start)
+  # the same call again (the run's start), no init_state, or the latest state: resume
+  assert _bits(_train(init_state=start, checkpoint_dir=directory).state) == _bits(full.state)
+  assert checkpoint.latest_step(directory) == 6
+  for other in (None, full.state):
+    assert _bits(_train(init_state=other, checkpoint_dir=directory).state) == _bits(full.state)
+  # another starting state with this directory is a conflict
+  other = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=17)
+  with pytest.raises(ValueError, match="did not start from the given init_state"):
+    _train(init_state=other, checkpoint_dir=directory)
+  with pytest.raises(ValueError, match="did not start from the given init_state"):
+    _train(init_state=half.state._replace(iteration=half.state.iteration + 1),
+           checkpoint_dir=directory)
+
+
+def test_evaluate_runs_any_optax_optimizer_on_the_same_tasks():
+  key, num_tasks, steps = jax.random.key(9), 3, 5
+  lr = 0.05
+  sgd = l2o.evaluate(optax.sgd(lr), FAMILY, key, num_tasks, steps)
+  # oracle: plain gradient descent on the tasks and starts sample_problems draws
+  tasks, starts, _ = l2o.sample_problems(L2O_CONFIG, FAMILY, key, num_tasks)
+  for i in range(num_tasks):
+    task = jax.tree.map(lambda x: x[i], tasks)
+    x = jax.tree.map(lambda x: x[i], starts)
+    expected = [FAMILY.loss(task, x)]
+    for _ in range(steps):
+      x = jax.tree.map(lambda p, g: p - lr * g, x, jax.grad(FAMILY.loss, argnums=1)(task, x))
+      expected.append(FAMILY.loss(task, x))
+    np.testing.assert_allclose(sgd[i], np.asarray(expected), rtol=1e-5)
+  # the learned optimizer, with its teleport head acting: the pure step, hand-rolled
+  config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1, hidden=4)
+  net = l2o.init_network(jax.random.key(3), config)
+  learned = l2o.evaluate(l2o.learned_optimizer(net, config), FAMILY, key, num_tasks, steps)
+  for i in range(num_tasks):
+    task = jax.tree.map(lambda x: x[i], tasks)
+    x = jax.tree.map(lambda x: x[i], starts)
+    state, expected = l2o.optimizer.init_state(config, x), [FAMILY.loss(task, x)]
+    for _ in range(steps):
+      g = jax.grad(FAMILY.loss, argnums=1)(task, x)
+      x, state, _ = l2o.step(net, config, state, x, g, lambda t, p: FAMILY.act(task, t, p))
+      expected.append(FAMILY.loss(task, x))
+    np.testing.assert_allclose(learned[i], np.asarray(expected), rtol=1e-5, atol=1e-7)
+  with pytest.warns(DeprecationWarning, match="learned_optimizer"):
+    old = l2o.evaluate(config, net, FAMILY, key, num_tasks, steps)
+  np.testing.assert_array_equal(old, learned)

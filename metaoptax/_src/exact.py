@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import sharding, tree_utils
 from metaoptax._src.blocks import BlockLayout
@@ -212,13 +213,13 @@ def step(
     return meta_gradient(H, g, beta)
 
   def F(beta, meta_floats, wide_params, base_floats):
-    own = tree_utils.cast_like(wide_params, params)
+    own = optax.tree_utils.tree_cast_like(wide_params, params)
     # Primal value: the user's gradient; tangent: the Hessian-vector product.
-    g = gradient(own, tree_utils.cast_like(grads, own))
+    g = gradient(own, optax.tree_utils.tree_cast_like(grads, own))
     # "l_approx" holds s fixed inside F: the closed-over gradient, not
     # stop_gradient(g), which would also cut the derivative of an outer
     # transformation differentiating through this step (a meta-gradient).
-    g_meta = g if approximation == "2x2" else tree_utils.cast_like(grads, own)
+    g_meta = g if approximation == "2x2" else optax.tree_utils.tree_cast_like(grads, own)
     meta_upd, new_meta = meta_update(
         meta_gradient_at(g_meta), tree_utils.merge_floats(meta_floats, meta_split), beta
     )
@@ -251,10 +252,11 @@ def step(
   )
   one_minus_gamma = 1.0 - gamma
   tangents = (
-      tree_utils.add(tree_utils.scale(trace.meta_params, gamma), tree_utils.scale(basis(beta), one_minus_gamma)),
-      tree_utils.scale(trace.meta_state, gamma),
-      tree_utils.scale(trace.weights, gamma),
-      tree_utils.scale(trace.base_state, gamma),
+      optax.tree_utils.tree_add(optax.tree_utils.tree_scale(gamma, trace.meta_params),
+                                optax.tree_utils.tree_scale(one_minus_gamma, basis(beta))),
+      optax.tree_utils.tree_scale(gamma, trace.meta_state),
+      optax.tree_utils.tree_scale(gamma, trace.weights),
+      optax.tree_utils.tree_scale(gamma, trace.base_state),
   )
   tangents = sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
   if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
@@ -273,7 +275,7 @@ def step(
   # the guard restarts it and counts it (trace_resets); the step itself is taken.
   curvature_ok = tree_utils.all_finite(d_probe)
   new_trace = ExactTrace(
-      weights=tree_utils.add(tangents[2], d_delta),
+      weights=optax.tree_utils.tree_add(tangents[2], d_delta),
       base_state=d_base,
       meta_params=jax.tree.map(lambda y: jnp.where(curvature_ok, y, jnp.nan), d_beta),
       meta_state=d_meta,

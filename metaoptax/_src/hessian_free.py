@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import tree_utils
 from metaoptax._src.dependence import dependent_outputs
@@ -134,15 +135,15 @@ def trace_step(change: Callable, params: Any, base_state: Any, reading: tuple[in
   lets the trace kernel read :math:`\Delta` rather than the direction.
   """
   floats, _ = tree_utils.split_floats(base_state)
-  carried = tree_utils.scale(trace.weights, gamma)
-  carried_state = tree_utils.scale(trace.base_state, gamma)
+  carried = optax.tree_utils.tree_scale(gamma, trace.weights)
+  carried_state = optax.tree_utils.tree_scale(gamma, trace.base_state)
   primals = (tree_utils.widen(params), tuple(floats[i] for i in reading), beta)
   if log_parametrization:
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         lambda w, x: change(w, x, beta), primals[:2], (carried, carried_state), has_aux=True)
-    delta_dot = tree_utils.add(delta_dot, delta)
+    delta_dot = optax.tree_utils.tree_add(delta_dot, delta)
   else:
     ones = jax.tree.map(jnp.ones_like, beta)
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         change, primals, (carried, carried_state, ones), has_aux=True)
-  return delta, HessianFreeTrace(tree_utils.add(carried, delta_dot), state_dot), new_base_state
+  return delta, HessianFreeTrace(optax.tree_utils.tree_add(carried, delta_dot), state_dot), new_base_state

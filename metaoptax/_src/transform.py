@@ -162,7 +162,7 @@ def metaoptimize(
     layout = blocks_lib.resolve(blocks, params)
     grads = updates
     if approximation == "hessian_free":
-      s = tree_utils.cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
+      s = optax.tree_utils.tree_cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
                           state.meta_params)
       attempt = lambda g, st, s_: _hessian_free_update(g, st, s_, params, layout, extra_args)
     else:
@@ -175,7 +175,7 @@ def metaoptimize(
     else:
       delta, new_state = guard.guarded_step(attempt, grads, state, s,
                                             check_new_trace=approximation != "hessian_free")
-    return tree_utils.cast_like(delta, params), new_state
+    return optax.tree_utils.tree_cast_like(delta, params), new_state
 
   def _exact_update(grads, state, params, layout, obj_fn, extra_args):
     """The exact step (computes its meta-gradient inside, differentiably)."""

@@ -78,6 +78,12 @@ class StepConfig:
       d = d.astype(w.dtype)
       if decay:
         d = d + self.weight_decay * w
-      return -a.astype(w.dtype) * d
+      # -d / (1 / a) == -a * d up to rounding. Written as a division, XLA (which
+      # does not duplicate a division into a second consumer) writes Delta once
+      # and the Hessian-free trace update reads it, instead of writing d and
+      # recomputing Delta in two kernels: one params-sized pass less per step
+      # (on the step_time.py MLP, 120.8 instead of 130.9 MiB accessed per train
+      # step; the exact step's memory traffic is the same either way).
+      return -d / (1 / a.astype(w.dtype))
 
     return jax.tree.map(leaf, alpha, direction, wide_params)

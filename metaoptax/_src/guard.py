@@ -68,8 +68,8 @@ def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_g
   # Only when s is not finite: is it the gradient (skip) or the trace (restart)?
   grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True), lambda: tree_utils.all_finite(grads))
   restart_trace = initial_trace(state.trace, state.meta_params)
-  delta, new = attempt(tree_utils.zeros_unless(grads_ok, grads),
-                       state._replace(trace=optax.tree_utils.tree_where(s_ok, state.trace, restart_trace)),
+  trace = optax.tree_utils.tree_where(s_ok, state.trace, restart_trace)
+  delta, new = attempt(tree_utils.zeros_unless(grads_ok, grads), state._replace(trace=trace),
                        tree_utils.zeros_unless(s_ok, meta_grad))
   trace_ok = tree_utils.all_finite(new.trace) if check_new_trace else jnp.asarray(True)
   meta_ok = s_ok & trace_ok & tree_utils.all_finite(new.meta_params)

@@ -127,7 +127,7 @@ def make_chunk(opt, problem: Problem):
     params, state, max_alpha = carry
     alpha = jnp.concatenate([a.reshape(-1) for a in
                              jax.tree.leaves(metaoptax.step_sizes(state))])
-    trace = jnp.concatenate([h.reshape(-1) for h in jax.tree.leaves(metaoptax.trace(state))])
+    trace = jnp.concatenate([h.reshape(-1) for h in jax.tree.leaves(metaoptax.sensitivity_trace(state))])
     finite = tree_utils.all_finite(params) & tree_utils.all_finite(state)
     record = {
         "alpha_quantiles": jnp.quantile(alpha, jnp.asarray(QUANTILES)),

@@ -1,9 +1,12 @@
-"""metaoptax: learn the knobs of optimization while training runs."""
+"""metaoptax: learn the knobs of optimization while training runs.
 
-from metaoptax import checkpoint
-from metaoptax import l2hmc
-from metaoptax import l2o
-from metaoptax import teleport
+The step-size meta-optimizers are imported with the package. The subpackages
+``l2o`` and ``l2hmc`` (which need flax), ``checkpoint`` (orbax) and
+``teleport`` are imported on first use (PEP 562), so ``import metaoptax``
+costs no more than jax and optax.
+"""
+
+import importlib as _importlib
 
 from metaoptax._src.progress import Progress
 from metaoptax.metaoptimize import ClimbState
@@ -18,12 +21,15 @@ from metaoptax.metaoptimize import idbd
 from metaoptax.metaoptimize import lion
 from metaoptax.metaoptimize import metaoptimize
 from metaoptax.metaoptimize import presets
+from metaoptax.metaoptimize import sensitivity_trace
 from metaoptax.metaoptimize import sgd
 from metaoptax.metaoptimize import step_sizes
-from metaoptax.metaoptimize import trace
+from metaoptax.metaoptimize import trace  # deprecated alias of sensitivity_trace
 from metaoptax.metaoptimize import xu_idbd
 
 __version__ = "0.1.0"
+
+_LAZY_SUBPACKAGES = ("checkpoint", "l2hmc", "l2o", "teleport")
 
 __all__ = (
     "Progress",
@@ -43,8 +49,18 @@ __all__ = (
     "lion",
     "metaoptimize",
     "presets",
+    "sensitivity_trace",
     "sgd",
     "step_sizes",
-    "trace",
     "xu_idbd",
 )
+
+
+def __getattr__(name: str):
+  if name in _LAZY_SUBPACKAGES:
+    return _importlib.import_module(f"metaoptax.{name}")
+  raise AttributeError(f"module 'metaoptax' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_LAZY_SUBPACKAGES))

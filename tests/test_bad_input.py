@@ -93,6 +93,6 @@ def test_step_sizes_and_trace_inside_a_chain():
   opt = optax.chain(optax.clip_by_global_norm(1.0), make(blocks="per_leaf"))
   state = opt.init(PARAMS)
   assert metaoptax.step_sizes(state).shape == (2,)
-  assert jax.tree.structure(metaoptax.trace(state)) == jax.tree.structure(PARAMS)
+  assert jax.tree.structure(metaoptax.sensitivity_trace(state)) == jax.tree.structure(PARAMS)
   with pytest.raises(ValueError, match="exactly one MetaOptimizeState"):
     metaoptax.step_sizes(optax.adam(1e-3).init(PARAMS))

@@ -91,7 +91,7 @@ def test_chain_multisteps_and_unknown_extra_args(name, approximation):
   u_chain, s_chain = chained.update(
       grads, chained.init(params), params, obj_fn=mixed_loss, value=3.0, unknown="ignored")
   assert_trees_close(u_direct, u_chain)
-  assert_trees_close(metaoptax.trace(s_direct), metaoptax.trace(s_chain))
+  assert_trees_close(metaoptax.sensitivity_trace(s_direct), metaoptax.sensitivity_trace(s_chain))
 
   state = accumulated.init(params)
   u1, state = accumulated.update(grads, state, params, obj_fn=mixed_loss, unknown=1)
@@ -162,5 +162,5 @@ def test_bf16_params_train():
   loss = lambda p: quadratic({"w": p["w"].astype(jnp.float32)})
   final, state = run(metaoptax.presets.adamw_adam(1e-4, weight_decay=0.0), loss, params, 5000)
   assert final < 0.05 * float(loss(params)), final
-  assert metaoptax.trace(state)["w"].dtype == jnp.float32
+  assert metaoptax.sensitivity_trace(state)["w"].dtype == jnp.float32
   assert state.meta_params.dtype == jnp.float32

@@ -123,7 +123,7 @@ def test_hessian_free_trace_is_the_total_weight_change(stream):
 
   w0 = jnp.zeros(20)
   (w, state), _ = jax.lax.scan(step, (w0, opt.init(w0)), (x, y))
-  np.testing.assert_allclose(metaoptax.trace(state), w - w0, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(metaoptax.sensitivity_trace(state), w - w0, rtol=1e-5, atol=1e-6)
 
 
 def test_saved_curves_redraw_the_figures(tmp_path):

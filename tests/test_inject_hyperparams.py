@@ -55,10 +55,10 @@ def test_changing_gamma_mid_run():
   """gamma = 0 forgets the trace: the new Hessian-free trace is the update itself."""
   (_, s_old), (u_new, s_new), _ = two_steps_with(
       injected_metaoptimize(gamma=1.0), {"gamma": jnp.asarray(0.0)})
-  trace_new = metaoptax.trace(s_new)
+  trace_new = metaoptax.sensitivity_trace(s_new)
   for k in PARAMS:
     np.testing.assert_allclose(trace_new[k], u_new[k], rtol=1e-6)
-    assert not np.allclose(metaoptax.trace(s_old)[k], u_new[k])
+    assert not np.allclose(metaoptax.sensitivity_trace(s_old)[k], u_new[k])
 
 
 def test_changing_a_presets_meta_step_size_mid_run():

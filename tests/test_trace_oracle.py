@@ -114,13 +114,13 @@ def test_trace_equals_bruteforce_sensitivity(case):
       np.testing.assert_allclose(ravel_pytree(state.meta_params)[0], ref["beta"][t + 1],
                                  rtol=1e-9, atol=1e-12)
       if approximation == "hessian_free":
-        h = np.asarray(ravel_pytree(metaoptax.trace(state))[0])
+        h = np.asarray(ravel_pytree(metaoptax.sensitivity_trace(state))[0])
         np.testing.assert_allclose(h, H[np.arange(H.shape[0]), flat_labels],
                                    rtol=1e-9, atol=1e-12)
         off_block = H.copy()
         off_block[np.arange(H.shape[0]), flat_labels] = 0.0
         assert np.abs(off_block).max() < 1e-12  # HF: H is block-diagonal
       else:
-        columns = jax.vmap(lambda tree: ravel_pytree(tree)[0])(metaoptax.trace(state))
+        columns = jax.vmap(lambda tree: ravel_pytree(tree)[0])(metaoptax.sensitivity_trace(state))
         np.testing.assert_allclose(np.asarray(columns).T, H, rtol=1e-9, atol=1e-12)
     assert int(state.skipped_steps) == 0 and int(state.trace_resets) == 0

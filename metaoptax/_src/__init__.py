@@ -1,2 +1,1 @@
-"""The private core of metaoptax: the MetaOptimize engine and its pytree, sharding and
-dependency helpers. Users import the public names from :mod:`metaoptax`."""
+"""The private core of metaoptax. Users import the public names from :mod:`metaoptax`."""

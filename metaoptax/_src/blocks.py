@@ -3,10 +3,11 @@
 A layout is the block map ``b: {1..n} -> {1..m}`` of the paper: weight ``i`` is
 scaled by ``alpha[b(i)]``. The meta-parameters ``beta`` live in a *beta tree*:
 
-* ``"scalar"``: one step size, ``beta.shape == (1,)``;
-* ``"per_leaf"``: one per parameter array (layer-wise), ``beta.shape == (L,)``;
-* labels (a pytree of integer arrays, or a callable ``params -> labels``):
-  ``beta.shape == (m,)`` with ``m = max(label) + 1``;
+* labels, one per array or one per weight (a pytree of integer arrays, or a
+  callable ``params -> labels``): ``beta.shape == (m,)`` with
+  ``m = max(label) + 1``. ``"scalar"`` (one step size, ``beta.shape == (1,)``)
+  labels every array 0 and ``"per_leaf"`` (layer-wise, ``beta.shape == (L,)``)
+  labels the ``k``-th array ``k``;
 * ``"per_param"``: weight-wise, ``beta`` is a params-shaped pytree (so it is
   sharded like the params).
 
@@ -21,6 +22,7 @@ Two operations connect weights and blocks:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -47,15 +49,22 @@ def validate_blocks_spec(blocks: Any) -> None:
     )
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class BlockLayout:
-  """A resolved block map for one params structure (static, not a pytree)."""
+  """A resolved block map for one params structure (static, not a pytree).
 
-  def __init__(self, kind: str, treedef, shapes, labels=None, num_blocks=1):
-    self.kind = kind
-    self.treedef = treedef
-    self.shapes = shapes
-    self.labels = labels  # list of numpy int arrays (kind == "labels")
-    self.num_blocks = num_blocks
+  Two kinds. With ``labels`` (one ``int32`` numpy array per params leaf, either
+  0-d: one label for the whole array, or of the leaf's shape: one label per
+  weight), ``beta`` is a vector of ``num_blocks`` entries; ``"scalar"`` labels
+  every array 0 and ``"per_leaf"`` labels array ``k`` with ``k``. Without
+  (``labels=None``, ``"per_param"``), every weight is its own block and ``beta``
+  is a params-shaped tree (sharded like the params).
+  """
+
+  treedef: Any
+  shapes: tuple
+  labels: tuple[np.ndarray, ...] | None
+  num_blocks: int
 
   # beta trees ---------------------------------------------------------------
   def init_beta(self, value: float, params: Any) -> Any:
@@ -65,7 +74,7 @@ class BlockLayout:
     sharded like it (eagerly too, not only under ``jit``).
     """
     dtypes = state_dtypes(params)
-    if self.kind == "per_param":
+    if self.labels is None:
       leaves = [jnp.full_like(p, value, d) for p, d in zip(jax.tree.leaves(params), dtypes)]
       return jax.tree.unflatten(self.treedef, leaves)
     return jnp.full((self.num_blocks,), value, _widest(dtypes))
@@ -73,56 +82,53 @@ class BlockLayout:
   def expand(self, beta: Any, like: Any = None) -> Any:
     """Per-weight values: a params-shaped tree of arrays broadcastable to params.
 
-    Per-weight labels gather ``beta[labels]``; with ``like`` (the params) the
-    gathered leaves are laid out like the params under explicit sharding.
+    A per-array label gives its array one entry of ``beta`` (a scalar);
+    per-weight labels gather ``beta[labels]``, laid out like the params leaf of
+    ``like`` under explicit sharding.
     """
-    if self.kind == "per_param":
+    if self.labels is None:
       return beta
-    if self.kind == "scalar":
-      leaves = [beta[0]] * len(self.shapes)
-    elif self.kind == "per_leaf":
-      leaves = [beta[k] for k in range(len(self.shapes))]
-    else:
-      leaves = [beta[lab] for lab in self.labels]
-      if like is not None:
-        leaves = [x if lab.ndim == 0 else sharding.reshard_like(x, p)
-                  for x, lab, p in zip(leaves, self.labels, jax.tree.leaves(like))]
+    leaves = [beta[lab] for lab in self.labels]
+    if like is not None:
+      leaves = [x if lab.ndim == 0 else sharding.reshard_like(x, p)
+                for x, lab, p in zip(leaves, self.labels, jax.tree.leaves(like))]
     return jax.tree.unflatten(self.treedef, leaves)
 
   def reduce(self, tree: Any) -> Any:
     """Per-block sums ``r[j] = sum_{i: b(i)=j} x[i]`` of a params-shaped tree."""
-    if self.kind == "per_param":
+    if self.labels is None:
       return tree
     leaves = jax.tree.leaves(tree)
-    if self.kind == "scalar":
-      return jnp.stack([sum(jnp.sum(x) for x in leaves)]) if leaves else jnp.zeros((1,))
-    if self.kind == "per_leaf":
-      return jnp.stack([jnp.sum(x) for x in leaves])
-    total = None
+    dtype = jnp.result_type(jnp.float32, *leaves)
+    # Arrays with one label each: their sums added in leaf order, block by block
+    # (the labels are static, so this is a fixed sequence of scalar additions).
+    block_sums: dict[int, jax.Array] = {}
     for x, lab in zip(leaves, self.labels):
       if lab.ndim == 0:
-        part = jnp.zeros((self.num_blocks,), x.dtype).at[int(lab)].add(jnp.sum(x))
-      else:
-        part = sharding.segment_sum(x, lab, self.num_blocks)
-      total = part if total is None else total + part
-    return jnp.zeros((self.num_blocks,)) if total is None else total  # no params arrays
+        j = int(lab)
+        block_sums[j] = jnp.sum(x) if j not in block_sums else block_sums[j] + jnp.sum(x)
+    zero = jnp.zeros((), dtype)
+    total = jnp.stack([block_sums.get(j, zero) for j in range(self.num_blocks)]).astype(dtype)
+    for x, lab in zip(leaves, self.labels):  # one label per weight: segment sums
+      if lab.ndim:
+        total = total + sharding.segment_sum(x, lab, self.num_blocks)
+    return total
 
 
 def resolve(blocks: Any, params: Any) -> BlockLayout:
   """Resolves a block specification against a params pytree."""
   leaves, treedef = jax.tree.flatten(params)
-  shapes = [jnp.shape(x) for x in leaves]
+  shapes = tuple(jnp.shape(x) for x in leaves)
   if isinstance(blocks, str):
     if blocks == "scalar":
-      return BlockLayout("scalar", treedef, shapes, num_blocks=1)
+      return BlockLayout(treedef, shapes, tuple(np.int32(0) for _ in leaves), 1)
     if blocks == "per_leaf":
       if not leaves:
         raise ValueError("blocks='per_leaf' needs at least one parameter array.")
-      return BlockLayout("per_leaf", treedef, shapes, num_blocks=len(leaves))
+      return BlockLayout(treedef, shapes, tuple(np.int32(k) for k in range(len(leaves))),
+                         len(leaves))
     if blocks == "per_param":
-      return BlockLayout(
-          "per_param", treedef, shapes, num_blocks=sum(int(np.prod(s)) for s in shapes)
-      )
+      return BlockLayout(treedef, shapes, None, sum(int(np.prod(s)) for s in shapes))
     validate_blocks_spec(blocks)
   labels = blocks(params) if callable(blocks) else blocks
   return _labels_layout(labels, treedef, shapes)
@@ -155,7 +161,7 @@ def _labels_layout(labels, treedef, shapes) -> BlockLayout:
       raise ValueError(f"blocks labels must be >= 0; leaf {k} has {lab.min()}.")
     out.append(lab.astype(np.int32))
   num_blocks = 1 + max((int(lab.max()) for lab in out if lab.size), default=0)
-  return BlockLayout("labels", treedef, shapes, labels=out, num_blocks=num_blocks)
+  return BlockLayout(treedef, shapes, tuple(out), num_blocks)
 
 
 def _widest(dtypes) -> jnp.dtype:

@@ -29,12 +29,120 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import sharding, tree_utils
+from metaoptax._src.approximation import StepConfig
 from metaoptax._src.blocks import BlockLayout
-from metaoptax._src.state import ExactTrace
+from metaoptax._src.state import ExactTrace, MetaOptimizeState
 
 MAX_EXACT_BLOCKS = 256
+
+#: A trace column can overflow within a step (unstable sensitivity recursion): the
+#: guard checks the new trace (one more pass) and restarts it at once.
+CHECKS_NEW_TRACE = True
+
+
+def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_state: Any,
+               meta_state: Any, beta: Any) -> ExactTrace:
+  """``X_0 = 0`` and ``Y_0 = [I; 0]`` (paper Algorithm 1)."""
+  del config
+  check_num_blocks(layout)
+  m = num_meta_params(beta)
+
+  def zeros(tree):  # zeros_like keeps each leaf's sharding; the column axis is unsharded
+    return jax.tree.map(lambda x: jnp.broadcast_to(
+        jnp.zeros_like(x)[None], (m,) + jnp.shape(x)), tree)
+
+  return ExactTrace(
+      weights=zeros(wide_params),
+      base_state=zeros(tree_utils.split_floats(base_state)[0]),
+      meta_params=basis(beta),
+      meta_state=zeros(tree_utils.split_floats(meta_state)[0]),
+  )
+
+
+def meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any, beta: Any) -> Any:
+  """``s = H^T g``: one entry per block column of the trace (a beta tree)."""
+  del layout
+  return _columns_dot(trace.weights, grads, beta)
+
+
+def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
+         meta_grad: Any, params: Any, extra_args: dict) -> tuple[Any, MetaOptimizeState]:
+  """One step given ``meta_grad = H^T g``: ``F`` linearized, applied to every column."""
+  obj_fn = extra_args.get("obj_fn")
+  check_objective(obj_fn, params)
+  trace, beta = state.trace, state.meta_params
+  base_floats, base_split = tree_utils.split_floats(state.base_state)
+  meta_floats, meta_split = tree_utils.split_floats(state.meta_state)
+  wide_params = tree_utils.widen(params)
+  m = layout.num_blocks
+  gradient = _gradient_with_hvp_tangent(obj_fn)
+  # "2x2": s depends on w through the gradient, with H held fixed (the
+  # approximation drops dF/dH). "l_approx": s is held fixed: the value given,
+  # not stop_gradient of an expression, which would also cut the derivative of
+  # an outer transformation differentiating through this step (a meta-gradient).
+  meta_grad_at = (_meta_gradient_along(meta_grad, trace.weights, beta)
+                  if config.approximation == "2x2" else lambda g: meta_grad)
+
+  def F(beta, meta_floats, wide_params, base_floats):
+    own = optax.tree_utils.tree_cast_like(wide_params, params)
+    # Primal value: the user's gradient; tangent: the Hessian-vector product.
+    g = gradient(own, optax.tree_utils.tree_cast_like(grads, own))
+    new_beta, new_meta = config.meta_step(
+        meta_grad_at(g), tree_utils.merge_floats(meta_floats, meta_split), beta)
+    # The base runs in float32 or wider, like its state (metaoptimize's "Precision").
+    direction, new_base = config.base.update(
+        tree_utils.widen(g), tree_utils.merge_floats(base_floats, base_split), wide_params,
+        **extra_args)
+    delta = config.weight_change(layout, config.step_beta(beta, new_beta), direction,
+                                 wide_params)
+    outputs = (
+        new_beta,
+        tree_utils.split_floats(new_meta)[0],
+        delta,
+        tree_utils.split_floats(new_base)[0],
+        _curvature_probe(g),
+    )
+    return outputs, (new_meta, new_base)
+
+  primals = (beta, meta_floats, wide_params, base_floats)
+  (new_beta, _, delta, _, _), linear, (new_meta, new_base) = jax.linearize(
+      F, *primals, has_aux=True
+  )
+  gamma = config.gamma
+  tangents = (
+      optax.tree_utils.tree_add(optax.tree_utils.tree_scale(gamma, trace.meta_params),
+                                optax.tree_utils.tree_scale(1.0 - gamma, basis(beta))),
+      optax.tree_utils.tree_scale(gamma, trace.meta_state),
+      optax.tree_utils.tree_scale(gamma, trace.weights),
+      optax.tree_utils.tree_scale(gamma, trace.base_state),
+  )
+  tangents = sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
+  if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
+    column = jax.tree.map(lambda t: t[0], tangents)
+    columns = jax.tree.map(lambda t: t[None], linear(*column))
+  elif sharding.any_explicit(params):
+    # jax.vmap of a linearized matmul with an explicit out_sharding (what a loss
+    # on an explicit mesh contains) fails in JAX 0.10: map the columns in turn.
+    columns = jax.lax.map(lambda c: linear(*c), tangents)
+  else:
+    columns = jax.vmap(linear, axis_size=m)(*tangents)  # axis_size: m = 0 on no params
+  d_beta, d_meta, d_delta, d_base, d_probe = columns
+  d_beta, d_meta, d_delta, d_base = _zero_nan((d_beta, d_meta, d_delta, d_base))
+  # A non-finite Hessian-vector product (obj_fn NaN or inf near params) would be
+  # read as zero curvature by _zero_nan: mark the trace non-finite instead, so
+  # the guard restarts it and counts it (trace_resets); the step itself is taken.
+  curvature_ok = tree_utils.all_finite(d_probe)
+  new_trace = ExactTrace(
+      weights=optax.tree_utils.tree_add(tangents[2], d_delta),
+      base_state=d_base,
+      meta_params=jax.tree.map(lambda y: jnp.where(curvature_ok, y, jnp.nan), d_beta),
+      meta_state=d_meta,
+  )
+  return delta, state._replace(base_state=new_base, meta_params=new_beta,
+                               meta_state=new_meta, trace=new_trace)
 
 
 def check_num_blocks(layout: BlockLayout) -> None:
@@ -44,6 +152,20 @@ def check_num_blocks(layout: BlockLayout) -> None:
         f"Hessian-vector product per block; this layout has {layout.num_blocks} "
         f"blocks (limit {MAX_EXACT_BLOCKS}). Use approximation='hessian_free' "
         "(one params-sized trace whatever the number of blocks), or fewer blocks."
+    )
+
+
+def check_objective(obj_fn: Callable | None, params: Any) -> None:
+  if obj_fn is None:
+    raise ValueError(
+        "The exact variants ('l_approx', '2x2') need the objective for "
+        "Hessian-vector products: call update(grads, state, params, obj_fn=loss) "
+        "with loss(params) -> scalar, or use approximation='hessian_free'."
+    )
+  out = jax.eval_shape(obj_fn, params)
+  if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+    raise ValueError(
+        f"obj_fn must return a floating-point scalar; it returned {out}."
     )
 
 
@@ -79,20 +201,41 @@ def basis(beta: Any) -> Any:
   return jax.tree.map(lambda e, b: e + jnp.zeros_like(b)[None], columns, beta)
 
 
-def init_trace(params: Any, beta: Any, base_state: Any, meta_state: Any) -> ExactTrace:
-  """``X_0 = 0`` and ``Y_0 = [I; 0]`` (paper Algorithm 1)."""
+def _columns_dot(columns: Any, tree: Any, beta: Any) -> Any:
+  """``[<H[:, j], x>]_j`` for the columns ``H[:, j]`` of a trace, laid out like ``beta``."""
   m = num_meta_params(beta)
+  # Elementwise products summed over the weight axes (not a tensordot, whose
+  # sharded contraction needs an output sharding on explicit meshes): on a mesh
+  # each device reduces its shard, then one all-reduce of m numbers.
+  products = [
+      jnp.sum(h * x.astype(h.dtype)[None], axis=tuple(range(1, h.ndim))).reshape(m)
+      for h, x in zip(jax.tree.leaves(columns), jax.tree.leaves(tree))
+  ]
+  s = sum(products[1:], products[0]) if products else jnp.zeros((m,))  # no params arrays
+  return _split_like(s, beta)
 
-  def zeros(tree):  # zeros_like keeps each leaf's sharding; the column axis is unsharded
-    return jax.tree.map(lambda x: jnp.broadcast_to(
-        jnp.zeros_like(x)[None], (m,) + jnp.shape(x)), tree)
 
-  return ExactTrace(
-      weights=zeros(tree_utils.widen(params)),
-      base_state=zeros(tree_utils.split_floats(base_state)[0]),
-      meta_params=basis(beta),
-      meta_state=zeros(tree_utils.split_floats(meta_state)[0]),
-  )
+def _meta_gradient_along(meta_grad: Any, trace_weights: Any, beta: Any) -> Callable:
+  r"""``g -> s`` whose value is the given :math:`s = H^\top g` and whose derivative
+  along :math:`\dot g` is :math:`H^\top \dot g` (:math:`H` held fixed).
+
+  The 2x2 approximation's dependence of the meta step on the weights, through
+  the gradient's Hessian-vector product, without evaluating :math:`H^\top g` a
+  second time. An outer transformation differentiates ``meta_grad`` as the
+  caller computed it.
+  """
+
+  @jax.custom_jvp
+  def along(g):
+    del g
+    return meta_grad
+
+  @along.defjvp
+  def along_jvp(primals, tangents):
+    del primals
+    return meta_grad, _columns_dot(trace_weights, tangents[0], beta)
+
+  return along
 
 
 def _zero_nan(tree: Any) -> Any:
@@ -152,130 +295,3 @@ def _curvature_probe(g: Any) -> jax.Array:
   reduction of the product per column."""
   sums = [jnp.sum(x.astype(tree_utils.wide_dtype(x.dtype))) for x in jax.tree.leaves(g)]
   return jnp.stack(sums) if sums else jnp.zeros((0,), jnp.float32)
-
-
-def check_objective(obj_fn: Callable | None, params: Any) -> None:
-  if obj_fn is None:
-    raise ValueError(
-        "The exact variants ('l_approx', '2x2') need the objective for "
-        "Hessian-vector products: call update(grads, state, params, obj_fn=loss) "
-        "with loss(params) -> scalar, or use approximation='hessian_free'."
-    )
-  out = jax.eval_shape(obj_fn, params)
-  if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
-    raise ValueError(
-        f"obj_fn must return a floating-point scalar; it returned {out}."
-    )
-
-
-def meta_gradient(trace_weights: Any, grads: Any, beta: Any) -> Any:
-  """``s = H^T g``: one entry per block column of the trace (a beta tree)."""
-  m = num_meta_params(beta)
-  # Elementwise products summed over the weight axes (not a tensordot, whose
-  # sharded contraction needs an output sharding on explicit meshes): on a mesh
-  # each device reduces its shard, then one all-reduce of m numbers.
-  products = [
-      jnp.sum(h * g.astype(h.dtype)[None], axis=tuple(range(1, h.ndim))).reshape(m)
-      for h, g in zip(jax.tree.leaves(trace_weights), jax.tree.leaves(grads))
-  ]
-  s = sum(products[1:], products[0]) if products else jnp.zeros((m,))  # no params arrays
-  return _split_like(s, beta)
-
-
-def step(
-    *,
-    grads: Any,
-    params: Any,
-    beta: Any,
-    base_state: Any,
-    meta_state: Any,
-    trace: ExactTrace,
-    layout: BlockLayout,
-    base_update: Callable,
-    meta_update: Callable,
-    obj_fn: Callable,
-    step_size_of: Callable,
-    clip_beta: Callable,
-    gamma,
-    weight_decay,
-    approximation: str,
-    meta_update_first: bool,
-):
-  """One exact step. Returns ``(delta, beta', meta_state', base_state', trace')``."""
-  base_floats, base_split = tree_utils.split_floats(base_state)
-  meta_floats, meta_split = tree_utils.split_floats(meta_state)
-  H = trace.weights  # held fixed inside F (the 2x2 approximation drops dF/dH)
-  m = layout.num_blocks
-  gradient = _gradient_with_hvp_tangent(obj_fn)
-
-  def meta_gradient_at(g):
-    return meta_gradient(H, g, beta)
-
-  def F(beta, meta_floats, wide_params, base_floats):
-    own = tree_utils.cast_like(wide_params, params)
-    # Primal value: the user's gradient; tangent: the Hessian-vector product.
-    g = gradient(own, tree_utils.cast_like(grads, own))
-    # "l_approx" holds s fixed inside F: the closed-over gradient, not
-    # stop_gradient(g), which would also cut the derivative of an outer
-    # transformation differentiating through this step (a meta-gradient).
-    g_meta = g if approximation == "2x2" else tree_utils.cast_like(grads, own)
-    meta_upd, new_meta = meta_update(
-        meta_gradient_at(g_meta), tree_utils.merge_floats(meta_floats, meta_split), beta
-    )
-    new_beta = clip_beta(jax.tree.map(jnp.add, beta, meta_upd))
-    # The base runs in float32 or wider, like its state (metaoptimize's "Precision").
-    direction, new_base = base_update(
-        tree_utils.widen(g), tree_utils.merge_floats(base_floats, base_split), wide_params)
-    alpha = layout.expand(step_size_of(new_beta if meta_update_first else beta),
-                          like=wide_params)
-
-    def leaf(a, d, w):
-      d = d.astype(w.dtype)
-      if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):
-        d = d + weight_decay * w
-      return -a.astype(w.dtype) * d
-
-    delta = jax.tree.map(leaf, alpha, direction, wide_params)
-    outputs = (
-        new_beta,
-        tree_utils.split_floats(new_meta)[0],
-        delta,
-        tree_utils.split_floats(new_base)[0],
-        _curvature_probe(g),
-    )
-    return outputs, (new_meta, new_base)
-
-  primals = (beta, meta_floats, tree_utils.widen(params), base_floats)
-  (new_beta, _, delta, _, _), linear, (new_meta, new_base) = jax.linearize(
-      F, *primals, has_aux=True
-  )
-  one_minus_gamma = 1.0 - gamma
-  tangents = (
-      tree_utils.add(tree_utils.scale(trace.meta_params, gamma), tree_utils.scale(basis(beta), one_minus_gamma)),
-      tree_utils.scale(trace.meta_state, gamma),
-      tree_utils.scale(trace.weights, gamma),
-      tree_utils.scale(trace.base_state, gamma),
-  )
-  tangents = sharding.tree_reshard_like(tangents, primals, leading=1)  # explicit meshes
-  if m == 1:  # a batch of one column: skip vmap (batched matmuls are slower on CPU)
-    column = jax.tree.map(lambda t: t[0], tangents)
-    columns = jax.tree.map(lambda t: t[None], linear(*column))
-  elif sharding.any_explicit(params):
-    # jax.vmap of a linearized matmul with an explicit out_sharding (what a loss
-    # on an explicit mesh contains) fails in JAX 0.10: map the columns in turn.
-    columns = jax.lax.map(lambda c: linear(*c), tangents)
-  else:
-    columns = jax.vmap(linear, axis_size=m)(*tangents)  # axis_size: m = 0 on no params
-  d_beta, d_meta, d_delta, d_base, d_probe = columns
-  d_beta, d_meta, d_delta, d_base = _zero_nan((d_beta, d_meta, d_delta, d_base))
-  # A non-finite Hessian-vector product (obj_fn NaN or inf near params) would be
-  # read as zero curvature by _zero_nan: mark the trace non-finite instead, so
-  # the guard restarts it and counts it (trace_resets); the step itself is taken.
-  curvature_ok = tree_utils.all_finite(d_probe)
-  new_trace = ExactTrace(
-      weights=tree_utils.add(tangents[2], d_delta),
-      base_state=d_base,
-      meta_params=jax.tree.map(lambda y: jnp.where(curvature_ok, y, jnp.nan), d_beta),
-      meta_state=d_meta,
-  )
-  return delta, new_beta, new_meta, new_base, new_trace

@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import exact, tree_utils
 from metaoptax._src.state import ExactTrace, MetaOptimizeState
@@ -67,14 +68,14 @@ def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_g
   # Only when s is not finite: is it the gradient (skip) or the trace (restart)?
   grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True), lambda: tree_utils.all_finite(grads))
   restart_trace = initial_trace(state.trace, state.meta_params)
-  delta, new = attempt(tree_utils.zeros_unless(grads_ok, grads),
-                       state._replace(trace=tree_utils.select(s_ok, state.trace, restart_trace)),
+  trace = optax.tree_utils.tree_where(s_ok, state.trace, restart_trace)
+  delta, new = attempt(tree_utils.zeros_unless(grads_ok, grads), state._replace(trace=trace),
                        tree_utils.zeros_unless(s_ok, meta_grad))
   trace_ok = tree_utils.all_finite(new.trace) if check_new_trace else jnp.asarray(True)
   meta_ok = s_ok & trace_ok & tree_utils.all_finite(new.meta_params)
-  new_trace = tree_utils.select(trace_ok, new.trace, restart_trace)
+  new_trace = optax.tree_utils.tree_where(trace_ok, new.trace, restart_trace)
   new = new._replace(
-      meta_params=tree_utils.select(meta_ok, new.meta_params, state.meta_params),
-      meta_state=tree_utils.select(meta_ok, new.meta_state, state.meta_state),
-      trace=tree_utils.select(grads_ok, new_trace, state.trace))
+      meta_params=optax.tree_utils.tree_where(meta_ok, new.meta_params, state.meta_params),
+      meta_state=optax.tree_utils.tree_where(meta_ok, new.meta_state, state.meta_state),
+      trace=optax.tree_utils.tree_where(grads_ok, new_trace, state.trace))
   return tree_utils.zeros_unless(grads_ok, delta), _count(new, ~grads_ok, grads_ok & ~meta_ok)

@@ -31,23 +31,60 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import tree_utils
-from metaoptax._src.dependence import dependent_outputs
+from metaoptax._src.approximation import StepConfig
 from metaoptax._src.blocks import BlockLayout
-from metaoptax._src.state import HessianFreeTrace
+from metaoptax._src.dependence import dependent_outputs
+from metaoptax._src.state import HessianFreeTrace, MetaOptimizeState
+
+#: The trace ``h' = c h + Delta`` holds the update additively: it becomes
+#: non-finite only with the update itself, which the next meta-gradient shows.
+CHECKS_NEW_TRACE = False
 
 
-def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any) -> Any:
-  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``.
+def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_state: Any,
+               meta_state: Any, beta: Any) -> HessianFreeTrace:
+  """``h_0 = 0``, and zero sensitivities for the base-state leaves that read the params."""
+  del layout, meta_state, beta
+  zero_grads = jax.tree.map(jnp.zeros_like, wide_params)
+  reading = params_reading_leaves(config.base.update, zero_grads, base_state, wide_params)
+  floats, _ = tree_utils.split_floats(base_state)
+  return HessianFreeTrace(
+      weights=jax.tree.map(jnp.zeros_like, wide_params),
+      base_state=tuple(jnp.zeros_like(floats[i]) for i in reading))
+
+
+def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any, beta: Any) -> Any:
+  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``.
 
   The guard reads ``s`` to detect non-finite gradients and traces, so its
   derivative must stay finite when they are not (see
-  :func:`tree_utils.product_with_finite_derivative`).
+  :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
-  return layout.reduce(jax.tree.map(
+  s = layout.reduce(jax.tree.map(
       lambda h, g: tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)),
       trace.weights, grads))
+  return optax.tree_utils.tree_cast_like(s, beta)
+
+
+def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
+         meta_grad: Any, params: Any, extra_args: dict) -> tuple[Any, MetaOptimizeState]:
+  """One step given ``meta_grad = H^T g``: the meta step, then one jvp of the weight change."""
+  new_beta, new_meta_state = config.meta_step(meta_grad, state.meta_state, state.meta_params)
+  base_update = lambda g, s, p: config.base.update(g, s, p, **extra_args)
+  wide_grads, wide_params = tree_utils.widen(grads), tree_utils.widen(params)
+  reading = params_reading_leaves(base_update, wide_grads, state.base_state, wide_params)
+  if len(reading) != len(state.trace.base_state):
+    raise ValueError("The base state's dependence on the params changed between init "
+                     "and update (different extra arguments?).")
+  change = _weight_change(config, layout, base_update, wide_grads, state.base_state, reading)
+  delta, new_trace, new_base_state = _trace_step(
+      config, change, wide_params, state.base_state, reading,
+      config.step_beta(state.meta_params, new_beta), state.trace)
+  return delta, state._replace(base_state=new_base_state, meta_params=new_beta,
+                               meta_state=new_meta_state, trace=new_trace)
 
 
 def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
@@ -72,22 +109,8 @@ def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
     reading |= found
 
 
-def init_trace(params: Any, base_state: Any, reading: tuple[int, ...]) -> HessianFreeTrace:
-  floats, _ = tree_utils.split_floats(base_state)
-  return HessianFreeTrace(
-      weights=tree_utils.widen(jax.tree.map(jnp.zeros_like, params)),
-      base_state=tuple(jnp.zeros_like(floats[i]) for i in reading))
-
-
-def weight_change(
-    base_update: Callable,
-    grads: Any,
-    base_state: Any,
-    layout: BlockLayout,
-    step_size_of: Callable,
-    weight_decay,
-    reading: tuple[int, ...],
-) -> Callable:
+def _weight_change(config: StepConfig, layout: BlockLayout, base_update: Callable,
+                   grads: Any, base_state: Any, reading: tuple[int, ...]) -> Callable:
   r"""The function :math:`(w, \tilde x_R, \beta) \mapsto (\Delta, \tilde x_R')`.
 
   ``w`` is a widened (float32+) copy of the params, and ``grads`` are widened
@@ -104,27 +127,15 @@ def weight_change(
       leaves[i] = x
     direction, new_base_state = base_update(grads, tree_utils.merge_floats(leaves, split),
                                             wide_params)
-    alpha = layout.expand(step_size_of(beta), like=wide_params)
-
-    def leaf(a, d, w):
-      d = d.astype(w.dtype)
-      if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):
-        d = d + weight_decay * w
-      # -d / (1 / a) == -a * d; written as a division so that XLA (which does not
-      # duplicate divisions into a second consumer) writes delta once and the
-      # trace kernel reads it, instead of writing the direction d and
-      # recomputing delta from it in two kernels: one params-sized pass less.
-      return -d / (1 / a.astype(w.dtype))
-
-    delta = jax.tree.map(leaf, alpha, direction, wide_params)
+    delta = config.weight_change(layout, beta, direction, wide_params)
     new_floats = tree_utils.split_floats(new_base_state)[0]
     return (delta, tuple(new_floats[i] for i in reading)), new_base_state
 
   return change
 
 
-def trace_step(change: Callable, params: Any, base_state: Any, reading: tuple[int, ...],
-               beta: Any, trace: HessianFreeTrace, gamma, log_parametrization: bool):
+def _trace_step(config: StepConfig, change: Callable, wide_params: Any, base_state: Any,
+                reading: tuple[int, ...], beta: Any, trace: HessianFreeTrace):
   r"""One jvp: returns ``(delta, new_trace, new_base_state)``.
 
   The tangent along :math:`\beta` needs no differentiation under the log
@@ -134,15 +145,16 @@ def trace_step(change: Callable, params: Any, base_state: Any, reading: tuple[in
   lets the trace kernel read :math:`\Delta` rather than the direction.
   """
   floats, _ = tree_utils.split_floats(base_state)
-  carried = tree_utils.scale(trace.weights, gamma)
-  carried_state = tree_utils.scale(trace.base_state, gamma)
-  primals = (tree_utils.widen(params), tuple(floats[i] for i in reading), beta)
-  if log_parametrization:
+  carried = optax.tree_utils.tree_scale(config.gamma, trace.weights)
+  carried_state = optax.tree_utils.tree_scale(config.gamma, trace.base_state)
+  primals = (wide_params, tuple(floats[i] for i in reading), beta)
+  if config.log_parametrization:
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         lambda w, x: change(w, x, beta), primals[:2], (carried, carried_state), has_aux=True)
-    delta_dot = tree_utils.add(delta_dot, delta)
+    delta_dot = optax.tree_utils.tree_add(delta_dot, delta)
   else:
     ones = jax.tree.map(jnp.ones_like, beta)
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         change, primals, (carried, carried_state, ones), has_aux=True)
-  return delta, HessianFreeTrace(tree_utils.add(carried, delta_dot), state_dot), new_base_state
+  new_trace = HessianFreeTrace(optax.tree_utils.tree_add(carried, delta_dot), state_dot)
+  return delta, new_trace, new_base_state

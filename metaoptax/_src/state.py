@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -87,7 +88,7 @@ def step_sizes(state: Any) -> Any:
   )
 
 
-def trace(state: Any) -> Any:
+def sensitivity_trace(state: Any) -> Any:
   """The trace ``H`` (sensitivity of the weights to the meta-parameters).
 
   Hessian-free: a params-shaped tree ``h`` with ``h[i] = H[i, b(i)]``.
@@ -95,3 +96,11 @@ def trace(state: Any) -> Any:
   ``m``, one column ``H[:, j]`` per block.
   """
   return _the_state(state).trace.weights
+
+
+def trace(state: Any) -> Any:
+  """Deprecated alias of :func:`sensitivity_trace` (``optax.trace`` is momentum)."""
+  warnings.warn("metaoptax.trace is deprecated (the name of optax's momentum "
+                "transformation); use metaoptax.sensitivity_trace.", DeprecationWarning,
+                stacklevel=2)
+  return sensitivity_trace(state)

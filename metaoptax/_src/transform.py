@@ -3,17 +3,18 @@ r"""MetaOptimize: step sizes learned while training runs (Sharifnassab et al., 2
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import jax
 import jax.numpy as jnp
 import optax
 
 from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, tree_utils
+from metaoptax._src.approximation import StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
 
-APPROXIMATIONS = ("hessian_free", "l_approx", "2x2")
+#: The implementation of each approximation (see :mod:`metaoptax._src.approximation`).
+_IMPLEMENTATIONS = {"hessian_free": hessian_free, "l_approx": exact, "2x2": exact}
+APPROXIMATIONS = tuple(_IMPLEMENTATIONS)
 PARAMETRIZATIONS = ("log", "linear")
 DEFAULT_STEP_SIZE_BOUNDS = (1e-10, 1.0)
 
@@ -117,17 +118,15 @@ def metaoptimize(
   """
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization)
-  base = optax.with_extra_args_support(base)
   log = parametrization == "log"
   lower, upper = (float(b) for b in step_size_bounds)
-  beta_bounds = (math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log else (
-      lower, upper)
-
-  def step_size_of(beta):
-    return jax.tree.map(jnp.exp if log else (lambda b: b), beta)
-
-  def clip_beta(beta):
-    return jax.tree.map(lambda b: jnp.clip(b, *beta_bounds).astype(b.dtype), beta)
+  config = StepConfig(
+      base=optax.with_extra_args_support(base), meta=meta, gamma=gamma,
+      weight_decay=weight_decay, log_parametrization=log,
+      beta_bounds=((math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log
+                   else (lower, upper)),
+      meta_update_first=meta_update_first, approximation=approximation)
+  implementation = _IMPLEMENTATIONS[approximation]
 
   def init_fn(params):
     layout = blocks_lib.resolve(blocks, params)
@@ -136,21 +135,14 @@ def metaoptimize(
     beta = layout.init_beta(init_beta, params)
     # The base runs in float32 or wider (its moments too): see "Precision" above.
     wide_params = tree_utils.widen(params)
-    base_state = base.init(wide_params)
+    base_state = config.base.init(wide_params)
     meta_state = meta.init(beta)
-    if approximation == "hessian_free":
-      zero_grads = jax.tree.map(jnp.zeros_like, wide_params)
-      reading = hessian_free.params_reading_leaves(
-          base.update, zero_grads, base_state, wide_params)
-      trace = hessian_free.init_trace(params, base_state, reading)
-    else:
-      exact.check_num_blocks(layout)
-      trace = exact.init_trace(params, beta, base_state, meta_state)
     return MetaOptimizeState(
         base_state=base_state,
         meta_params=beta,
         meta_state=meta_state,
-        trace=trace,
+        trace=implementation.init_trace(config, layout, wide_params, base_state, meta_state,
+                                        beta),
         log_parametrization=jnp.asarray(log),
         skipped_steps=jnp.zeros([], jnp.int32),
         trace_resets=jnp.zeros([], jnp.int32),
@@ -160,55 +152,17 @@ def metaoptimize(
     if params is None:
       raise ValueError("metaoptimize needs params: call update(grads, state, params).")
     layout = blocks_lib.resolve(blocks, params)
-    grads = updates
-    if approximation == "hessian_free":
-      s = tree_utils.cast_like(hessian_free.meta_gradient(layout, state.trace, grads),
-                          state.meta_params)
-      attempt = lambda g, st, s_: _hessian_free_update(g, st, s_, params, layout, extra_args)
-    else:
-      obj_fn = extra_args.get("obj_fn")
-      exact.check_objective(obj_fn, params)
-      s = exact.meta_gradient(state.trace.weights, grads, state.meta_params)
-      attempt = lambda g, st, s_: _exact_update(g, st, params, layout, obj_fn, extra_args)
-    if not skip_nonfinite:
-      delta, new_state = attempt(grads, state, s)
-    else:
-      delta, new_state = guard.guarded_step(attempt, grads, state, s,
-                                            check_new_trace=approximation != "hessian_free")
-    return tree_utils.cast_like(delta, params), new_state
+    meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
 
-  def _exact_update(grads, state, params, layout, obj_fn, extra_args):
-    """The exact step (computes its meta-gradient inside, differentiably)."""
-    delta, new_beta, new_meta, new_base, new_trace = exact.step(
-        grads=grads, params=params, beta=state.meta_params,
-        base_state=state.base_state, meta_state=state.meta_state,
-        trace=state.trace, layout=layout,
-        base_update=lambda g, s, p: base.update(g, s, p, **extra_args),
-        meta_update=meta.update, obj_fn=obj_fn, step_size_of=step_size_of,
-        clip_beta=clip_beta, gamma=gamma, weight_decay=weight_decay,
-        approximation=approximation, meta_update_first=meta_update_first)
-    return delta, state._replace(base_state=new_base, meta_params=new_beta,
-                                 meta_state=new_meta, trace=new_trace)
+    def attempt(grads, state, meta_grad):
+      return implementation.step(config, layout, grads, state, meta_grad, params, extra_args)
 
-  def _hessian_free_update(grads, state, s, params, layout, extra_args):
-    meta_updates, new_meta_state = meta.update(s, state.meta_state, state.meta_params)
-    new_beta = clip_beta(optax.apply_updates(state.meta_params, meta_updates))
-    base_update = lambda g, s_, p: base.update(g, s_, p, **extra_args)
-    wide_grads = tree_utils.widen(grads)
-    reading = hessian_free.params_reading_leaves(
-        base_update, wide_grads, state.base_state, tree_utils.widen(params))
-    if len(reading) != len(state.trace.base_state):
-      raise ValueError("The base state's dependence on the params changed between init "
-                       "and update (different extra arguments?).")
-    change = hessian_free.weight_change(
-        base_update, wide_grads, state.base_state, layout, step_size_of, weight_decay,
-        reading)
-    beta_for_step = new_beta if meta_update_first else state.meta_params
-    delta, new_trace, new_base_state = hessian_free.trace_step(
-        change, params, state.base_state, reading, beta_for_step, state.trace, gamma, log)
-    return delta, state._replace(
-        base_state=new_base_state, meta_params=new_beta,
-        meta_state=new_meta_state, trace=new_trace)
+    if skip_nonfinite:
+      delta, new_state = guard.guarded_step(attempt, updates, state, meta_grad,
+                                            check_new_trace=implementation.CHECKS_NEW_TRACE)
+    else:
+      delta, new_state = attempt(updates, state, meta_grad)
+    return optax.tree_utils.tree_cast_like(delta, params), new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 

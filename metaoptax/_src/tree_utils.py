@@ -1,4 +1,5 @@
-"""Small pytree helpers shared by the MetaOptimize variants."""
+"""Pytree helpers that ``optax.tree_utils`` lacks: widening to float32, finiteness,
+float-leaf splitting for forward-mode sensitivities."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 
 def wide_dtype(dtype) -> jnp.dtype:
@@ -16,19 +18,6 @@ def wide_dtype(dtype) -> jnp.dtype:
 def widen(tree: Any) -> Any:
   """Casts every floating leaf to float32 or wider."""
   return jax.tree.map(lambda x: x.astype(wide_dtype(x.dtype)), tree)
-
-
-def cast_like(tree: Any, like: Any) -> Any:
-  """Casts each leaf of ``tree`` to the dtype of the matching leaf of ``like``."""
-  return jax.tree.map(lambda x, y: x.astype(jnp.asarray(y).dtype), tree, like)
-
-
-def scale(tree: Any, factor) -> Any:
-  return jax.tree.map(lambda x: factor * x, tree)
-
-
-def add(a: Any, b: Any) -> Any:
-  return jax.tree.map(jnp.add, a, b)
 
 
 def all_finite(tree: Any) -> jax.Array:
@@ -67,8 +56,8 @@ def _product_with_finite_derivative_jvp(primals, tangents):
 
 
 def select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
-  """Leafwise ``where(pred, on_true, on_false)`` for two trees of one structure."""
-  return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+  """Leafwise ``where``, as ``optax.tree_utils.tree_where``."""
+  return optax.tree_utils.tree_where(pred, on_true, on_false)
 
 
 def zeros_unless(pred: jax.Array, tree: Any) -> Any:

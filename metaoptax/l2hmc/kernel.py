@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import tree_utils
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
@@ -93,7 +94,7 @@ def build_kernel(config: L2HMCConfig):
     proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
                                             momentum, direction)
     accepted = jax.random.uniform(k_accept) < acceptance
-    new_state = tree_utils.select(accepted, proposal, state)
+    new_state = optax.tree_utils.tree_where(accepted, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
                      jnp.asarray(config.num_steps, jnp.int32))
     return new_state, info

@@ -70,8 +70,8 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
   new_params = sharding.tree_reshard_like(unravel(flat_x + delta), params)
   if "teleport" in config.heads and act is not None:
     teleport_now = state.count % config.teleport_every == 0
-    new_params = tree_utils.select(teleport_now, act(out["teleport"], new_params), new_params)
-  new_params = tree_utils.cast_like(new_params, params)
+    new_params = optax.tree_utils.tree_where(teleport_now, act(out["teleport"], new_params), new_params)
+  new_params = optax.tree_utils.tree_cast_like(new_params, params)
   return new_params, L2OState(carry, momentum, state.count + 1, state.skipped_steps), out
 
 
@@ -106,7 +106,7 @@ def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransf
     new_params, new_state, _ = step(network_params, config, state, params, updates, act)
     deltas = jax.tree.map(lambda n, p: (n - p).astype(p.dtype), new_params, params)
     ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)
-    new_state = tree_utils.select(ok, new_state, state)
+    new_state = optax.tree_utils.tree_where(ok, new_state, state)
     deltas = tree_utils.zeros_unless(ok, deltas)
     return deltas, new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))

@@ -3,8 +3,9 @@
 from metaoptax._src.state import ExactTrace
 from metaoptax._src.state import HessianFreeTrace
 from metaoptax._src.state import MetaOptimizeState
+from metaoptax._src.state import sensitivity_trace
 from metaoptax._src.state import step_sizes
-from metaoptax._src.state import trace
+from metaoptax._src.state import trace  # deprecated alias of sensitivity_trace
 from metaoptax._src.transform import metaoptimize
 from metaoptax.metaoptimize import presets
 from metaoptax.metaoptimize.climb import ClimbState
@@ -30,8 +31,8 @@ __all__ = (
     "lion",
     "metaoptimize",
     "presets",
+    "sensitivity_trace",
     "sgd",
     "step_sizes",
-    "trace",
     "xu_idbd",
 )

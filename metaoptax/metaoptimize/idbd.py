@@ -107,9 +107,9 @@ def idbd(
         lambda h, a, c, g: h * decay(a, c) - a * g, state.trace, alpha, hessian_diagonal, grads)
     delta = jax.tree.map(lambda a, g: -a * g, alpha, grads)
     ok = inputs_ok & tree_utils.all_finite((trace, beta))
-    new_state = tree_utils.select(ok, IDBDState(beta, trace, state.skipped_steps), state)
+    new_state = optax.tree_utils.tree_where(ok, IDBDState(beta, trace, state.skipped_steps), state)
     delta = jax.tree.map(lambda d: jnp.where(ok, d, 0.0), delta)
-    return tree_utils.cast_like(delta, updates), new_state._replace(
+    return optax.tree_utils.tree_cast_like(delta, updates), new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -1,4 +1,4 @@
-"""Symmetry teleportation: group actions and classic teleportation (seed 002)."""
+"""Symmetry teleportation: group actions and classic teleportation."""
 
 from metaoptax.teleport import groups
 from metaoptax.teleport.classic import TeleportState, teleport, with_teleportation

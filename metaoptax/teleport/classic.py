@@ -128,12 +128,12 @@ def with_teleportation(
     def do_teleport(_):
       _, moved = teleport(obj_fn, params, act, init_group_param(sub),
                           steps=ascent_steps, learning_rate=ascent_learning_rate)
-      moved = tree_utils.cast_like(moved, params)
+      moved = optax.tree_utils.tree_cast_like(moved, params)
       before, after = obj_fn(params), obj_fn(moved)
       ok = (tree_utils.all_finite(moved) & jnp.isfinite(after)
             & (jnp.abs(after - before) <= level_set_tolerance * (1 + jnp.abs(before))))
-      moved = tree_utils.select(ok, moved, params)
-      grads = jax.lax.cond(ok, lambda: tree_utils.cast_like(jax.grad(obj_fn)(moved), updates),
+      moved = optax.tree_utils.tree_where(ok, moved, params)
+      grads = jax.lax.cond(ok, lambda: optax.tree_utils.tree_cast_like(jax.grad(obj_fn)(moved), updates),
                            lambda: updates)
       return moved, grads, ok.astype(jnp.int32), (~ok).astype(jnp.int32)
 

@@ -74,8 +74,8 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
     >>> beta = jnp.zeros(1)
     >>> state = tx.init(beta)
     >>> updates, state = tx.update(-jnp.ones(1), state, beta)  # "raise alpha"
-    >>> print(float(updates[0]))
-    0.05
+    >>> print(f"{float(updates[0]):.3f}")
+    0.050
   """
   for name, value in (("rate", rate), ("decay", decay)):
     number = concrete_number(name, value)

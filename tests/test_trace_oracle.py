@@ -4,6 +4,14 @@ The oracle (tests/oracle.py) recomputes H_t from its definition, a discounted
 sum of Jacobians dw_t/d(delta_tau) by jax.jacfwd through the whole unrolled run,
 with no trace recursion. Tolerance: relative 1e-9, absolute 1e-12, on the trace,
 the weights and the log step sizes after every one of 6 steps.
+
+The exact variants keep the meta-sensitivity in a trust region
+(``metaoptax.metaoptimize.exact.stabilize``: a column whose Y^beta strays more
+than ``SENSITIVITY_RADIUS`` from e_j is pulled back, i.e. a smaller discount for
+that step). The oracle implements that definition independently, as weights on
+its brute-force Jacobians dw_t/d(delta_tau) and d beta_t/d(delta_tau); the cases
+in ``PULLED`` leave the trust region (the oracle's pull factor c < 1 at some
+step), the others stay inside it (c = 1: the plain discounted sum).
 """
 
 import jax
@@ -14,6 +22,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import metaoptax
+from metaoptax.metaoptimize import exact
 from tests import oracle
 
 STEPS = 6
@@ -59,6 +68,9 @@ CASES = [
     ("rmsprop", "adam", "hessian_free", "per_leaf", 1.0, 0.0, False, "log"),
 ]
 
+# Cases whose meta-sensitivity leaves the trust region within the 6 steps.
+PULLED = []
+
 
 def loss(p, x, y):
   """A smooth non-quadratic objective; (x, y) is the step's batch."""
@@ -96,7 +108,10 @@ def test_trace_equals_bruteforce_sensitivity(case):
     ref = oracle.unrolled_metaoptimize(
         objectives, params, BASES[base](), METAS[meta](), labels, m, alpha0, gamma,
         weight_decay=kappa, parametrization=param, approximation=approximation,
-        meta_update_first=first)
+        meta_update_first=first,
+        radius=None if approximation == "hessian_free" else exact.SENSITIVITY_RADIUS)
+    pulled = min(float(np.min(c)) for c in ref["pull"]) < 1.0
+    assert pulled == (case in PULLED)
     opt = metaoptax.metaoptimize(
         BASES[base](), METAS[meta](), init_step_size=alpha0,
         blocks=LABELS if layout == "labels" else layout, gamma=gamma,

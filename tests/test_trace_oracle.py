@@ -43,6 +43,7 @@ METAS = {
     "adam": lambda: optax.adam(0.05, eps_root=EPS_ROOT),
     "sgd": lambda: optax.sgd(0.5),
     "small_sgd": lambda: optax.sgd(0.005),
+    "big_sgd": lambda: optax.sgd(4.0),  # leaves the meta-sensitivity trust region
     "lion": lambda: optax.lion(0.05, weight_decay=0.0),
     "rmsprop": lambda: optax.rmsprop(0.05, eps=1e-6),
 }
@@ -60,6 +61,7 @@ CASES = [
     ("decayed_adam", "adam", "2x2", "labels", 0.9, 0.0, True, "log"),
     ("sgd", "sgd", "2x2", "scalar", 0.7, 0.0, True, "linear"),
     ("lion", "lion", "2x2", "per_leaf", 1.0, 0.1, False, "log"),
+    ("momentum", "big_sgd", "2x2", "labels", 1.0, 0.0, True, "log"),
     # Hessian-free: compressed trace (one params-sized vector)
     ("adam", "adam", "hessian_free", "scalar", 1.0, 0.1, False, "log"),
     ("adam", "lion", "hessian_free", "per_param", 0.9, 0.1, False, "log"),
@@ -69,7 +71,7 @@ CASES = [
 ]
 
 # Cases whose meta-sensitivity leaves the trust region within the 6 steps.
-PULLED = []
+PULLED = [("momentum", "big_sgd", "2x2", "labels", 1.0, 0.0, True, "log")]
 
 
 def loss(p, x, y):

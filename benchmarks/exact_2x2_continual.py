@@ -22,6 +22,8 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from suite_tasks import continual  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from metaoptax.metaoptimize import exact  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 RUNS = (("2x2", "Adam"), ("2x2", "SGD"), ("2x2", "Lion"), ("l_approx", "Adam"))
 
 
@@ -29,12 +31,14 @@ def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--examples", type=int, default=continual.FULL_EXAMPLES)
   parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--radius", type=float, default=exact.SENSITIVITY_RADIUS)
   args = parser.parse_args()
+  exact.SENSITIVITY_RADIUS = args.radius
   keys = jax.random.split(jax.random.PRNGKey(1992), args.seeds)  # the task's streams
   streams = jax.vmap(lambda k: continual.make_stream(k, args.examples))(keys)
   last = args.examples // continual.BIN_SIZE - continual.FINAL_WINDOW // continual.BIN_SIZE
   print(f"{args.examples} examples, {args.seeds} seeds, gamma = 1, alpha_0 = "
-        f"{continual.INIT_STEP_SIZE}")
+        f"{continual.INIT_STEP_SIZE}, trust radius {args.radius:g}")
   print("method | eta | MSE last 10k (mean ± std) | unstable seeds | final relevant alpha")
   for approximation, kind in RUNS:
     method = continual._metaoptimize(approximation, kind)  # pylint: disable=protected-access

@@ -163,7 +163,7 @@ def stabilize(trace: ExactTrace, beta: Any, radius: float | None = None) -> Exac
   long as it is (IDBD's rectifier :math:`[1 - \alpha x^2]^+`, paper Appendix B,
   likewise keeps the trace's propagation factor from changing sign).
 
-  A non-finite :math:`Y^\beta` gives a non-finite column (the guard restarts it).
+  A non-finite :math:`Y^\beta` leaves a non-finite column (the guard restarts it).
   ``radius`` defaults to :data:`SENSITIVITY_RADIUS`; ``inf`` disables the pull.
   """
   radius = SENSITIVITY_RADIUS if radius is None else radius
@@ -176,7 +176,11 @@ def stabilize(trace: ExactTrace, beta: Any, radius: float | None = None) -> Exac
   if not deviations:
     return trace
   deviation = functools.reduce(jnp.add, deviations)
-  c = jnp.minimum(1.0, radius / deviation)  # NaN stays NaN; 0 deviation -> 1
+  # c = min(1, r / deviation), written so that its derivative (an outer jax.grad
+  # through the run) is finite at deviation = 0; an infinite deviation gives
+  # c = 0 and a non-finite column (the guard restarts it).
+  outside = deviation > radius
+  c = jnp.where(outside, radius / jnp.where(outside, deviation, radius), 1.0)
 
   def scaled(z):
     return (c.reshape((m,) + (1,) * (z.ndim - 1)).astype(z.dtype) * z)

@@ -1,14 +1,19 @@
 """Diagnosis: why the exact 2x2 (AdamW, Adam) degrades late on digits (suite task 1).
 
 One seed, 30k steps from 3e-6 (the suite's start); every 500 steps prints the step
-size, train loss − floor, the guard's counters and the largest trace entry. Output
-committed as ``results/suite/diagnose_2x2_digits.txt``.
+size, train loss − floor, the guard's counters and the largest trace entry.
+``--radius`` sets the trust radius of the meta-sensitivity
+(``metaoptax._src.exact.SENSITIVITY_RADIUS``; ``inf``: the plain recursion
+of paper eq. 15). Outputs committed as ``results/suite/diagnose_2x2_digits.txt``
+(``--radius inf``: the trace overflows and restarts) and
+``results/suite/diagnose_2x2_digits_trust_region.txt`` (the default radius).
 
-    python benchmarks/diagnose_2x2_digits.py
+    python benchmarks/diagnose_2x2_digits.py [--radius inf]
 """
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import sys
 
@@ -17,6 +22,7 @@ import jax.numpy as jnp
 import optax
 
 import metaoptax
+from metaoptax._src import exact
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from suite_tasks import digits  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -25,6 +31,9 @@ STEPS, CHUNK, START = 30_000, 500, 3e-6
 
 
 def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--radius", type=float, default=exact.SENSITIVITY_RADIUS)
+  exact.SENSITIVITY_RADIUS = parser.parse_args().radius
   problem = digits.make_problem()
   opt = metaoptax.presets.adamw_adam(START, approximation="2x2")
   params = problem.init(jax.random.key(0))

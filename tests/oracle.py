@@ -20,11 +20,17 @@ beta_0 = sigma^{-1}(alpha0) * ones(m).
 
 Call it under ``with jax.enable_x64(True):`` (float64).
 
-Trace: with c_0 = gamma^(t-1) and c_tau = (1-gamma) gamma^(t-tau-1), 1 <= tau < t,
-    H_t = sum_{tau=0}^{t-1} c_tau * d w_t / d delta_tau      (H_0 = 0)
-(gamma=1: dw_t/d delta_0; gamma=0: dw_t/d delta_{t-1}). Computed sequentially:
-H_t comes from the Jacobian of a t-step run whose step-3 constants are
-H_0..H_{t-1} as already computed here.
+Trace: per column j, with weights omega_{t,tau} on the perturbations delta_tau,
+    H_t[:, j] = sum_{tau<t} omega_{t,tau,j} * d w_t / d delta_tau[j]      (H_0 = 0)
+    Y_t[:, j] = sum_{tau<t} omega_{t,tau,j} * d beta_t / d delta_tau[j] + omega_{t,t,j} e_j
+    omega_{0,0} = 1;  omega^_{t+1,tau} = gamma omega_{t,tau} + (1-gamma)[tau = t]  (tau <= t)
+    c_j = min(1, radius / sum_i |Y^_{t+1}[i, j] - [i = j]|)   (Y^ from omega^; c = 1 if
+          radius is None)
+    omega_{t+1,tau} = c_j omega^_{t+1,tau} (tau <= t),  omega_{t+1,t+1} = 1 - c_j.
+Without the trust region (c = 1): omega_{t,0} = gamma^(t-1) and
+omega_{t,tau} = (1-gamma) gamma^(t-tau-1), 1 <= tau < t (gamma=1: dw_t/d delta_0;
+gamma=0: dw_t/d delta_{t-1}). Computed sequentially: H_t comes from the Jacobian
+of a t-step run whose step-3 constants are H_0..H_{t-1} as already computed here.
 """
 import jax
 import jax.numpy as jnp
@@ -87,12 +93,13 @@ def _run(obj_fns, params0, base, meta, labels, beta0, kappa, sigma,
 def unrolled_metaoptimize(obj_fns, params0, base, meta, labels, num_blocks,
                           init_step_size, gamma, weight_decay=0.0,
                           parametrization="log", approximation="hessian_free",
-                          meta_update_first=False):
+                          meta_update_first=False, radius=None):
     """Reference MetaOptimize run over T = len(obj_fns) steps (float64).
 
+    ``radius``: the trust radius of the meta-sensitivity Y (None: none).
     Returns dict with lists: "w" (flat w_t, t=0..T), "beta" (t=0..T),
-    "trace" (H_t, n x m, t=0..T), "meta_grad" (s_t, t=0..T-1), and
-    "params" (final params pytree).
+    "trace" (H_t, n x m, t=0..T), "meta_grad" (s_t, t=0..T-1), "pull"
+    (c, per column, t=1..T) and "params" (final params pytree).
     """
     if approximation not in _APPROX:
         raise ValueError(f"unknown approximation {approximation!r}")
@@ -106,15 +113,25 @@ def unrolled_metaoptimize(obj_fns, params0, base, meta, labels, num_blocks,
     args = (obj_fns, params0, base, meta, labels, beta0, weight_decay, sigma,
             approximation, meta_update_first)
 
-    traces = [jnp.zeros((n, m), flat0.dtype)]
+    traces, pulls = [jnp.zeros((n, m), flat0.dtype)], []
+    omega = np.ones((1, m))  # omega[tau, j], tau = 0..t
     for t in range(1, T + 1):
         # t-step run; step-3 constants are the already computed H_0..H_{t-1}
-        wt = lambda dl: _run(*args, traces, dl, t)[0][t]
-        J = jax.jit(jax.jacfwd(wt))(jnp.zeros((t, m), flat0.dtype))  # (n, t, m)
-        c = [gamma ** (t - 1)] + [(1 - gamma) * gamma ** (t - tau - 1)
-                                  for tau in range(1, t)]
-        traces.append(sum(c[tau] * J[:, tau, :] for tau in range(t)))
+        wt = lambda dl: (lambda r: (r[0][t], r[1][t]))(_run(*args, traces, dl, t))
+        Jw, Jb = jax.jit(jax.jacfwd(wt))(jnp.zeros((t, m), flat0.dtype))  # (n|m, t, m)
+        omega_hat = gamma * omega
+        omega_hat[t - 1] += 1 - gamma
+        H = jnp.einsum("itj,tj->ij", Jw, omega_hat)
+        Y = jnp.einsum("itj,tj->ij", Jb, omega_hat)
+        c = np.ones(m)
+        if radius is not None:
+            deviation = np.sum(np.abs(np.asarray(Y) - np.eye(m)), axis=0)
+            with np.errstate(divide="ignore"):
+                c = np.minimum(1.0, radius / deviation)
+        traces.append(H * c)
+        pulls.append(c)
+        omega = np.concatenate([c * omega_hat, (1 - c)[None]], axis=0)
 
     ws, betas, sgs, w = _run(*args, traces, jnp.zeros((T, m), flat0.dtype), T)
     return {"w": ws, "beta": betas, "trace": traces, "meta_grad": sgs,
-            "params": w}
+            "pull": pulls, "params": w}

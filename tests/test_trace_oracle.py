@@ -4,6 +4,14 @@ The oracle (tests/oracle.py) recomputes H_t from its definition, a discounted
 sum of Jacobians dw_t/d(delta_tau) by jax.jacfwd through the whole unrolled run,
 with no trace recursion. Tolerance: relative 1e-9, absolute 1e-12, on the trace,
 the weights and the log step sizes after every one of 6 steps.
+
+The exact variants keep the meta-sensitivity in a trust region
+(``metaoptax._src.exact.stabilize``: a column whose Y^beta strays more
+than ``SENSITIVITY_RADIUS`` from e_j is pulled back, i.e. a smaller discount for
+that step). The oracle implements that definition independently, as weights on
+its brute-force Jacobians dw_t/d(delta_tau) and d beta_t/d(delta_tau); the cases
+in ``PULLED`` leave the trust region (the oracle's pull factor c < 1 at some
+step), the others stay inside it (c = 1: the plain discounted sum).
 """
 
 import jax
@@ -14,6 +22,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import metaoptax
+from metaoptax._src import exact
 from tests import oracle
 
 STEPS = 6
@@ -34,6 +43,7 @@ METAS = {
     "adam": lambda: optax.adam(0.05, eps_root=EPS_ROOT),
     "sgd": lambda: optax.sgd(0.5),
     "small_sgd": lambda: optax.sgd(0.005),
+    "big_sgd": lambda: optax.sgd(4.0),  # leaves the meta-sensitivity trust region
     "lion": lambda: optax.lion(0.05, weight_decay=0.0),
     "rmsprop": lambda: optax.rmsprop(0.05, eps=1e-6),
 }
@@ -51,6 +61,7 @@ CASES = [
     ("decayed_adam", "adam", "2x2", "labels", 0.9, 0.0, True, "log"),
     ("sgd", "sgd", "2x2", "scalar", 0.7, 0.0, True, "linear"),
     ("lion", "lion", "2x2", "per_leaf", 1.0, 0.1, False, "log"),
+    ("momentum", "big_sgd", "2x2", "labels", 1.0, 0.0, True, "log"),
     # Hessian-free: compressed trace (one params-sized vector)
     ("adam", "adam", "hessian_free", "scalar", 1.0, 0.1, False, "log"),
     ("adam", "lion", "hessian_free", "per_param", 0.9, 0.1, False, "log"),
@@ -58,6 +69,9 @@ CASES = [
     ("decayed_adam", "small_sgd", "hessian_free", "per_leaf", 0.9, 0.0, False, "linear"),
     ("rmsprop", "adam", "hessian_free", "per_leaf", 1.0, 0.0, False, "log"),
 ]
+
+# Cases whose meta-sensitivity leaves the trust region within the 6 steps.
+PULLED = [("momentum", "big_sgd", "2x2", "labels", 1.0, 0.0, True, "log")]
 
 
 def loss(p, x, y):
@@ -96,7 +110,10 @@ def test_trace_equals_bruteforce_sensitivity(case):
     ref = oracle.unrolled_metaoptimize(
         objectives, params, BASES[base](), METAS[meta](), labels, m, alpha0, gamma,
         weight_decay=kappa, parametrization=param, approximation=approximation,
-        meta_update_first=first)
+        meta_update_first=first,
+        radius=None if approximation == "hessian_free" else exact.SENSITIVITY_RADIUS)
+    pulled = min(float(np.min(c)) for c in ref["pull"]) < 1.0
+    assert pulled == (case in PULLED)
     opt = metaoptax.metaoptimize(
         BASES[base](), METAS[meta](), init_step_size=alpha0,
         blocks=LABELS if layout == "labels" else layout, gamma=gamma,

@@ -26,34 +26,13 @@ from metaoptax.metaoptimize import sgd
 from metaoptax.metaoptimize import step_sizes
 from metaoptax.metaoptimize import trace  # deprecated alias of sensitivity_trace
 from metaoptax.metaoptimize import xu_idbd
+from metaoptax.metaoptimize import __all__ as _METAOPTIMIZE_ALL
 
 __version__ = "0.1.0"
 
 _LAZY_SUBPACKAGES = ("checkpoint", "l2hmc", "l2o", "teleport")
 
-__all__ = (
-    "Progress",
-    "checkpoint",
-    "l2hmc",
-    "l2o",
-    "teleport",
-    "ClimbState",
-    "ExactTrace",
-    "HessianFreeTrace",
-    "IDBDState",
-    "MetaOptimizeState",
-    "adamw",
-    "climb",
-    "hypergradient_descent",
-    "idbd",
-    "lion",
-    "metaoptimize",
-    "presets",
-    "sensitivity_trace",
-    "sgd",
-    "step_sizes",
-    "xu_idbd",
-)
+__all__ = ("Progress",) + _LAZY_SUBPACKAGES + _METAOPTIMIZE_ALL
 
 
 def __getattr__(name: str):

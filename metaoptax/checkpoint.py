@@ -84,7 +84,7 @@ def save(directory: str | os.PathLike, pytree: Any, *, overwrite: bool = False) 
 
   leaves = jax.tree_util.tree_flatten_with_path(pytree)[0]
   layout = [_describe(path, leaf) for path, leaf in leaves]
-  arrays = {_COUNT: np.asarray(len(leaves), np.int32)}  # 0-d: orbax 0.11.20 rejects np.int32
+  arrays = {_COUNT: np.asarray(len(leaves), np.int32)}  # 0-d: orbax 0.11.20 rejected np.int32
   for i, ((_, leaf), (_, kind, shape, _)) in enumerate(zip(leaves, layout)):
     if kind == "key":
       leaf = jax.random.key_data(leaf)

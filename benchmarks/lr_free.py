@@ -139,6 +139,7 @@ def run_task(task, *, quick, seeds, progress):
     grid = {f"AdamW {lr:g}": saved[f"AdamW {lr:g}"] for lr in M.ADAMW_GRID}
     base = {n: saved[n] for n in BASELINES if n in saved}
   missing = [m for m in M.contrib() if m.name in BASELINES and m.name not in base]
+  run_here = [m.name for m in missing]
   for m in missing:
     (base[m.name],) = runner.train(problem, m, **kw)
   sign = 1 if lower_is_better else -1
@@ -184,7 +185,7 @@ def run_task(task, *, quick, seeds, progress):
           "test_rows": [(n, [v.tolist() for v in vs]) for n, vs in test_rows],
           "checks": checks, "starts": starts, "climb_first": first.tolist(),
           "alpha_at": {str(f): float(a[int(round(f * (len(a) - 1)))]) for f in FRACTIONS},
-          "seconds": seconds, "test_name": problem.test_name}
+          "seconds": seconds, "test_name": problem.test_name, "run_here": run_here}
 
 
 def fmt(v, digits=3):
@@ -209,7 +210,8 @@ def report(results, commit, quick) -> list[str]:
               "| method | " + " | ".join(f"@{s} ({int(f * 100)} %)" for s, f in zip(fr, FRACTIONS))
               + " |", "|---" * (len(fr) + 1) + "|"]
     for name, vs in r["rows"]:
-      lines.append(f"| {name} | " + " | ".join(fmt(v) for v in vs) + " |")
+      mark = " (*run here*)" if name in r.get("run_here", ()) else ""
+      lines.append(f"| {name}{mark} | " + " | ".join(fmt(v) for v in vs) + " |")
     if r["test_rows"]:
       lines += ["", f"{r['test_name']} (reported):", "",
                 "| method | " + " | ".join(f"@{s}" for s in fr) + " |", "|---" * (len(fr) + 1) + "|"]

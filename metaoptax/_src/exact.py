@@ -64,9 +64,14 @@ def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_s
 
 
 def meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any, beta: Any) -> Any:
-  """``s = H^T g``: one entry per block column of the trace (a beta tree)."""
+  """``s = H^T g``: one entry per block column of the trace (a beta tree).
+
+  The guard reads ``s`` to detect non-finite gradients and traces and the step
+  uses it, so its derivative must stay finite when they are not (see
+  :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
+  """
   del layout
-  return _columns_dot(trace.weights, grads, beta)
+  return _columns_dot(trace.weights, grads, beta, tree_utils.product_with_finite_derivative)
 
 
 def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
@@ -288,14 +293,14 @@ def basis(beta: Any) -> Any:
   return jax.tree.map(lambda e, b: e + jnp.zeros_like(b)[None], columns, beta)
 
 
-def _columns_dot(columns: Any, tree: Any, beta: Any) -> Any:
+def _columns_dot(columns: Any, tree: Any, beta: Any, product: Callable = jnp.multiply) -> Any:
   """``[<H[:, j], x>]_j`` for the columns ``H[:, j]`` of a trace, laid out like ``beta``."""
   m = num_meta_params(beta)
   # Elementwise products summed over the weight axes (not a tensordot, whose
   # sharded contraction needs an output sharding on explicit meshes): on a mesh
   # each device reduces its shard, then one all-reduce of m numbers.
   products = [
-      jnp.sum(h * x.astype(h.dtype)[None], axis=tuple(range(1, h.ndim))).reshape(m)
+      jnp.sum(product(h, x.astype(h.dtype)[None]), axis=tuple(range(1, h.ndim))).reshape(m)
       for h, x in zip(jax.tree.leaves(columns), jax.tree.leaves(tree))
   ]
   s = sum(products[1:], products[0]) if products else jnp.zeros((m,))  # no params arrays

@@ -46,7 +46,7 @@ from metaoptax._src.hyperparams import concrete_number
 class ClimbState(NamedTuple):
   """State of :func:`climb`."""
 
-  average: jax.Array  # the smoothed total meta-gradient (float32 scalar)
+  average: jax.Array  # the smoothed total meta-gradient (a scalar in beta's dtype)
   climbing: jax.Array  # bool scalar: the climb has not ended
   climb_steps: jax.Array  # int32: steps taken while climbing
   meta_state: optax.OptState  # state of the meta optimizer that takes over
@@ -85,13 +85,17 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
   backoff = rate * decay / (1.0 - decay)
 
   def init_fn(beta):
-    return ClimbState(average=jnp.zeros([], jnp.float32), climbing=jnp.asarray(True),
+    # The average in beta's precision (float32, or float64 for float64 params).
+    dtype = jnp.result_type(*jax.tree.leaves(beta)) if jax.tree.leaves(beta) else jnp.float32
+    return ClimbState(average=jnp.zeros([], dtype), climbing=jnp.asarray(True),
                       climb_steps=jnp.zeros([], jnp.int32), meta_state=meta.init(beta))
 
   def update_fn(meta_grads, state, beta=None):
     meta_updates, meta_state = meta.update(meta_grads, state.meta_state, beta)
-    total = sum(jnp.sum(s.astype(jnp.float32)) for s in jax.tree.leaves(meta_grads))
-    average = decay * state.average + (1 - decay) * total
+    dtype = state.average.dtype
+    total = sum((jnp.sum(s.astype(dtype)) for s in jax.tree.leaves(meta_grads)),
+                jnp.zeros([], dtype))
+    average = (decay * state.average + (1 - decay) * total).astype(dtype)
     ends = state.climbing & (average > 0)
     climbing = state.climbing & ~ends
     shift = jnp.where(climbing, rate, jnp.where(ends, -backoff, 0.0))

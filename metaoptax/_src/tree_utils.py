@@ -7,7 +7,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 
 def wide_dtype(dtype) -> jnp.dtype:
@@ -53,11 +52,6 @@ def product_with_finite_derivative(a: jax.Array, b: jax.Array) -> jax.Array:
 def _product_with_finite_derivative_jvp(primals, tangents):
   (a, b), (a_dot, b_dot) = primals, tangents
   return a * b, a_dot * finite_or_zero(b) + finite_or_zero(a) * b_dot
-
-
-def select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
-  """Leafwise ``where``, as ``optax.tree_utils.tree_where``."""
-  return optax.tree_utils.tree_where(pred, on_true, on_false)
 
 
 def zeros_unless(pred: jax.Array, tree: Any) -> Any:

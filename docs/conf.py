@@ -1,7 +1,7 @@
 """Sphinx configuration: MyST markdown pages, autodoc API reference, built offline.
 
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``
-(``pip install -e ".[docs]"``). ``tests/test_docs_build.py`` runs that build.
+(``pip install -e ".[docs]"``). ``tests/integration/test_docs_build.py`` runs that build.
 """
 
 import os

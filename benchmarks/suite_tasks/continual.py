@@ -123,7 +123,7 @@ def _table_row(name: str, rec: dict) -> str:
 NOTES = """## How to read the misses
 
 - **Hessian-free, gamma = 1.** With an SGD base the Hessian-free trace is exactly the total
-  weight change, h_t = w_t - w_0 (tested in `tests/test_continual_task.py`): it never forgets,
+  weight change, h_t = w_t - w_0 (tested in `tests/integration/test_continual_task.py`): it never forgets,
   so the meta-gradient h_t g_t correlates the current gradient with the whole history of the
   weight instead of its recent, step-size-dependent motion. IDBD's trace decays by
   [1 - alpha x^2]^+ (~0.87 per example on the relevant inputs): that is the dropped Hessian

@@ -168,11 +168,11 @@ def methods() -> list[Method]:
              _metaoptimize_step_sizes, "theta", META_GRIDS["SGD"]),
       Method("hypergradient descent, scalar",
              lambda eta: metaoptax.hypergradient_descent(
-                 hyper_step_size=eta, init_step_size=INIT_STEP_SIZE),
+                 meta_step_size=eta, init_step_size=INIT_STEP_SIZE),
              _metaoptimize_step_sizes, "eta", HD_GRID),
       Method("hypergradient descent, per-input",
              lambda eta: metaoptax.hypergradient_descent(
-                 hyper_step_size=eta, init_step_size=INIT_STEP_SIZE, blocks="per_param"),
+                 meta_step_size=eta, init_step_size=INIT_STEP_SIZE, blocks="per_param"),
              _metaoptimize_step_sizes, "eta", HD_GRID),
   ]
   # Diagnostics. Hessian-free with gamma = 1 keeps the whole history of weight

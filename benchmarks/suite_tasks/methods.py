@@ -96,7 +96,7 @@ def adam_hd(init) -> Method:
   return Method(
       "Adam-HD", "hypergradient",
       lambda _: metaoptax.hypergradient_descent(
-          optax.scale_by_adam(eps_root=1e-30), hyper_step_size=HD_HYPER_STEP,
+          optax.scale_by_adam(eps_root=1e-30), meta_step_size=HD_HYPER_STEP,
           init_step_size=init),
       learned_step_size=True, info=f"start {init:.2g}, hyper step {HD_HYPER_STEP:g}")
 

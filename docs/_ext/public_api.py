@@ -5,7 +5,7 @@ source binds at top level that do not start with an underscore: functions, class
 and constants it defines, and (for a package's ``__init__``) the names it imports
 from inside ``metaoptax`` (a plain module's imports are not its public names).
 Third-party imports (``jax``, ``optax`` ...) are not
-public names. ``tests/test_docs_build.py`` checks, against the built inventory, that
+public names. ``tests/integration/test_docs_build.py`` checks, against the built inventory, that
 every public name of every documented module has an entry.
 """
 

@@ -363,7 +363,7 @@ def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:
   levels differentiate ``g`` as the caller computed it (``H dw`` from the
   caller's ``jax.grad``), and the product's own derivative (third derivatives
   of ``f``) through ``jax.grad(jvp(f))``. Nothing is counted twice
-  (tests/test_unroll_grad.py: reverse, forward and finite differences agree).
+  (tests/metaoptimize/test_unroll_grad.py: reverse, forward and finite differences agree).
   """
 
   @jax.custom_jvp

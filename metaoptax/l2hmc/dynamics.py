@@ -1,4 +1,4 @@
-r"""The generalized leapfrog with trainable step sizes (seed 000; Levy et al. 2018).
+r"""The generalized leapfrog with trainable step sizes (Levy, Hoffman and Sohl-Dickstein 2018).
 
 One leapfrog step ``k`` of ``K`` in the forward direction (:math:`d = +1`), with
 :math:`\nabla U = -\nabla \log p`, a binary mask :math:`m_k` (:math:`\bar m_k = 1-m_k`),

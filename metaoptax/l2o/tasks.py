@@ -14,7 +14,8 @@ its symmetry group: ``act(task, theta, params)`` keeps the loss unchanged.
 
 Samplers keep maps away from singular: :math:`|\det A|`, :math:`|a|` and
 :math:`|c|` are bounded below, so :math:`h^{-1}` stays finite.
-Weights are initialized with the variance-preserving schemes of seed 003:
+Weights are initialized with the variance-preserving schemes (Glorot and Bengio 2010;
+He et al. 2015):
 Glorot/Xavier for linear or tanh layers, He/Kaiming for (leaky) ReLU.
 """
 

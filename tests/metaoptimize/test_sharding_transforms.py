@@ -216,7 +216,7 @@ def _worker():  # pylint: disable=too-many-statements
     if name == "sgd":
       return optax.sgd(1e-3), loss, {}
     if name == "hypergradient_descent":
-      return metaoptax.hypergradient_descent(hyper_step_size=1e-3, init_step_size=1e-2), loss, {}
+      return metaoptax.hypergradient_descent(meta_step_size=1e-3, init_step_size=1e-2), loss, {}
     if name == "idbd":
       return (metaoptax.idbd(meta_step_size=1e-2, init_step_size=1e-2), loss,
               {"hessian_diagonal": lambda p: jax.tree.map(jnp.ones_like, p)})

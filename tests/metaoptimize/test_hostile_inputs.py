@@ -154,7 +154,7 @@ class Variant:
                             step_size_bounds=hp.bounds)
     if self.kind == "hd":
       return metaoptax.hypergradient_descent(
-          hyper_step_size=hp.meta_step_size, init_step_size=hp.init_step_size,
+          meta_step_size=hp.meta_step_size, init_step_size=hp.init_step_size,
           blocks=self.blocks, step_size_bounds=(0.0, hp.bounds[1]))
     return PRESETS[self.preset](
         hp.init_step_size, meta_step_size=hp.meta_step_size, weight_decay=hp.weight_decay,
@@ -461,7 +461,7 @@ INVALID_IDBD_AND_HD_ARGUMENTS = [
     ("idbd", "init_step_size", st.floats(1.0, 1e30, exclude_min=True), "outside step_size_bounds"),
     ("idbd", "step_size_bounds", st.floats(1e-8, 1.0).map(lambda x: (x, x / 2)),
      "0 <= lower < upper"),
-    ("hd", "hyper_step_size", negative_or_nonfinite, "hyper_step_size must be a finite number"),
+    ("hd", "meta_step_size", negative_or_nonfinite, "meta_step_size must be a finite number"),
     ("hd", "init_step_size", st.floats(max_value=0.0, exclude_max=True, allow_nan=False)
      .filter(math.isfinite), "outside step_size_bounds"),
     ("hd", "init_step_size", st.sampled_from([math.nan, math.inf]), "finite number"),
@@ -472,12 +472,8 @@ INVALID_IDBD_AND_HD_ARGUMENTS = [
 @given(data=st.data())
 def test_invalid_idbd_and_hd_arguments_are_named(data):
   which, name, values, message = data.draw(st.sampled_from(INVALID_IDBD_AND_HD_ARGUMENTS))
-  if which == "idbd":
-    kwargs = {"meta_step_size": 0.01, "init_step_size": 0.05}
-    make = metaoptax.idbd
-  else:
-    kwargs = {"hyper_step_size": 0.01, "init_step_size": 0.05}
-    make = metaoptax.hypergradient_descent
+  kwargs = {"meta_step_size": 0.01, "init_step_size": 0.05}
+  make = metaoptax.idbd if which == "idbd" else metaoptax.hypergradient_descent
   kwargs[name] = data.draw(values)
   with pytest.raises(ValueError, match=message):
     make(**kwargs)
@@ -488,7 +484,7 @@ def test_meta_step_size_schedules_and_zero_are_accepted():
   for name in PRESETS:
     PRESETS[name](1e-6, meta_step_size=schedule)
     PRESETS[name](1e-6, meta_step_size=0.0)  # freezes the step sizes
-  metaoptax.hypergradient_descent(hyper_step_size=schedule, init_step_size=0.01)
+  metaoptax.hypergradient_descent(meta_step_size=schedule, init_step_size=0.01)
   with pytest.raises(ValueError, match="meta_step_size must be a number"):
     metaoptax.idbd(meta_step_size=schedule, init_step_size=0.05)  # IDBD needs a number
 
@@ -596,7 +592,7 @@ EMPTY_TREE_CASES = {
         1e-3, approximation="l_approx"), {"obj_fn": True}),
     "idbd": (lambda: metaoptax.idbd(meta_step_size=0.01, init_step_size=0.05),
              {"hessian_diagonal": True}),
-    "hd": (lambda: metaoptax.hypergradient_descent(hyper_step_size=0.01, init_step_size=0.05),
+    "hd": (lambda: metaoptax.hypergradient_descent(meta_step_size=0.01, init_step_size=0.05),
            {}),
 }
 ZERO_SIZE_TREES = {

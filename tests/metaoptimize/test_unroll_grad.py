@@ -58,7 +58,7 @@ def test_presets(name):
 def test_hypergradient_descent():
   def f(h):
     return unroll(metaoptax.hypergradient_descent(
-        hyper_step_size=jnp.exp(h[0]), init_step_size=jnp.exp(h[1])))[0]
+        meta_step_size=jnp.exp(h[0]), init_step_size=jnp.exp(h[1])))[0]
   check_against_fd(f, np.log([0.01, 0.05]))
 
 

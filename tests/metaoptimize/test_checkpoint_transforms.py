@@ -42,7 +42,7 @@ CASES["adamw_adam l_approx per_leaf"] = (
     lambda: presets.adamw_adam(1e-3, approximation="l_approx", blocks="per_leaf"), True)
 CASES["idbd"] = (lambda: metaoptax.idbd(meta_step_size=1e-2, init_step_size=1e-3), "diag")
 CASES["hypergradient_descent"] = (
-    lambda: metaoptax.hypergradient_descent(optax.scale_by_adam(), hyper_step_size=1e-7,
+    lambda: metaoptax.hypergradient_descent(optax.scale_by_adam(), meta_step_size=1e-7,
                                             init_step_size=1e-3), False)
 
 

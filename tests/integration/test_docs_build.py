@@ -17,7 +17,7 @@ import pytest
 for _module in ("sphinx", "myst_parser", "furo"):
   pytest.importorskip(_module, reason=f'{_module} is not installed: pip install -e ".[docs]"')
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = ("index", "getting-started", "metaoptimize", "teleport-l2o", "l2hmc", "robustness", "benchmarks",
          "api/index", "api/metaoptimize", "api/teleport", "api/l2o", "api/l2hmc")

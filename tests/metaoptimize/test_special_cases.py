@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import metaoptax
 
@@ -134,7 +135,7 @@ def test_hypergradient_descent_matches_baydin_sgd_hd():
     g_prev = g
     ref.append((w.copy(), alpha))
   with jax.enable_x64(True):
-    opt = metaoptax.hypergradient_descent(hyper_step_size=eta, init_step_size=alpha0)
+    opt = metaoptax.hypergradient_descent(meta_step_size=eta, init_step_size=alpha0)
     ws, state = run(opt, lambda t, w: grad(np.asarray(w)), np.zeros(5), steps)
   np.testing.assert_allclose(ws, np.stack([r[0] for r in ref]), rtol=1e-10)
   np.testing.assert_allclose(float(metaoptax.step_sizes(state)[0]), ref[-1][1], rtol=1e-10)
@@ -158,7 +159,22 @@ def test_hypergradient_descent_matches_baydin_adam_hd():
     ref.append((w.copy(), alpha))
   with jax.enable_x64(True):
     opt = metaoptax.hypergradient_descent(
-        optax.scale_by_adam(b1=b1, b2=b2, eps=eps), hyper_step_size=eta, init_step_size=alpha0)
+        optax.scale_by_adam(b1=b1, b2=b2, eps=eps), meta_step_size=eta, init_step_size=alpha0)
     ws, state = run(opt, lambda t, w: grad(np.asarray(w)), np.zeros(5), steps)
   np.testing.assert_allclose(ws, np.stack([r[0] for r in ref]), rtol=1e-10)
   np.testing.assert_allclose(float(metaoptax.step_sizes(state)[0]), ref[-1][1], rtol=1e-10)
+
+
+def test_hypergradient_descent_hyper_step_size_is_a_deprecated_name():
+  with pytest.warns(DeprecationWarning, match="meta_step_size"):
+    old = metaoptax.hypergradient_descent(hyper_step_size=1e-3, init_step_size=0.01)
+  new = metaoptax.hypergradient_descent(meta_step_size=1e-3, init_step_size=0.01)
+  params, grads = jnp.ones(3), jnp.arange(3.0)
+  ua, _ = old.update(grads, old.init(params), params)
+  ub, _ = new.update(grads, new.init(params), params)
+  np.testing.assert_array_equal(ua, ub)
+  with pytest.raises(TypeError, match="both"):
+    metaoptax.hypergradient_descent(meta_step_size=1e-3, hyper_step_size=1e-3,
+                                    init_step_size=0.01)
+  with pytest.raises(TypeError, match="meta_step_size"):
+    metaoptax.hypergradient_descent(init_step_size=0.01)

@@ -13,7 +13,7 @@ import pytest
 
 import metaoptax
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 _STAGES = """
 import json, sys

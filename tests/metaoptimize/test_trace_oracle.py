@@ -1,6 +1,6 @@
 """The engine's trace vs brute-force autodiff through an unrolled run (float64).
 
-The oracle (tests/oracle.py) recomputes H_t from its definition, a discounted
+The oracle (tests/metaoptimize/oracle.py) recomputes H_t from its definition, a discounted
 sum of Jacobians dw_t/d(delta_tau) by jax.jacfwd through the whole unrolled run,
 with no trace recursion. Tolerance: relative 1e-9, absolute 1e-12, on the trace,
 the weights and the log step sizes after every one of 6 steps.
@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 
 import metaoptax
 from metaoptax._src import exact
-from tests import oracle
+from tests.metaoptimize import oracle
 
 STEPS = 6
 EPS_ROOT = 1e-30  # finite derivative of sqrt(v) at v = 0 (see presets)

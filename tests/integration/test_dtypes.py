@@ -76,7 +76,7 @@ VARIANTS["idbd"] = (
     lambda: metaoptax.idbd(meta_step_size=1e-2, init_step_size=INIT_STEP_SIZE),
     "hessian_diagonal")
 VARIANTS["hypergradient_descent-adam"] = (
-    lambda: metaoptax.hypergradient_descent(optax.scale_by_adam(), hyper_step_size=1e-4,
+    lambda: metaoptax.hypergradient_descent(optax.scale_by_adam(), meta_step_size=1e-4,
                                             init_step_size=INIT_STEP_SIZE), None)
 
 DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32,

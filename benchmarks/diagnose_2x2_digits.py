@@ -30,10 +30,10 @@ from suite_tasks import digits  # pylint: disable=g-import-not-at-top,wrong-impo
 STEPS, CHUNK, START = 30_000, 500, 3e-6
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--radius", type=float, default=exact.SENSITIVITY_RADIUS)
-  exact.SENSITIVITY_RADIUS = parser.parse_args().radius
+  exact.SENSITIVITY_RADIUS = parser.parse_args(argv).radius
   problem = digits.make_problem()
   opt = metaoptax.presets.adamw_adam(START, approximation="2x2")
   params = problem.init(jax.random.key(0))

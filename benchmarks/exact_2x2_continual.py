@@ -27,12 +27,12 @@ from metaoptax._src import exact  # pylint: disable=g-import-not-at-top,wrong-im
 RUNS = (("2x2", "Adam"), ("2x2", "SGD"), ("2x2", "Lion"), ("l_approx", "Adam"))
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--examples", type=int, default=continual.FULL_EXAMPLES)
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--radius", type=float, default=exact.SENSITIVITY_RADIUS)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   exact.SENSITIVITY_RADIUS = args.radius
   keys = jax.random.split(jax.random.PRNGKey(1992), args.seeds)  # the task's streams
   streams = jax.vmap(lambda k: continual.make_stream(k, args.examples))(keys)

@@ -42,11 +42,11 @@ class _Progress:
     pass
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--steps", type=int, default=digits.CONFIG.steps)
   parser.add_argument("--seeds", type=int, default=3)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   problem = digits.make_problem()
   method = methods.preset(methods.DEFAULT, START, approximation="2x2")
   (log,) = runner.train(problem, method, steps=args.steps, seeds=args.seeds, chunk=CHUNK,

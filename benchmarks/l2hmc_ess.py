@@ -89,7 +89,7 @@ def autocorrelation(draws, lags=200):
   return acov[:lags] / acov[0]
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--chains", type=int, default=200)
   parser.add_argument("--burn-in", type=int, default=1000)
@@ -106,7 +106,7 @@ def main():
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--report-only", action="store_true",
                       help="rebuild the md and png from the saved per-target results")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   all_targets = l2hmc.targets.all_targets()
   names = args.targets.split(",")
   if not args.report_only:

@@ -199,7 +199,7 @@ class Args(argparse.Namespace):
     return mlp
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--meta-steps", type=int, default=1500)
   parser.add_argument("--tasks-per-step", type=int, default=64)
@@ -210,7 +210,7 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
-  args = parser.parse_args(namespace=Args())
+  args = parser.parse_args(argv, namespace=Args())
   if args.quick:
     args.meta_steps, args.tasks_per_step, args.mlp_meta_steps, args.mlp_steps = 20, 16, 3, 20
   os.makedirs(args.out, exist_ok=True)

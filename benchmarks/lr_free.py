@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
-from suite import git_commit  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 from suite_tasks import methods as M  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -106,7 +106,7 @@ def climb_steps(problem, best_lr, starts, seeds, steps):
   def one(key, log_a0):
     opt = metaoptax.adamw(INIT, weight_decay=M.WEIGHT_DECAY)
     p = problem.init(jax.random.fold_in(key, 0))
-    s = M._set_start(opt.init(p), jnp.exp(log_a0))  # pylint: disable=protected-access
+    s = M.set_start(opt.init(p), jnp.exp(log_a0))
 
     def body(carry, k):
       p, s = carry
@@ -122,7 +122,7 @@ def climb_steps(problem, best_lr, starts, seeds, steps):
   return first, alphas
 
 
-def run_task(task, *, quick, seeds, progress):
+def run_task(task, *, quick, seeds, progress, out):
   module = importlib.import_module(f"suite_tasks.{task}")
   problem, config = module.make_problem(), module.CONFIG
   key, lower_is_better, label = METRIC[task]
@@ -177,7 +177,7 @@ def run_task(task, *, quick, seeds, progress):
     for name, log in named.items():
       test_rows.append((name, [log.test[:, int(round(f * (log.test.shape[1] - 1)))]
                                for f in FRACTIONS]))
-  plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key)
+  plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key, out)
   a = np.exp(np.log(ours.step_sizes).mean((0, 2)))
   return {"task": task, "label": label, "steps": steps, "best_lr": best_lr,
           "budget_best": {str(f): budget_best[f] for f in FRACTIONS},
@@ -231,7 +231,7 @@ def report(results, commit, quick) -> list[str]:
   return lines
 
 
-def plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key):
+def plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key, out):
   plt = _report.pyplot()
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
   for name, log in named.items():
@@ -252,39 +252,39 @@ def plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key)
   ax2.set(yscale="log", xlabel="step", ylabel="learned α",
           title=f"the climb: α from every start (grid rates dotted, best dashed)")
   ax2.legend(fontsize=7, ncol=2)
-  _report.save_figure(fig, OUT / f"lr_free_{task}.png")
+  _report.save_figure(fig, out / f"lr_free_{task}.png")
 
 
 OUT = HERE / "results" / "lr_free"
 
 
 def main(argv=None):
-  global OUT
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   args = parser.parse_args(argv)
-  OUT = args.out
-  OUT.mkdir(parents=True, exist_ok=True)
+  out = args.out
+  out.mkdir(parents=True, exist_ok=True)
   import functools  # pylint: disable=g-import-not-at-top
   import tqdm  # pylint: disable=g-import-not-at-top
   progress = functools.partial(tqdm.tqdm, leave=False, dynamic_ncols=True, mininterval=1.0)
-  commit = git_commit()
+  commit = _report.git_commit()
   results = []
   for task in args.tasks:
-    path = OUT / f"lr_free_{task}.json"
-    results.append(run_task(task, quick=args.quick, seeds=args.seeds, progress=progress))
+    path = out / f"lr_free_{task}.json"
+    results.append(run_task(task, quick=args.quick, seeds=args.seeds, progress=progress,
+                            out=out))
     results[-1]["commit"] = commit
     path.write_text(json.dumps(results[-1], indent=1))
     print(f"wrote {path}", flush=True)
   # the report covers every task measured so far (tasks may be run separately)
-  every = [json.loads((OUT / f"lr_free_{t}.json").read_text()) for t in TASKS
-           if (OUT / f"lr_free_{t}.json").exists()]
+  every = [json.loads((out / f"lr_free_{t}.json").read_text()) for t in TASKS
+           if (out / f"lr_free_{t}.json").exists()]
   commits = sorted({r["commit"] for r in every})
-  table = _report.write_table(report(every, ", ".join(commits), args.quick), OUT / "lr_free.md")
-  print(f"wrote {OUT / 'lr_free.md'} and lr_free_<task>.png")
+  table = _report.write_table(report(every, ", ".join(commits), args.quick), out / "lr_free.md")
+  print(f"wrote {out / 'lr_free.md'} and lr_free_<task>.png")
   return table
 
 

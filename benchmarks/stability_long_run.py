@@ -196,12 +196,12 @@ def plot(problems, results, path):
   print(f"wrote {path}")
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--steps", type=int, default=100_000)
   parser.add_argument("--quick", action="store_true", help="5k steps")
   parser.add_argument("--presets", nargs="*", default=list(PRESETS))
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   steps = 5_000 if args.quick else args.steps
   problems = [linear_regression(), mlp()]
   results = {}

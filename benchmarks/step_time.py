@@ -92,7 +92,7 @@ def nbytes(tree):
   return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--steps", type=int, default=30)
@@ -100,7 +100,7 @@ def main():
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--donate", choices=("both", "yes", "no"), default="both",
                       help="donate params and state to the step (buffers updated in place)")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   sizes = (784, 64, 10) if args.quick else (784, 1024, 512, 10)
   if args.quick:
     args.repeats, args.steps = 3, 5

@@ -78,7 +78,7 @@ def drop_in(init=1e-6) -> Method:
                 learned_step_size=True, info=f"start {init:g}, defaults")
 
 
-def _set_start(state, init):
+def set_start(state, init):
   """Sets the initial log step size (``metaoptimize`` takes it as a Python float)."""
   return state._replace(meta_params=jax.tree.map(
       lambda b: jnp.full_like(b, jnp.log(init)), state.meta_params))
@@ -88,7 +88,7 @@ def init_sweep(inits) -> Method:
   """The default (AdamW, Adam) scalar from every start in ``inits``, side by side."""
   return Method(f"{DEFAULT} scalar, start sweep", "init_sweep",
                 lambda _: metaoptax.presets.adamw_adam(INIT_SWEEP[0]), learned_step_size=True,
-                values=tuple(inits), prepare=_set_start,
+                values=tuple(inits), prepare=set_start,
                 names=tuple((f"{DEFAULT} scalar from {a:g}", f"start {a:g}") for a in inits))
 
 

@@ -1,6 +1,10 @@
 """Smoke test of the benchmark suite: one tiny task config end to end (tables, plots)."""
 
+import importlib
+import pathlib
+
 import numpy as np
+import pytest
 
 from suite_tasks import digits  # benchmarks/ is on sys.path (conftest.py)
 from suite_tasks import protocol
@@ -38,3 +42,17 @@ def test_tiny_digits_protocol_end_to_end(tmp_path):
   curves = np.load(tmp_path / "digits_curves.npz")
   assert np.all(np.isfinite(curves["0_train_loss"]))
   assert any("MET" in line or "MISSED" in line for line in result["summary_lines"])
+
+
+BENCHMARKS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[2]
+                                     / "benchmarks").glob("*.py") if not p.stem.startswith("_"))
+
+
+@pytest.mark.parametrize("script", BENCHMARKS)
+def test_every_benchmark_script_imports(script):
+  """Each script's imports resolve and it parses ``--help`` (a broken import fails here,
+  not hours into a benchmark run)."""
+  module = importlib.import_module(script)
+  with pytest.raises(SystemExit) as exit_info:
+    module.main(["--help"])
+  assert exit_info.value.code == 0

@@ -6,6 +6,8 @@ from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, lea
 from metaoptax.l2hmc.kernel import (L2HMCInfo, L2HMCState, SamplingAlgorithm,
                                     acceptance_probability, build_kernel, init, l2hmc,
                                     propose, sample_chains)
-from metaoptax.l2hmc.training import (TrainingConfig, TrainingInfo, TrainingResult,
-                                      TrainingState, build_training_step, default_optimizer,
-                                      esjd_loss, init_training, train)
+from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
+                                      TrainingResult, TrainingState, build_training_step,
+                                      default_optimizer, esjd_loss, init_training,
+                                      objective_loss, train)
+from metaoptax.l2hmc.warmup import WarmupResult, warmup

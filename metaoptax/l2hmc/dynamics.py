@@ -41,6 +41,14 @@ networks and gradients once (the training step's value-and-gradient over 200
 chains, K = 10, width 50, 50-d: 0.64 s with the cond, 0.06 s).
 With the networks off (:math:`S = Q = T = 0`) and one step size this is the
 plain leapfrog of HMC.
+
+Per-coordinate step sizes (``per_coordinate=True``): :math:`\varepsilon_x,
+\varepsilon_v \in \mathbb R^d_{>0}` act elementwise, and each
+:math:`\varepsilon\sum S` above becomes :math:`\sum_i \varepsilon_i S_i`. With the
+networks off and :math:`\varepsilon_x = \varepsilon_v = h\,\sigma`, this is HMC with
+step size :math:`h` and the diagonal inverse mass matrix :math:`\mathrm{diag}(\sigma^2)`
+(momentum :math:`p = M^{1/2} v`): what window adaptation gives NUTS, here a
+starting point that training moves (:func:`metaoptax.l2hmc.warmup`).
 """
 
 from __future__ import annotations
@@ -64,13 +72,14 @@ class L2HMCConfig(NamedTuple):
   init_step_size: float = 0.1
   step_sizes: str = "shared"  # one (eps_x, eps_v) pair, or one pair per leapfrog step
   use_networks: bool = True  # False: S = Q = T = 0 (plain HMC)
+  per_coordinate: bool = False  # step sizes are (dim,) vectors (a diagonal mass matrix)
 
 
 class L2HMCParams(NamedTuple):
   """Trainable parameters: the two networks and the log step sizes."""
 
   networks: dict
-  log_step_size_x: jax.Array  # (1,) shared or (K,) per step
+  log_step_size_x: jax.Array  # (1,) shared or (K,) per step; (1, dim) / (K, dim) per coordinate
   log_step_size_v: jax.Array
 
 
@@ -83,10 +92,34 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError(f"init_step_size must be > 0, got {config.init_step_size}.")
 
 
-def init_params(key: jax.Array, config: L2HMCConfig) -> L2HMCParams:
+def init_params(key: jax.Array, config: L2HMCConfig,
+                step_size: jax.Array | float | None = None) -> L2HMCParams:
+  """Networks drawn from ``key`` (output layers zero: HMC), and the log step sizes.
+
+  Args:
+    key: PRNG key of the networks' weights.
+    config: the sampler.
+    step_size: the initial step size of every leapfrog step (default
+      ``config.init_step_size``): a number, or with ``config.per_coordinate`` a
+      ``(dim,)`` vector (e.g. ``warmup(...).step_size``). Both
+      :math:`\varepsilon_x` and :math:`\varepsilon_v` start there.
+  """
   validate(config)
   n = config.num_steps if config.step_sizes == "per_step" else 1
-  log_eps = jnp.full((n,), jnp.log(config.init_step_size), jnp.float32)
+  if step_size is None:
+    log_eps = jnp.full((n,), jnp.log(config.init_step_size), jnp.float32)
+    if config.per_coordinate:
+      log_eps = jnp.broadcast_to(log_eps[:, None], (n, config.dim))
+  else:
+    step_size = jnp.asarray(step_size, jnp.float32)
+    expected = ((), (config.dim,)) if config.per_coordinate else ((),)
+    if step_size.shape not in expected:
+      raise ValueError(f"step_size must have shape {' or '.join(map(str, expected))} "
+                       f"(per_coordinate={config.per_coordinate}), got {step_size.shape}.")
+    if not bool(jnp.all(step_size > 0) & jnp.all(jnp.isfinite(step_size))):
+      raise ValueError("step_size must be finite and > 0.")
+    shape = (n, config.dim) if config.per_coordinate else (n,)
+    log_eps = jnp.broadcast_to(jnp.log(step_size), shape)
   return L2HMCParams(init_networks(key, config.dim, config.hidden), log_eps, log_eps)
 
 
@@ -116,6 +149,12 @@ def _heads(config, params, name, inputs):
   return SQTNetwork(config.dim, config.hidden).apply(params.networks[name], inputs)
 
 
+def _scaled_sum(eps, s):
+  r""":math:`\varepsilon \sum_i s_i` for one step size, :math:`\sum_i \varepsilon_i s_i` per
+  coordinate."""
+  return eps * jnp.sum(s) if jnp.ndim(eps) == 0 else jnp.sum(eps * s)
+
+
 def _step_sizes(config, params, k):
   index = k if config.step_sizes == "per_step" else 0
   return jnp.exp(params.log_step_size_x[index]), jnp.exp(params.log_step_size_v[index])
@@ -133,7 +172,7 @@ def _momentum(config, params, state, t, eps_v, forward):
   v = jnp.where(forward, state.v * jnp.exp(0.5 * eps_v * s) - force,
                 (state.v + force) * jnp.exp(-0.5 * eps_v * s))
   sign = jnp.where(forward, 1.0, -1.0).astype(s.dtype)
-  return state._replace(v=v, log_det=state.log_det + sign * 0.5 * eps_v * jnp.sum(s))
+  return state._replace(v=v, log_det=state.log_det + _scaled_sum(sign * 0.5 * eps_v, s))
 
 
 def _position(config, params, state, t, eps_x, update, forward, logdensity_and_grad=None):
@@ -152,7 +191,7 @@ def _position(config, params, state, t, eps_x, update, forward, logdensity_and_g
   logdensity, grad = (state.logdensity, state.grad) if logdensity_and_grad is None else (
       logdensity_and_grad(x))
   return _Leapfrog(x, state.v, logdensity, grad,
-                   state.log_det + sign * eps_x * jnp.sum(update * s))
+                   state.log_det + _scaled_sum(sign * eps_x, update * s))
 
 
 def _explicit_mesh() -> bool:

@@ -61,6 +61,7 @@ from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
+from metaoptax.l2hmc.warmup import warmup
 
 
 class TrainingConfig(NamedTuple):
@@ -75,6 +76,15 @@ class TrainingConfig(NamedTuple):
       training targets :math:`p^{1/T}` (annealing if the schedule decreases to 1).
     differentiate_force: ``False``: no gradient through :math:`\\nabla \\log p`
       inside the leapfrog (for rough targets; see the module docstring).
+    objective: ``"esjd"`` (the paper's), ``"esjd_squares"`` (also the jumps of
+      :math:`z^2`, which reflections do not make) or ``"esjd_lag1"`` (a penalty
+      on negative lag-1 autocorrelation); see :func:`objective_loss`.
+    warmup_iterations: if > 0, :func:`init_training` first runs
+      :func:`metaoptax.l2hmc.warmup` for this many HMC transitions of the
+      chains: the step sizes start at its per-coordinate :math:`h\\hat\\sigma`
+      (with ``config.per_coordinate``; else at :math:`h`), the chains at its end,
+      and the objective measures jumps in the standardized coordinates
+      :math:`z = (x - \\hat\\mu)/\\hat\\sigma`.
   """
 
   num_chains: int = 200
@@ -82,6 +92,8 @@ class TrainingConfig(NamedTuple):
   aux_weight: float = 1.0
   temperature: float | optax.Schedule = 1.0
   differentiate_force: bool = True
+  objective: str = "esjd"
+  warmup_iterations: int = 0
 
 
 class TrainingState(NamedTuple):
@@ -94,6 +106,8 @@ class TrainingState(NamedTuple):
   key: jax.Array  # typed PRNG key; iteration i draws from fold_in(key, i)
   iteration: jax.Array  # int32 iterations done
   skipped_updates: jax.Array  # int32 updates skipped (non-finite loss or gradient)
+  location: jax.Array | None = None  # (dim,) mu of the standardized coordinates (warm-up)
+  coordinate_scale: jax.Array | None = None  # (dim,) sigma of the standardized coordinates
 
 
 class TrainingInfo(NamedTuple):
@@ -121,6 +135,49 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
   (``scale`` is :math:`\\lambda^2`)."""
   delta = jnp.sum((x_before - x_after) ** 2, axis=-1) * acceptance + eps
   return scale / delta - delta / scale
+
+
+OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1")
+
+
+def objective_loss(objective: str, z_before, z_after, acceptance, scale: float = 0.1,
+                   eps: float = 1e-4):
+  r"""The training loss of each chain's proposal, in (standardized) coordinates ``z``.
+
+  With :math:`\ell(\delta) = \lambda^2/\delta - \delta/\lambda^2` (:func:`esjd_loss`) and
+  :math:`A` the acceptance probability:
+
+  * ``"esjd"``: :math:`\ell(A\|z - z'\|^2 + \epsilon)`, the paper's. It rewards
+    :math:`z' = -z` (a symmetry of every target here) most, and a reflection mixes
+    no even statistic.
+  * ``"esjd_squares"``: :math:`\ell(A\|z - z'\|^2 + \epsilon) +
+    \ell(\tfrac12 A\|z^2 - z'^2\|^2 + \epsilon)`. A reflection leaves :math:`z^2`
+    in place, so its second term is :math:`\lambda^2/\epsilon`: only proposals
+    that move both :math:`z` and :math:`z^2` score well (:math:`\tfrac12`: the
+    variance of :math:`z^2` for a standard normal coordinate is 2).
+  * ``"esjd_lag1"``: the paper's plus
+    :math:`\frac{4}{\lambda^2}\,\overline{\|z\|^2}\,\max(0, -\hat\rho)`, with
+    :math:`\hat\rho = \overline{A\, z\cdot z' + (1-A)\|z\|^2} / \overline{\|z\|^2}`
+    the chains' lag-1 autocorrelation (bars: means over chains; the penalty is
+    spread evenly over them). Since :math:`E\|z-z'\|^2A = 2E\|z\|^2(1-\rho)`,
+    the penalty turns the reward for :math:`\rho < 0` into a cost: the optimum
+    moves from :math:`\rho = -1` to :math:`\rho = 0`.
+
+  Returns per-chain losses ``(chains,)``.
+  """
+  delta = jnp.sum((z_before - z_after) ** 2, axis=-1) * acceptance + eps
+  loss = scale / delta - delta / scale
+  if objective == "esjd_squares":
+    squares = 0.5 * jnp.sum((z_before**2 - z_after**2) ** 2, axis=-1) * acceptance + eps
+    loss = loss + scale / squares - squares / scale
+  elif objective == "esjd_lag1":
+    norm = jnp.sum(z_before**2, axis=-1)
+    lag1 = acceptance * jnp.sum(z_before * z_after, axis=-1) + (1.0 - acceptance) * norm
+    rho = jnp.mean(lag1) / jnp.mean(norm)
+    loss = loss + 4.0 / scale * jnp.mean(norm) * jnp.maximum(0.0, -rho)
+  elif objective != "esjd":
+    raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
+  return loss
 
 
 def _first_order(logdensity_fn: Callable) -> Callable:
@@ -161,6 +218,11 @@ def _training_config(function: str, training: TrainingConfig,
     raise ValueError(f"temperature must be > 0 or a schedule, got {temperature}.")
   if training.num_chains < 1:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
+  if training.objective not in OBJECTIVES:
+    raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
+  if training.warmup_iterations and training.warmup_iterations < 8:
+    raise ValueError("warmup_iterations must be 0 or >= 8, got "
+                     f"{training.warmup_iterations}.")
   return training, old
 
 
@@ -188,20 +250,35 @@ def init_training(target: Target, config: L2HMCConfig,
 
   Parameters, masks and the chains' starting points (a standard normal) are
   drawn from ``seed``; the chains' ``log p`` is at the temperature of iteration
-  0. Arguments as in :func:`train` (``optimizer`` must be the one the step uses).
+  0. With ``training.warmup_iterations``, the warm-up
+  (:func:`metaoptax.l2hmc.warmup`, at that temperature) sets the step sizes, the
+  chains and the standardized coordinates. Arguments as in :func:`train`
+  (``optimizer`` must be the one the step uses).
   """
   training, _ = _training_config("init_training", training, deprecated, {})
   _check_dim(target, config)
   optimizer = optimizer or default_optimizer()
   k_params, k_masks, k_chains, key = jax.random.split(jax.random.key(seed), 4)
-  params = init_params(k_params, config)
   logdensity_fn = _tempered(target.logdensity_fn, training.temperature,
                             training.differentiate_force)(0)
-  chains = jax.vmap(lambda x: init(x, logdensity_fn))(
-      jax.random.normal(k_chains, (training.num_chains, config.dim)))
+  positions = jax.random.normal(k_chains, (training.num_chains, config.dim))
+  location, coordinate_scale = jnp.zeros(config.dim), jnp.ones(config.dim)
+  if training.warmup_iterations:
+    k_chains, k_warmup = jax.random.split(k_chains)
+    found = jax.jit(functools.partial(
+        warmup, logdensity_fn, num_steps=config.num_steps,
+        num_iterations=training.warmup_iterations, init_step_size=config.init_step_size))(
+            positions, k_warmup)
+    positions, location, coordinate_scale = found.positions, found.location, found.scale
+    step_size = found.step_size if config.per_coordinate else (
+        found.step_size[0] / found.scale[0])
+    params = init_params(k_params, config, step_size=step_size)
+  else:
+    params = init_params(k_params, config)
+  chains = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
   zero = jnp.zeros([], jnp.int32)
   return TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
-                       key, zero, zero)
+                       key, zero, zero, location, coordinate_scale)
 
 
 def build_training_step(
@@ -239,7 +316,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
                 optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh | None,
                 data_axis: str | tuple[str, ...] | None):
   """:func:`build_training_step` of a checked configuration (hashable arguments)."""
-  num_chains, scale, aux_weight, temperature, differentiate_force = training
+  num_chains, scale, aux_weight, temperature, differentiate_force = training[:5]
+  objective, standardize = training.objective, training.warmup_iterations > 0
   parallel = data_parallel(mesh, data_axis, num_chains, "num_chains")
   tempered = _tempered(logdensity_fn, temperature, differentiate_force)
 
@@ -253,16 +331,26 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
             states, momenta, directions)
     return parallel.shard_batch((proposals, acceptance))
 
-  def loss_fn(params, masks, chains, key, logdensity_fn):
+  def chain_losses(before, after, acceptance, location, coordinate_scale):
+    if objective == "esjd" and not standardize:  # the paper's loss, as written
+      return esjd_loss(before, after, acceptance, scale)
+    if standardize:
+      before, after = ((x - location) / coordinate_scale for x in (before, after))
+    return objective_loss(objective, before, after, acceptance, scale)
+
+  def loss_fn(params, masks, chains, key, logdensity_fn, location, coordinate_scale):
     k_chain, k_fresh, k_init = jax.random.split(key, 3)
     proposals, acceptance = transitions(params, masks, chains, k_chain, logdensity_fn)
-    loss = jnp.mean(esjd_loss(chains.position, proposals.position, acceptance, scale))
-    fresh = jax.vmap(lambda x: init(x, logdensity_fn))(
-        parallel.shard_batch(jax.random.normal(k_init, (num_chains, config.dim))))
-    fresh_proposals, fresh_acceptance = transitions(params, masks, fresh, k_fresh,
-                                                    logdensity_fn)
-    loss = loss + aux_weight * jnp.mean(
-        esjd_loss(fresh.position, fresh_proposals.position, fresh_acceptance, scale))
+    loss = jnp.mean(chain_losses(chains.position, proposals.position, acceptance, location,
+                                 coordinate_scale))
+    if aux_weight:
+      fresh = jax.vmap(lambda x: init(x, logdensity_fn))(
+          parallel.shard_batch(jax.random.normal(k_init, (num_chains, config.dim))))
+      fresh_proposals, fresh_acceptance = transitions(params, masks, fresh, k_fresh,
+                                                      logdensity_fn)
+      loss = loss + aux_weight * jnp.mean(chain_losses(
+          fresh.position, fresh_proposals.position, fresh_acceptance, location,
+          coordinate_scale))
     return loss, (proposals, acceptance)
 
   def step(state: TrainingState) -> tuple[TrainingState, TrainingInfo]:
@@ -273,7 +361,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     chains = parallel.shard_batch(chains)
     k_loss, k_accept = jax.random.split(jax.random.fold_in(state.key, state.iteration))
     (loss, (proposals, acceptance)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, state.masks, chains, k_loss, logdensity_fn)
+        state.params, state.masks, chains, k_loss, logdensity_fn, state.location,
+        state.coordinate_scale)
     params, opt_state, finite = apply_if_finite(optimizer, grads, loss, state.params,
                                                 state.opt_state)
     params, opt_state = parallel.replicate((params, opt_state))
@@ -282,8 +371,9 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
         lambda p, c: jnp.where(accepted.reshape((-1,) + (1,) * (p.ndim - 1)), p, c),
         jax.lax.stop_gradient(proposals), chains))
     skipped = state.skipped_updates + (~finite).astype(jnp.int32)
-    new_state = TrainingState(params, opt_state, chains, state.masks, state.key,
-                              state.iteration + 1, parallel.replicate(skipped))
+    new_state = state._replace(params=params, opt_state=opt_state, chains=chains,
+                               iteration=state.iteration + 1,
+                               skipped_updates=parallel.replicate(skipped))
     return new_state, TrainingInfo(loss, jnp.mean(acceptance), finite)
 
   return step

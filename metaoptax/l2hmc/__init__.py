@@ -11,3 +11,4 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       default_optimizer, esjd_loss, init_training,
                                       objective_loss, train)
 from metaoptax.l2hmc.warmup import WarmupResult, warmup
+from metaoptax.l2hmc.whitening import Whitening

@@ -30,6 +30,8 @@ import optax
 
 from metaoptax._src import tree_utils
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
+from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
+                                       whitened_logdensity)
 
 
 class L2HMCState(NamedTuple):
@@ -69,14 +71,23 @@ def acceptance_probability(energy_before, energy_after, log_det):
 
 def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
             logdensity_fn: Callable, state: L2HMCState, momentum: jax.Array,
-            direction: jax.Array):
-  """The proposal and its acceptance probability (differentiable in ``params``).
+            direction: jax.Array, whitening: Whitening | None = None):
+  r"""The proposal and its acceptance probability (differentiable in ``params``).
+
+  With ``whitening``, the leapfrog moves :math:`z = (x - \mu)/\sigma`
+  (:mod:`metaoptax.l2hmc.whitening`); the states stay in :math:`x`.
 
   Returns ``(proposed_state, acceptance, log_det)``.
   """
+  position, grad = state.position, state.logdensity_grad
+  if whitening is not None:
+    position, grad = to_whitened(whitening, position), grad * whitening.scale
+    logdensity_fn = whitened_logdensity(logdensity_fn, whitening)
   x, v, logdensity, grad, log_det = leapfrog(
-      config, params, masks, logdensity_fn, state.position, momentum, state.logdensity,
-      state.logdensity_grad, direction)
+      config, params, masks, logdensity_fn, position, momentum, state.logdensity,
+      grad, direction)
+  if whitening is not None:
+    x, grad = from_whitened(whitening, x), grad / whitening.scale
   energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2)
   energy_after = -logdensity + 0.5 * jnp.sum(v**2)
   acceptance = acceptance_probability(energy_before, energy_after, log_det)
@@ -84,15 +95,15 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 
 def build_kernel(config: L2HMCConfig):
-  """``kernel(rng_key, state, logdensity_fn, params, masks) -> (state, info)``."""
+  """``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``."""
 
   def kernel(rng_key, state: L2HMCState, logdensity_fn: Callable, params: L2HMCParams,
-             masks: jax.Array):
+             masks: jax.Array, whitening: Whitening | None = None):
     k_momentum, k_direction, k_accept = jax.random.split(rng_key, 3)
     momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
     direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
     proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
-                                            momentum, direction)
+                                            momentum, direction, whitening)
     accepted = jax.random.uniform(k_accept) < acceptance
     new_state = optax.tree_utils.tree_where(accepted, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
@@ -103,8 +114,12 @@ def build_kernel(config: L2HMCConfig):
 
 
 def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
-          masks: jax.Array) -> SamplingAlgorithm:
+          masks: jax.Array, whitening: Whitening | None = None) -> SamplingAlgorithm:
   """A trained (or untrained) L2HMC sampler: ``init(position)``, ``step(rng_key, state)``.
+
+  ``whitening``: the leapfrog moves standardized coordinates (e.g.
+  ``result.whitening`` of :func:`metaoptax.l2hmc.train` after a warm-up); the
+  states' positions are in the target's coordinates either way.
 
   With ``config.use_networks=False`` and ``config.step_sizes="shared"`` it is HMC
   with step size ``exp(params.log_step_size_x[0])`` and ``config.num_steps``
@@ -133,7 +148,7 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
     return init(position, logdensity_fn)
 
   def step_fn(rng_key, state):
-    return kernel(rng_key, state, logdensity_fn, params, masks)
+    return kernel(rng_key, state, logdensity_fn, params, masks, whitening)
 
   return SamplingAlgorithm(init_fn, step_fn)
 

@@ -62,6 +62,7 @@ from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.warmup import warmup
+from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
 
 class TrainingConfig(NamedTuple):
@@ -81,10 +82,11 @@ class TrainingConfig(NamedTuple):
       on negative lag-1 autocorrelation); see :func:`objective_loss`.
     warmup_iterations: if > 0, :func:`init_training` first runs
       :func:`metaoptax.l2hmc.warmup` for this many HMC transitions of the
-      chains: the step sizes start at its per-coordinate :math:`h\\hat\\sigma`
-      (with ``config.per_coordinate``; else at :math:`h`), the chains at its end,
-      and the objective measures jumps in the standardized coordinates
-      :math:`z = (x - \\hat\\mu)/\\hat\\sigma`.
+      chains. Then the sampler moves the standardized coordinates
+      :math:`z = (x - \\hat\\mu)/\\hat\\sigma` (:mod:`metaoptax.l2hmc.whitening`;
+      ``result.whitening`` for sampling), its step sizes start at the warm-up's
+      :math:`h` (per coordinate with ``config.per_coordinate``), the chains start
+      where the warm-up ended, and the objective measures jumps in :math:`z`.
   """
 
   num_chains: int = 200
@@ -106,8 +108,7 @@ class TrainingState(NamedTuple):
   key: jax.Array  # typed PRNG key; iteration i draws from fold_in(key, i)
   iteration: jax.Array  # int32 iterations done
   skipped_updates: jax.Array  # int32 updates skipped (non-finite loss or gradient)
-  location: jax.Array | None = None  # (dim,) mu of the standardized coordinates (warm-up)
-  coordinate_scale: jax.Array | None = None  # (dim,) sigma of the standardized coordinates
+  whitening: Whitening | None = None  # the warm-up's (mu, sigma); None without a warm-up
 
 
 class TrainingInfo(NamedTuple):
@@ -128,6 +129,7 @@ class TrainingResult(NamedTuple):
   seconds: float
   skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient (whole run)
   state: TrainingState | None = None  # to continue (``init_state=``) or checkpoint
+  whitening: Whitening | None = None  # for l2hmc(..., whitening=) (with a warm-up)
 
 
 def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e-4):
@@ -262,23 +264,24 @@ def init_training(target: Target, config: L2HMCConfig,
   logdensity_fn = _tempered(target.logdensity_fn, training.temperature,
                             training.differentiate_force)(0)
   positions = jax.random.normal(k_chains, (training.num_chains, config.dim))
-  location, coordinate_scale = jnp.zeros(config.dim), jnp.ones(config.dim)
+  whitening = None
   if training.warmup_iterations:
     k_chains, k_warmup = jax.random.split(k_chains)
     found = jax.jit(functools.partial(
         warmup, logdensity_fn, num_steps=config.num_steps,
         num_iterations=training.warmup_iterations, init_step_size=config.init_step_size))(
             positions, k_warmup)
-    positions, location, coordinate_scale = found.positions, found.location, found.scale
-    step_size = found.step_size if config.per_coordinate else (
-        found.step_size[0] / found.scale[0])
+    positions, whitening = found.positions, found.whitening
+    step_size = found.step_size
+    if config.per_coordinate:
+      step_size = jnp.full((config.dim,), step_size)
     params = init_params(k_params, config, step_size=step_size)
   else:
     params = init_params(k_params, config)
   chains = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
   zero = jnp.zeros([], jnp.int32)
   return TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
-                       key, zero, zero, location, coordinate_scale)
+                       key, zero, zero, whitening)
 
 
 def build_training_step(
@@ -317,40 +320,39 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
                 data_axis: str | tuple[str, ...] | None):
   """:func:`build_training_step` of a checked configuration (hashable arguments)."""
   num_chains, scale, aux_weight, temperature, differentiate_force = training[:5]
-  objective, standardize = training.objective, training.warmup_iterations > 0
+  objective = training.objective
   parallel = data_parallel(mesh, data_axis, num_chains, "num_chains")
   tempered = _tempered(logdensity_fn, temperature, differentiate_force)
 
-  def transitions(params, masks, states, key, logdensity_fn):
+  def transitions(params, masks, states, key, logdensity_fn, whitening):
     k_v, k_d = jax.random.split(key)
     momenta = parallel.shard_batch(jax.random.normal(k_v, states.position.shape))
     directions = parallel.shard_batch(
         jnp.where(jax.random.bernoulli(k_d, shape=(num_chains,)), 1, -1))
     proposals, acceptance, _ = jax.vmap(
-        lambda s, v, d: propose(config, params, masks, logdensity_fn, s, v, d))(
+        lambda s, v, d: propose(config, params, masks, logdensity_fn, s, v, d, whitening))(
             states, momenta, directions)
     return parallel.shard_batch((proposals, acceptance))
 
-  def chain_losses(before, after, acceptance, location, coordinate_scale):
-    if objective == "esjd" and not standardize:  # the paper's loss, as written
+  def chain_losses(before, after, acceptance, whitening):
+    if objective == "esjd" and whitening is None:  # the paper's loss, as written
       return esjd_loss(before, after, acceptance, scale)
-    if standardize:
-      before, after = ((x - location) / coordinate_scale for x in (before, after))
+    if whitening is not None:
+      before, after = to_whitened(whitening, before), to_whitened(whitening, after)
     return objective_loss(objective, before, after, acceptance, scale)
 
-  def loss_fn(params, masks, chains, key, logdensity_fn, location, coordinate_scale):
+  def loss_fn(params, masks, chains, key, logdensity_fn, whitening):
     k_chain, k_fresh, k_init = jax.random.split(key, 3)
-    proposals, acceptance = transitions(params, masks, chains, k_chain, logdensity_fn)
-    loss = jnp.mean(chain_losses(chains.position, proposals.position, acceptance, location,
-                                 coordinate_scale))
+    proposals, acceptance = transitions(params, masks, chains, k_chain, logdensity_fn,
+                                        whitening)
+    loss = jnp.mean(chain_losses(chains.position, proposals.position, acceptance, whitening))
     if aux_weight:
       fresh = jax.vmap(lambda x: init(x, logdensity_fn))(
           parallel.shard_batch(jax.random.normal(k_init, (num_chains, config.dim))))
       fresh_proposals, fresh_acceptance = transitions(params, masks, fresh, k_fresh,
-                                                      logdensity_fn)
+                                                      logdensity_fn, whitening)
       loss = loss + aux_weight * jnp.mean(chain_losses(
-          fresh.position, fresh_proposals.position, fresh_acceptance, location,
-          coordinate_scale))
+          fresh.position, fresh_proposals.position, fresh_acceptance, whitening))
     return loss, (proposals, acceptance)
 
   def step(state: TrainingState) -> tuple[TrainingState, TrainingInfo]:
@@ -361,8 +363,7 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     chains = parallel.shard_batch(chains)
     k_loss, k_accept = jax.random.split(jax.random.fold_in(state.key, state.iteration))
     (loss, (proposals, acceptance)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, state.masks, chains, k_loss, logdensity_fn, state.location,
-        state.coordinate_scale)
+        state.params, state.masks, chains, k_loss, logdensity_fn, state.whitening)
     params, opt_state, finite = apply_if_finite(optimizer, grads, loss, state.params,
                                                 state.opt_state)
     params, opt_state = parallel.replicate((params, opt_state))
@@ -467,4 +468,4 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
                  checkpoint_every=checkpoint_every)
   return TrainingResult(run.state.params, run.state.masks, run.infos.loss,
                         run.infos.acceptance, run.seconds, int(run.state.skipped_updates),
-                        run.state)
+                        run.state, run.state.whitening)

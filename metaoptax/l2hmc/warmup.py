@@ -16,8 +16,10 @@ shared :math:`h`):
 
   \log h_{t+1} = \log h_t + \kappa\,(\bar a_t - a^*),
 
-and the result is :math:`\varepsilon = \bar h\,\hat\sigma`, :math:`\log\bar h` the
-mean of :math:`\log h_t` over the second half of window 3. With many chains
+and the result is :math:`\bar h` (:math:`\log\bar h` the mean of :math:`\log h_t` over
+the second half of window 3) with the whitening :math:`(\hat\mu, \hat\sigma)` of
+:mod:`metaoptax.l2hmc.whitening` (:math:`\hat\mu` from window 3): the sampler
+moves :math:`z = (x - \hat\mu)/\hat\sigma` with step size :math:`\bar h`. With many chains
 :math:`\bar a_t` is an average over chains, so one iteration's signal is
 already precise. Per-coordinate step sizes :math:`\varepsilon_i = h\sigma_i` are
 HMC with the inverse mass matrix :math:`\mathrm{diag}(\sigma^2)` (see
@@ -35,6 +37,7 @@ import jax.numpy as jnp
 
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
 from metaoptax.l2hmc.kernel import build_kernel, init
+from metaoptax.l2hmc.whitening import Whitening
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 
@@ -42,16 +45,16 @@ WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and fina
 class WarmupResult(NamedTuple):
   """What :func:`warmup` found."""
 
-  step_size: jax.Array  # (dim,) eps = h * sigma, for init_params(..., step_size=)
-  scale: jax.Array  # (dim,) sigma: the chains' per-coordinate standard deviation
-  location: jax.Array  # (dim,) the chains' per-coordinate mean
+  step_size: jax.Array  # h, the step size in the whitened coordinates
+  whitening: Whitening  # the chains' per-coordinate mean and standard deviation
   positions: jax.Array  # (chains, dim) the chains at the end of the warm-up
   acceptance: jax.Array  # mean acceptance probability over the final window's second half
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, target, rate,
             dim):
-  """``length`` HMC transitions of every chain with step sizes ``h * scale``, ``log h``
+  """``length`` HMC transitions of every chain in ``z = x / scale`` with step size ``h``,
+  ``log h``
   adapted; the chains' mean and variance over the second half, and the mean ``log h``
   and acceptance there."""
   half = length // 2
@@ -59,9 +62,10 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
   def transition(carry, inputs):
     states, log_h, sums = carry
     key, t = inputs
-    params = _hmc_params(log_h, scale)
+    params = _hmc_params(log_h)
+    whitening = Whitening(jnp.zeros_like(scale), scale)
     keys = jax.random.split(key, states.position.shape[0])
-    states, info = jax.vmap(lambda k, s: kernel(k, s, logdensity_fn, params, masks))(
+    states, info = jax.vmap(lambda k, s: kernel(k, s, logdensity_fn, params, masks, whitening))(
         keys, states)
     acceptance = jnp.mean(info.acceptance_rate)
     in_second_half = (t >= length - half).astype(states.position.dtype)
@@ -84,9 +88,9 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
   return states, log_h, mean, variance, s_log_h / half, s_acc / half
 
 
-def _hmc_params(log_h, scale):
-  """The leapfrog's step sizes ``exp(log_h) * scale`` for every step (networks off)."""
-  log_eps = (log_h + jnp.log(scale))[None, :]
+def _hmc_params(log_h):
+  """One step size ``exp(log_h)`` for every step (the networks off)."""
+  log_eps = jnp.reshape(log_h, (1,))
   return L2HMCParams({}, log_eps, log_eps)
 
 
@@ -106,8 +110,10 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     adaptation_rate: :math:`\\kappa`.
 
   Returns:
-    A :class:`WarmupResult`; ``init_params(key, config, step_size=result.step_size)``
-    starts a per-coordinate sampler there.
+    A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
+    and ``l2hmc(..., whitening=result.whitening)`` start the sampler there
+    (per-coordinate step sizes all start at :math:`h`, multipliers of
+    :math:`\hat\sigma`).
 
   Jit-able with the numbers static.
   """
@@ -121,7 +127,7 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   if not init_step_size > 0:
     raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
   dim = positions.shape[1]
-  config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False, per_coordinate=True)
+  config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False)
   kernel = build_kernel(config)
   masks = make_masks(jax.random.key(0), config)
   lengths = [int(num_iterations * w) for w in WINDOWS[:2]]
@@ -137,5 +143,4 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     if i < 2:
       scale = jnp.sqrt(variance)
       log_h = mean_log_h  # the new scale's h starts from the last window's average
-  step_size = jnp.exp(mean_log_h) * scale
-  return WarmupResult(step_size, scale, mean, states.position, acceptance)
+  return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance)

@@ -87,6 +87,11 @@ class TrainingConfig(NamedTuple):
       ``result.whitening`` for sampling), its step sizes start at the warm-up's
       :math:`h` (per coordinate with ``config.per_coordinate``), the chains start
       where the warm-up ended, and the objective measures jumps in :math:`z`.
+    drop_nonfinite_chains: a chain whose contribution to the gradient is not
+      finite (a diverging trajectory: its proposal, rejected, overflowed) adds
+      nothing to it, instead of the whole update being skipped. (Off by default:
+      the per-chain cotangents are summed in another order, so results differ
+      from the default's in rounding.)
   """
 
   num_chains: int = 200
@@ -96,6 +101,7 @@ class TrainingConfig(NamedTuple):
   differentiate_force: bool = True
   objective: str = "esjd"
   warmup_iterations: int = 0
+  drop_nonfinite_chains: bool = False
 
 
 class TrainingState(NamedTuple):
@@ -132,10 +138,15 @@ class TrainingResult(NamedTuple):
   whitening: Whitening | None = None  # for l2hmc(..., whitening=) (with a warm-up)
 
 
+def _accepted_jump(jump, acceptance):
+  """``jump * acceptance``; 0 where the jump is not finite (a diverged, rejected proposal)."""
+  return jnp.where(jnp.isfinite(jump), jump, 0.0) * acceptance
+
+
 def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e-4):
   """:math:`\\lambda^2/\\delta - \\delta/\\lambda^2`, :math:`\\delta = \\|x-x'\\|^2 A + \\epsilon`
-  (``scale`` is :math:`\\lambda^2`)."""
-  delta = jnp.sum((x_before - x_after) ** 2, axis=-1) * acceptance + eps
+  (``scale`` is :math:`\\lambda^2`; a non-finite proposal counts as no jump)."""
+  delta = _accepted_jump(jnp.sum((x_before - x_after) ** 2, axis=-1), acceptance) + eps
   return scale / delta - delta / scale
 
 
@@ -167,19 +178,39 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
 
   Returns per-chain losses ``(chains,)``.
   """
-  delta = jnp.sum((z_before - z_after) ** 2, axis=-1) * acceptance + eps
-  loss = scale / delta - delta / scale
+  loss = esjd_loss(z_before, z_after, acceptance, scale, eps)
   if objective == "esjd_squares":
-    squares = 0.5 * jnp.sum((z_before**2 - z_after**2) ** 2, axis=-1) * acceptance + eps
+    squares = _accepted_jump(0.5 * jnp.sum((z_before**2 - z_after**2) ** 2, axis=-1),
+                             acceptance) + eps
     loss = loss + scale / squares - squares / scale
   elif objective == "esjd_lag1":
     norm = jnp.sum(z_before**2, axis=-1)
-    lag1 = acceptance * jnp.sum(z_before * z_after, axis=-1) + (1.0 - acceptance) * norm
+    lag1 = _accepted_jump(jnp.sum(z_before * z_after, axis=-1), acceptance) + (
+        1.0 - acceptance) * norm
     rho = jnp.mean(lag1) / jnp.mean(norm)
     loss = loss + 4.0 / scale * jnp.mean(norm) * jnp.maximum(0.0, -rho)
   elif objective != "esjd":
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
   return loss
+
+
+@jax.custom_vjp
+def _finite_cotangent(tree):
+  """The identity; its cotangent is zeroed unless every entry is finite (under ``vmap``
+  over chains: per chain, so a diverged chain drops out of the gradient)."""
+  return tree
+
+
+def _finite_cotangent_fwd(tree):
+  return tree, None
+
+
+def _finite_cotangent_bwd(_, cotangent):
+  finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(cotangent)]))
+  return (jax.tree.map(lambda a: jnp.where(finite, a, jnp.zeros_like(a)), cotangent),)
+
+
+_finite_cotangent.defvjp(_finite_cotangent_fwd, _finite_cotangent_bwd)
 
 
 def _first_order(logdensity_fn: Callable) -> Callable:
@@ -253,7 +284,7 @@ def init_training(target: Target, config: L2HMCConfig,
   Parameters, masks and the chains' starting points (a standard normal) are
   drawn from ``seed``; the chains' ``log p`` is at the temperature of iteration
   0. With ``training.warmup_iterations``, the warm-up
-  (:func:`metaoptax.l2hmc.warmup`, at that temperature) sets the step sizes, the
+  (:func:`metaoptax.l2hmc.warmup`, on the target at temperature 1) sets the step sizes, the
   chains and the standardized coordinates. Arguments as in :func:`train`
   (``optimizer`` must be the one the step uses).
   """
@@ -267,8 +298,9 @@ def init_training(target: Target, config: L2HMCConfig,
   whitening = None
   if training.warmup_iterations:
     k_chains, k_warmup = jax.random.split(k_chains)
+    # at the target itself (temperature 1): its scales are where the sampler must end
     found = jax.jit(functools.partial(
-        warmup, logdensity_fn, num_steps=config.num_steps,
+        warmup, target.logdensity_fn, num_steps=config.num_steps,
         num_iterations=training.warmup_iterations, init_step_size=config.init_step_size))(
             positions, k_warmup)
     positions, whitening = found.positions, found.whitening
@@ -321,6 +353,7 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
   """:func:`build_training_step` of a checked configuration (hashable arguments)."""
   num_chains, scale, aux_weight, temperature, differentiate_force = training[:5]
   objective = training.objective
+  guard = _finite_cotangent if training.drop_nonfinite_chains else (lambda params: params)
   parallel = data_parallel(mesh, data_axis, num_chains, "num_chains")
   tempered = _tempered(logdensity_fn, temperature, differentiate_force)
 
@@ -330,7 +363,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     directions = parallel.shard_batch(
         jnp.where(jax.random.bernoulli(k_d, shape=(num_chains,)), 1, -1))
     proposals, acceptance, _ = jax.vmap(
-        lambda s, v, d: propose(config, params, masks, logdensity_fn, s, v, d, whitening))(
+        lambda s, v, d: propose(config, guard(params), masks, logdensity_fn, s, v, d,
+                                whitening))(
             states, momenta, directions)
     return parallel.shard_batch((proposals, acceptance))
 

@@ -97,7 +97,7 @@ def _hmc_params(log_h):
 def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
            num_steps: int = 10, num_iterations: int = 500, init_step_size: float = 0.1,
            target_acceptance: float = 0.8, adaptation_rate: float = 1.0) -> WarmupResult:
-  """Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
+  r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
     logdensity_fn: ``log p`` (up to a constant).
@@ -107,7 +107,7 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     num_iterations: transitions in all (split 25 / 35 / 40 % into the windows).
     init_step_size: :math:`h` at the start.
     target_acceptance: :math:`a^*`.
-    adaptation_rate: :math:`\\kappa`.
+    adaptation_rate: :math:`\kappa`.
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``

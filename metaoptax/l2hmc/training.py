@@ -196,8 +196,9 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
 
 @jax.custom_vjp
 def _finite_cotangent(tree):
-  """The identity; its cotangent is zeroed unless every entry is finite (under ``vmap``
-  over chains: per chain, so a diverged chain drops out of the gradient)."""
+  """The identity; its cotangent is zeroed unless every entry is finite (vmapped over
+  per-chain copies of the parameters: per chain, so a diverged chain drops out of the
+  gradient)."""
   return tree
 
 
@@ -353,7 +354,7 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
   """:func:`build_training_step` of a checked configuration (hashable arguments)."""
   num_chains, scale, aux_weight, temperature, differentiate_force = training[:5]
   objective = training.objective
-  guard = _finite_cotangent if training.drop_nonfinite_chains else (lambda params: params)
+  drop = training.drop_nonfinite_chains
   parallel = data_parallel(mesh, data_axis, num_chains, "num_chains")
   tempered = _tempered(logdensity_fn, temperature, differentiate_force)
 
@@ -362,10 +363,15 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     momenta = parallel.shard_batch(jax.random.normal(k_v, states.position.shape))
     directions = parallel.shard_batch(
         jnp.where(jax.random.bernoulli(k_d, shape=(num_chains,)), 1, -1))
-    proposals, acceptance, _ = jax.vmap(
-        lambda s, v, d: propose(config, guard(params), masks, logdensity_fn, s, v, d,
-                                whitening))(
-            states, momenta, directions)
+    if drop:  # a copy of the parameters per chain, so that each has its own cotangent
+      per_chain = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), params)
+      proposals, acceptance, _ = jax.vmap(
+          lambda p, s, v, d: propose(config, _finite_cotangent(p), masks, logdensity_fn, s, v,
+                                     d, whitening))(per_chain, states, momenta, directions)
+    else:
+      proposals, acceptance, _ = jax.vmap(
+          lambda s, v, d: propose(config, params, masks, logdensity_fn, s, v, d, whitening))(
+              states, momenta, directions)
     return parallel.shard_batch((proposals, acceptance))
 
   def chain_losses(before, after, acceptance, whitening):

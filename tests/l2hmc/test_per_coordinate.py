@@ -105,7 +105,7 @@ def test_random_networks_with_whitening_and_per_coordinate_leave_the_target_inva
       jax.random.key(5), start)
   assert 0.2 < float(acceptance.mean()) < 1.0
   flat = np.asarray(samples).reshape(-1, 2)
-  np.testing.assert_allclose(flat.mean(0), [1.0, -3.0], atol=0.3 * np.sqrt([0.04, 25.0]))
+  assert np.all(np.abs(flat.mean(0) - [1.0, -3.0]) < 0.1 * np.sqrt([0.04, 25.0]))
   np.testing.assert_allclose(flat.var(0), [0.04, 25.0], rtol=0.15)
 
 
@@ -168,3 +168,43 @@ def test_training_with_a_warmup_is_finite(objective):
   with pytest.raises(ValueError, match="objective"):
     l2hmc.TrainingConfig(objective="nope") and l2hmc.init_training(
         GAUSSIAN, config, training._replace(objective="nope"))
+
+
+def test_a_nonfinite_chain_drops_out_of_the_gradient():
+  """Under vmap over chains, the guard zeroes exactly the diverged chain's cotangent:
+  the gradient equals the sum over the finite chains (computed without the bad one)."""
+  from metaoptax.l2hmc.training import _finite_cotangent  # pylint: disable=g-import-not-at-top
+
+  def chain_loss(w, x):
+    w = _finite_cotangent(w)
+    return jnp.sum(jnp.sqrt(w * x))  # x < 0: NaN value and gradient
+
+  xs = jnp.array([[1.0, 2.0], [3.0, -1.0], [0.5, 4.0]])
+  w = jnp.array([2.0, 0.5])
+  def loss(w, xs):
+    per_chain = jnp.broadcast_to(w, (3, 2))  # as the training step does
+    values = jax.vmap(chain_loss)(per_chain, xs)
+    return jnp.sum(jnp.where(jnp.isfinite(values), values, 0.0))
+
+  grad = jax.grad(loss)(w, xs)
+  expected = jax.grad(lambda w: jnp.sum(jax.vmap(chain_loss, (None, 0))(w, xs[jnp.array([0, 2])])))(w)
+  np.testing.assert_allclose(grad, expected, rtol=1e-6)
+  unguarded = jax.grad(lambda w: jnp.sum(jax.vmap(lambda w, x: jnp.sum(jnp.sqrt(w * x)),
+                                                  (None, 0))(w, xs)))(w)
+  assert not np.all(np.isfinite(unguarded))
+
+
+def test_training_drops_diverging_chains_instead_of_skipping_updates():
+  """A target whose density is NaN beyond a wall: proposals crossing it are rejected;
+  with ``drop_nonfinite_chains`` no update is skipped and the loss stays finite."""
+  wall = lambda x: jnp.where(x[0] > 1.5, jnp.nan, -0.5 * x @ x)
+  target = l2hmc.targets.Target("walled", 2, wall, None, None)
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, hidden=8, init_step_size=0.5)
+  skipped = {}
+  for drop in (False, True):
+    training = l2hmc.TrainingConfig(num_chains=64, aux_weight=0.0, drop_nonfinite_chains=drop)
+    result = l2hmc.train(target, config, training, num_iterations=20, progress=None)
+    skipped[drop] = result.skipped_updates
+    if drop:
+      assert np.all(np.isfinite(result.losses))
+  assert skipped[True] == 0 and skipped[False] > 0

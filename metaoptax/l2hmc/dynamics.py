@@ -39,8 +39,10 @@ the two closed forms (no ``lax.cond``): under ``vmap`` over chains with mixed
 directions a cond would compute both trajectories, the select computes the
 networks and gradients once (the training step's value-and-gradient over 200
 chains, K = 10, width 50, 50-d: 0.64 s with the cond, 0.06 s).
-With the networks off (:math:`S = Q = T = 0`) and one step size this is the
-plain leapfrog of HMC.
+With the networks off (:math:`S = Q = T = 0`) this is the plain leapfrog of HMC,
+and each step is computed as one kick-drift-kick with the step sizes negated for
+:math:`d = -1` (the two masked half-updates and their selects cost 1.3x-2.6x a
+blackjax HMC transition over 200 vmapped chains; this path ~1x).
 """
 
 from __future__ import annotations

@@ -16,12 +16,26 @@ evaluations it spent per transition and the wall time of the sampling:
 
 from __future__ import annotations
 
+import argparse
+import pathlib
 import time
 
 import jax
 import numpy as np
 
 from metaoptax import l2hmc
+
+
+def argument_parser(doc: str, out: pathlib.Path) -> argparse.ArgumentParser:
+  """The sampler benchmarks' common options: targets, chains, K, quick, output folder."""
+  parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+  targets = list(l2hmc.targets.all_targets())
+  parser.add_argument("--targets", nargs="+", default=targets, choices=targets)
+  parser.add_argument("--chains", type=int, default=200)
+  parser.add_argument("--num-steps", type=int, default=10, help="leapfrog steps (K)")
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--out", type=pathlib.Path, default=out)
+  return parser
 
 
 def start_positions(target, key, chains):

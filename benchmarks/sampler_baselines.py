@@ -30,7 +30,6 @@ benchmarks (``l2hmc_ess.py`` sets L2HMC beside them).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import pathlib
@@ -201,18 +200,13 @@ def report(records: list[dict], quick: bool) -> list[str]:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  targets = l2hmc.targets.all_targets()
-  parser.add_argument("--targets", nargs="+", default=list(targets), choices=list(targets))
-  parser.add_argument("--chains", type=int, default=200)
+  parser = _sampler_metrics.argument_parser(__doc__, OUT)
   parser.add_argument("--burn-in", type=int, default=1000,
                       help="HMC burn-in and NUTS adaptation steps")
   parser.add_argument("--samples", type=int, default=2000)
-  parser.add_argument("--num-steps", type=int, default=10, help="HMC's leapfrog steps (K)")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--out", type=pathlib.Path, default=OUT)
   args = parser.parse_args(argv)
+  targets = l2hmc.targets.all_targets()
   import blackjax  # pylint: disable=g-import-not-at-top
   import tqdm  # pylint: disable=g-import-not-at-top
   chains, burn_in, samples = args.chains, args.burn_in, args.samples

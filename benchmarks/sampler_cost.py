@@ -26,7 +26,6 @@ proposal with every chain forward against mixed directions, networks off and on.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -40,6 +39,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OUT = HERE / "out" / "sampler_cost"  # git-ignored; the committed table: --out results
@@ -174,17 +174,12 @@ def report(records: list[dict], before: dict | None, quick: bool) -> list[str]:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  targets = l2hmc.targets.all_targets()
-  parser.add_argument("--targets", nargs="+", default=list(targets), choices=list(targets))
-  parser.add_argument("--chains", type=int, default=200)
-  parser.add_argument("--num-steps", type=int, default=10)
+  parser = _sampler_metrics.argument_parser(__doc__, OUT)
   parser.add_argument("--repeats", type=int, default=41)
-  parser.add_argument("--quick", action="store_true")
   parser.add_argument("--before", type=pathlib.Path, default=None,
                       help="sampler_cost.json of an earlier commit, for its ratios")
-  parser.add_argument("--out", type=pathlib.Path, default=OUT)
   args = parser.parse_args(argv)
+  targets = l2hmc.targets.all_targets()
   import blackjax  # pylint: disable=g-import-not-at-top
   import tqdm  # pylint: disable=g-import-not-at-top
   repeats = 5 if args.quick else args.repeats

@@ -14,12 +14,7 @@ import numpy as np
 import pytest
 
 from metaoptax import l2hmc
-
-
-def leapfrog(config, params, masks, target, x, v, direction):
-  logdensity, grad = jax.value_and_grad(target.logdensity_fn)(x)
-  return l2hmc.leapfrog(config, params, masks, target.logdensity_fn, x, v, logdensity, grad,
-                        direction)
+from tests.l2hmc.test_l2hmc import run as leapfrog
 
 
 @pytest.mark.parametrize("step_sizes", ["shared", "per_step"])
@@ -37,15 +32,15 @@ def test_networks_off_equals_the_general_path_with_zero_networks(step_sizes, dir
     masks = l2hmc.make_masks(jax.random.key(1), config)
     x, v = jnp.array([0.7, -1.2, 0.4]), jnp.array([0.5, 1.0, -0.8])
 
-    general = leapfrog(config, params, masks, target, x, v, direction)
-    plain = leapfrog(config._replace(use_networks=False), params, masks, target, x, v,
-                     direction)
+    general = leapfrog(config, params, masks, x, v, direction, target)
+    plain = leapfrog(config._replace(use_networks=False), params, masks, x, v, direction,
+                     target)
     assert float(jnp.abs(general[0] - x).max()) > 0.1  # it moves
     for a, b in zip(plain, general):
       np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
     assert float(plain[4]) == 0.0  # log|det J| of the plain leapfrog
 
-    x_back, v_back, *_ = leapfrog(config._replace(use_networks=False), params, masks, target,
-                                  plain[0], plain[1], -direction)
+    x_back, v_back, *_ = leapfrog(config._replace(use_networks=False), params, masks,
+                                  plain[0], plain[1], -direction, target)
     np.testing.assert_allclose(x_back, x, atol=1e-13)
     np.testing.assert_allclose(v_back, v, atol=1e-13)

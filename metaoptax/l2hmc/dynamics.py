@@ -39,8 +39,10 @@ the two closed forms (no ``lax.cond``): under ``vmap`` over chains with mixed
 directions a cond would compute both trajectories, the select computes the
 networks and gradients once (the training step's value-and-gradient over 200
 chains, K = 10, width 50, 50-d: 0.64 s with the cond, 0.06 s).
-With the networks off (:math:`S = Q = T = 0`) and one step size this is the
-plain leapfrog of HMC.
+With the networks off (:math:`S = Q = T = 0`) this is the plain leapfrog of HMC,
+and each step is computed as one kick-drift-kick with the step sizes negated for
+:math:`d = -1` (the two masked half-updates and their selects cost 1.3x-2.6x a
+blackjax HMC transition over 200 vmapped chains; this path ~1x).
 
 Per-coordinate step sizes (``per_coordinate=True``): :math:`\varepsilon_x,
 \varepsilon_v \in \mathbb R^d_{>0}` act elementwise, and each
@@ -194,6 +196,22 @@ def _position(config, params, state, t, eps_x, update, forward, logdensity_and_g
                    state.log_det + _scaled_sum(sign * eps_x, update * s))
 
 
+def _plain_step(state, eps_x, eps_v, forward, logdensity_and_grad):
+  """One step with the networks off (S = Q = T = 0): the plain leapfrog of HMC.
+
+  Gamma and the two masked Lambdas reduce to a kick and a drift of all
+  coordinates, and their inverses to the same with the step sizes negated:
+  the same floating-point operations as the general path, without its two
+  masked half-updates and per-update selects (the log-determinant stays 0).
+  """
+  half_kick = jnp.where(forward, 0.5, -0.5).astype(state.x.dtype) * eps_v
+  drift = jnp.where(forward, 1.0, -1.0).astype(state.x.dtype) * eps_x
+  v = state.v - half_kick * -state.grad
+  x = state.x + drift * v
+  logdensity, grad = logdensity_and_grad(x)
+  return state._replace(x=x, v=v - half_kick * -grad, logdensity=logdensity, grad=grad)
+
+
 def _explicit_mesh() -> bool:
   """Whether tracing happens under a mesh with ``Explicit`` axes (``jax.set_mesh``)."""
   mesh = jax.sharding.get_abstract_mesh()
@@ -228,6 +246,8 @@ def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
     pick = lambda a, b: jax.tree.map(lambda u, w: jnp.where(forward, u, w), a, b)
     t = pick(time_embedding(i, K), time_embedding(K - 1 - i, K))
     eps_x, eps_v = pick(_step_sizes(config, params, i), _step_sizes(config, params, K - 1 - i))
+    if not config.use_networks:
+      return _plain_step(state, eps_x, eps_v, forward, logdensity_and_grad), None
     m = pick(masks[i], masks[K - 1 - i])
     first = jnp.where(forward, 1.0 - m, m)  # 1 - first is m or 1 - m exactly (0/1 masks)
     state = _momentum(config, params, state, t, eps_v, forward)

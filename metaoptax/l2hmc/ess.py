@@ -11,8 +11,11 @@ num_chains`` for a count).
   different places count as correlated; pairs
   :math:`P_k = \rho_{2k} + \rho_{2k+1}` summed up to the first non-positive pair
   and made monotone (Geyer's initial monotone sequence, 1992);
-  :math:`\hat\tau = -1 + 2\sum_k P_k` (at least :math:`1/\log_{10}(nM)`, as in
-  Stan), ESS fraction :math:`1/\hat\tau`; the minimum over dimensions (the
+  :math:`\hat\tau = -1 + 2\sum_{k<k_0} P_k + \max(\rho_{2k_0}, 0)` with
+  :math:`k_0` the first non-positive pair and :math:`\rho_0 = 1` (Stan's
+  estimate, which adds the last even lag once to lower the variance for
+  antithetic chains; at least :math:`1/\log_{10}(nM)`, as in Stan), ESS
+  fraction :math:`1/\hat\tau`; the minimum over dimensions (the
   slowest-mixing coordinate: an average would let a well-mixed coordinate hide
   chains stuck in one mode of a mixture).
 * :func:`truncated_ess`: the public L2HMC notebook's estimate: the autocovariance
@@ -45,12 +48,17 @@ def geyer_ess(samples) -> float:
   between = samples.mean(axis=0).var(axis=0, ddof=1) if m > 1 else 0.0  # B / n
   var_plus = within * (n - 1) / n + between
   rho = 1.0 - (within - acov.mean(axis=1)) / var_plus  # (n, dim)
+  rho[0] = 1.0  # exactly (the formula gives 1 - W / (n var+) at lag 0)
   fractions = []
   for d in range(rho.shape[1]):
     pairs = rho[: 2 * (n // 2), d].reshape(-1, 2).sum(axis=1)
     non_positive = np.nonzero(pairs <= 0)[0]
-    pairs = np.minimum.accumulate(pairs[: non_positive[0]] if non_positive.size else pairs)
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / np.log10(n * m))
+    first = non_positive[0] if non_positive.size else pairs.size
+    monotone = np.minimum.accumulate(pairs[:first])
+    # Stan's improved estimate: the even lag of the first non-positive pair, if
+    # positive, counts once (it lowers the variance for antithetic chains)
+    tail = max(rho[2 * first, d], 0.0) if first < pairs.size else 0.0
+    tau = max(-1.0 + 2.0 * monotone.sum() + tail, 1.0 / np.log10(n * m))
     fractions.append(1.0 / tau)
   return float(np.min(fractions))
 

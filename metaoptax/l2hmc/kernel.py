@@ -52,8 +52,20 @@ class L2HMCInfo(NamedTuple):
   proposal: jax.Array  # x'
   num_gradient_evaluations: jax.Array
 
+  @property
+  def num_integration_steps(self) -> jax.Array:
+    """The leapfrog steps K (one gradient each), under blackjax's name for it."""
+    return self.num_gradient_evaluations
+
 
 class SamplingAlgorithm(NamedTuple):
+  """``init(position, rng_key=None) -> state`` and ``step(rng_key, state) -> (state, info)``.
+
+  The fields and signatures of ``blackjax.base.SamplingAlgorithm``, so a sampler
+  runs in blackjax's loops (``blackjax.util.run_inference_algorithm``) without
+  metaoptax depending on blackjax.
+  """
+
   init: Callable
   step: Callable
 
@@ -144,7 +156,8 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
   """
   kernel = build_kernel(config)
 
-  def init_fn(position):
+  def init_fn(position, rng_key=None):
+    del rng_key  # blackjax's signature; the state is deterministic
     return init(position, logdensity_fn)
 
   def step_fn(rng_key, state):

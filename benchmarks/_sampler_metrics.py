@@ -1,0 +1,75 @@
+"""How the sampler benchmarks score a run: ESS per gradient of x and x^2, crossings, time.
+
+Every sampler is given as draws ``(num_samples, chains, dim)``, the gradient
+evaluations it spent per transition and the wall time of the sampling:
+
+* ESS: Geyer's initial monotone sequence estimator (``metaoptax.l2hmc.ess.geyer_ess``:
+  a fraction of the samples, the minimum over dimensions) of x and of x^2. A
+  sampler that only reflects x -> -x (a symmetry of every target of the L2HMC
+  paper) has a huge ESS of x and none of x^2, so both are reported.
+* per gradient: the fraction divided by the gradient evaluations per transition.
+* mode crossings: the fraction of transitions that change the sign of x[0]
+  (the side of the mixture of two Gaussians).
+* seconds per effective sample: wall time over the effective sample count
+  ``fraction * num_samples * chains``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from metaoptax import l2hmc
+
+
+def argument_parser(doc: str, out: pathlib.Path) -> argparse.ArgumentParser:
+  """The sampler benchmarks' common options: targets, chains, K, quick, output folder."""
+  parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+  targets = list(l2hmc.targets.all_targets())
+  parser.add_argument("--targets", nargs="+", default=targets, choices=targets)
+  parser.add_argument("--chains", type=int, default=200)
+  parser.add_argument("--num-steps", type=int, default=10, help="leapfrog steps (K)")
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--out", type=pathlib.Path, default=out)
+  return parser
+
+
+def start_positions(target, key, chains):
+  """Exact draws of the target where it can be sampled (so that slow chains are not
+  penalised for burn-in), else a standard normal."""
+  if target.sample is not None:
+    return target.sample(key, chains)
+  return jax.random.normal(key, (chains, target.dim))
+
+
+def mode_crossings(draws) -> float:
+  """Fraction of transitions that change the sign of x[0] (the mixture's side)."""
+  side = np.sign(np.asarray(draws)[..., 0])
+  return float((side[1:] != side[:-1]).mean())
+
+
+def compiled_and_timed(fn, *args):
+  """``(fn(*args), seconds)``: compiled ahead of the clock, timed to ``block_until_ready``."""
+  compiled = jax.jit(fn).lower(*args).compile()
+  start = time.perf_counter()
+  out = jax.block_until_ready(compiled(*args))
+  return out, time.perf_counter() - start
+
+
+def score(draws, grads_per_transition: float, seconds: float) -> dict:
+  """The metrics of one run (see the module docstring)."""
+  draws = np.asarray(draws, np.float64)
+  count = draws.shape[0] * draws.shape[1]
+  ess_x, ess_x2 = l2hmc.ess.geyer_ess(draws), l2hmc.ess.geyer_ess(draws**2)
+  return dict(ess_x=ess_x, ess_x2=ess_x2,
+              ess_per_grad_x=ess_x / grads_per_transition,
+              ess_per_grad_x2=ess_x2 / grads_per_transition,
+              crossings=mode_crossings(draws), grads_per_transition=float(grads_per_transition),
+              seconds=float(seconds),
+              seconds_per_ess_x=seconds / (ess_x * count),
+              seconds_per_ess_x2=seconds / (ess_x2 * count),
+              ess_cap=float(np.log10(count)))  # Geyer's ceiling: tau >= 1/log10(samples x chains)

@@ -1,0 +1,238 @@
+"""What a user would run instead of L2HMC: blackjax NUTS with window adaptation, and tuned HMC.
+
+On each target of the L2HMC paper (``metaoptax.l2hmc.targets.all_targets()``):
+
+* **NUTS** (Hoffman and Gelman 2014, `arXiv:1111.4246 <https://arxiv.org/abs/1111.4246>`_)
+  with ``blackjax.window_adaptation`` (Stan's windowed adaptation of the step
+  size and a diagonal mass matrix), run for ``burn_in`` adaptation steps on each
+  chain, then ``samples`` transitions with the adapted parameters. Its
+  gradient evaluations per transition are ``info.num_integration_steps``,
+  averaged over chains and transitions.
+* **HMC** (Neal 2011, `arXiv:1206.1901 <https://arxiv.org/abs/1206.1901>`_) with
+  the same number of leapfrog steps K as L2HMC and an identity mass matrix, at
+  every step size of a grid, ``burn_in`` transitions then ``samples``; the best
+  step size is the one with the largest min(ESS of x, ESS of x^2) per gradient
+  (a criterion of x alone would reward antithetic chains, which reflect x -> -x).
+
+Chains (200 by default) start from exact draws of the target where it can be
+sampled, else from a standard normal; they are vmapped and the sampling is
+jit-compiled and timed after compilation (``_sampler_metrics``). Scores: Geyer's
+ESS (min over dimensions) per gradient of x and of x^2, mode crossings, wall
+time per effective sample.
+
+    python benchmarks/sampler_baselines.py                 # the four targets, ~15 min
+    python benchmarks/sampler_baselines.py --quick         # smoke run
+    python benchmarks/sampler_baselines.py --out benchmarks/results   # the committed table
+
+``run_baselines(target, key, ...)`` returns one target's figures for other
+benchmarks (``l2hmc_ess.py`` sets L2HMC beside them).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+OUT = HERE / "out" / "sampler_baselines"  # git-ignored; the committed table: --out results
+# HMC step sizes (geometric, x1.5), up to where the leapfrog is unstable on every
+# target (beyond twice the smallest standard deviation: 0.1 on the ill-conditioned
+# Gaussian, 0.32 on the correlated Gaussian and the mixture's modes).
+HMC_GRID = (0.02, 0.03, 0.045, 0.07, 0.1, 0.15, 0.22, 0.33, 0.5, 0.75)
+
+
+def sample_nuts(target, key, chains: int, adaptation: int, samples: int) -> dict:
+  """NUTS after ``window_adaptation`` (diagonal mass matrix), one adaptation per chain.
+
+  Returns draws ``(samples, chains, dim)``, gradient evaluations per transition,
+  the sampling's seconds, the mean acceptance and the adapted step sizes.
+  """
+  import blackjax  # pylint: disable=g-import-not-at-top
+  k_start, k_adapt, k_run = jax.random.split(key, 3)
+  positions = _sampler_metrics.start_positions(target, k_start, chains)
+
+  def adapt(key, position):
+    warmup = blackjax.window_adaptation(
+        blackjax.nuts, target.logdensity_fn, is_mass_matrix_diagonal=True,
+        adaptation_info_fn=blackjax.adaptation.base.get_filter_adapt_info_fn())
+    (state, parameters), _ = warmup.run(key, position, num_steps=adaptation)
+    return state, parameters
+
+  states, parameters = jax.jit(jax.vmap(adapt))(jax.random.split(k_adapt, chains), positions)
+
+  def run(keys, states, parameters):
+    def chain(key, state, parameters):
+      step = blackjax.nuts(target.logdensity_fn, **parameters).step
+
+      def one(state, key):
+        state, info = step(key, state)
+        return state, (state.position, info.num_integration_steps, info.acceptance_rate)
+
+      return jax.lax.scan(one, state, jax.random.split(key, samples))[1]
+
+    return jax.vmap(chain)(keys, states, parameters)
+
+  (draws, steps, acceptance), seconds = _sampler_metrics.compiled_and_timed(
+      run, jax.random.split(k_run, chains), states, parameters)
+  return dict(draws=np.swapaxes(np.asarray(draws), 0, 1),
+              grads_per_transition=float(np.mean(steps)), seconds=seconds,
+              acceptance=float(np.mean(acceptance)),
+              step_size=np.asarray(parameters["step_size"]))
+
+
+def sample_hmc(target, key, chains: int, burn_in: int, samples: int, num_steps: int,
+               step_size: float) -> dict:
+  """HMC with ``num_steps`` leapfrog steps and an identity mass matrix.
+
+  Returns draws ``(samples, chains, dim)``, the sampling's seconds (after the
+  burn-in) and the mean acceptance.
+  """
+  import blackjax  # pylint: disable=g-import-not-at-top
+  k_start, k_burn, k_run = jax.random.split(key, 3)
+  hmc = blackjax.hmc(target.logdensity_fn, step_size, jnp.ones(target.dim), num_steps)
+  states = jax.vmap(hmc.init)(_sampler_metrics.start_positions(target, k_start, chains))
+
+  def run(key, states, length):
+    def one(states, key):
+      states, info = jax.vmap(hmc.step)(jax.random.split(key, chains), states)
+      return states, (states.position, info.acceptance_rate)
+
+    return jax.lax.scan(one, states, jax.random.split(key, length))
+
+  states, _ = jax.jit(run, static_argnums=2)(k_burn, states, burn_in)
+  (_, (draws, acceptance)), seconds = _sampler_metrics.compiled_and_timed(
+      functools.partial(run, length=samples), k_run, states)
+  return dict(draws=np.asarray(draws), grads_per_transition=float(num_steps), seconds=seconds,
+              acceptance=float(np.mean(acceptance)))
+
+
+def run_baselines(target, key, chains: int = 200, burn_in: int = 1000, samples: int = 2000,
+                  num_steps: int = 10, grid=HMC_GRID, progress=None) -> dict:
+  """NUTS and the best HMC of ``grid`` on ``target``: their scores (``_sampler_metrics.score``).
+
+  Args:
+    target: a ``metaoptax.l2hmc.targets.Target``.
+    key: PRNG key (NUTS and every HMC run use the same one).
+    chains, burn_in, samples: the protocol; ``burn_in`` is NUTS's adaptation.
+    num_steps: HMC's leapfrog steps per transition (L2HMC's K).
+    grid: HMC step sizes.
+    progress: wraps the iterable of runs (e.g. ``tqdm.tqdm``), or None.
+
+  Returns:
+    ``{"nuts": scores, "hmc": scores of the best step size, "hmc_grid": [scores...]}``;
+    each has ``acceptance`` and ``step_size`` (NUTS: the median of its chains').
+  """
+  runs = [("nuts", None)] + [("hmc", eps) for eps in grid]
+  result = {"hmc_grid": []}
+  for name, eps in (progress or iter)(runs):
+    if name == "nuts":
+      run = sample_nuts(target, key, chains, burn_in, samples)
+      step_size = float(np.median(run["step_size"]))
+    else:
+      run = sample_hmc(target, key, chains, burn_in, samples, num_steps, eps)
+      step_size = eps
+    scores = _sampler_metrics.score(run["draws"], run["grads_per_transition"], run["seconds"])
+    scores.update(acceptance=run["acceptance"], step_size=step_size)
+    if name == "nuts":
+      result["nuts"] = scores
+    else:
+      result["hmc_grid"].append(scores)
+  result["hmc"] = max(result["hmc_grid"], key=_criterion)
+  return result
+
+
+def _criterion(scores):
+  """min(ESS of x, ESS of x^2) per gradient, ties (to 3 digits: e.g. no step size
+  crosses the mixture's modes) broken by the other of the two."""
+  pair = sorted((scores["ess_per_grad_x"], scores["ess_per_grad_x2"]))
+  return float(f"{pair[0]:.3g}"), pair[1]
+
+
+def report(records: list[dict], quick: bool) -> list[str]:
+  """Markdown lines: one row per target and sampler, then every HMC step size."""
+  first = records[0]
+  lines = [
+      "# What a user would run instead: blackjax NUTS and tuned HMC\n",
+      f"{first['chains']} chains (exact draws of the target where available, else a standard "
+      f"normal), {first['burn_in']} steps of burn-in (NUTS: window adaptation, diagonal mass "
+      f"matrix), {first['samples']} samples; blackjax {first['blackjax']}, commit "
+      f"`{first['commit']}`{' (--quick)' if quick else ''}. ESS: Geyer's estimator "
+      "(metaoptax.l2hmc.ess.geyer_ess), min over dimensions, as a fraction of the samples; "
+      "per gradient: divided by the gradient evaluations per transition. HMC: K = "
+      f"{first['num_steps']}, the step size of the grid with the best min(ESS of x, ESS of "
+      "x^2) per gradient. Crossings: fraction of transitions changing the sign of x[0]. "
+      "Seconds per ESS: wall time of the sampling (jitted, after compilation, the chains "
+      "vmapped) per effective sample. (cap): Geyer's estimate at its ceiling "
+      "log10(samples x chains) (antithetic chains).", "",
+      "| target | sampler | step size | acceptance | grads/transition | ESS/grad of x |"
+      " ESS/grad of x^2 | crossings | sampling (s) | s per ESS of x | s per ESS of x^2 |",
+      "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for record in records:
+    for sampler in ("nuts", "hmc"):
+      s = record[sampler]
+      capped = " (cap)" if s["ess_x"] >= 0.999 * s["ess_cap"] else ""
+      label = "NUTS (window adaptation)" if sampler == "nuts" else f"HMC (K = {record['num_steps']})"
+      lines.append(
+          f"| {record['target']} | {label} | {s['step_size']:.3g} | {s['acceptance']:.3f} |"
+          f" {s['grads_per_transition']:.1f} | {s['ess_per_grad_x']:.3g}{capped} |"
+          f" {s['ess_per_grad_x2']:.3g} | {s['crossings']:.4f} | {s['seconds']:.2f} |"
+          f" {s['seconds_per_ess_x']:.2e} | {s['seconds_per_ess_x2']:.2e} |")
+  lines += ["", "HMC grid: step size (acceptance, ESS/grad of x, ESS/grad of x^2)", "",
+            "| target | grid |", "|---|---|"]
+  for record in records:
+    grid = "; ".join(f"{s['step_size']:.3g} ({s['acceptance']:.2f}, {s['ess_per_grad_x']:.3g},"
+                     f" {s['ess_per_grad_x2']:.3g})" for s in record["hmc_grid"])
+    lines.append(f"| {record['target']} | {grid} |")
+  return lines
+
+
+def main(argv=None):
+  parser = _sampler_metrics.argument_parser(__doc__, OUT)
+  parser.add_argument("--burn-in", type=int, default=1000,
+                      help="HMC burn-in and NUTS adaptation steps")
+  parser.add_argument("--samples", type=int, default=2000)
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args(argv)
+  targets = l2hmc.targets.all_targets()
+  import blackjax  # pylint: disable=g-import-not-at-top
+  import tqdm  # pylint: disable=g-import-not-at-top
+  chains, burn_in, samples = args.chains, args.burn_in, args.samples
+  grid = HMC_GRID
+  if args.quick:
+    chains, burn_in, samples, grid = 8, 50, 100, HMC_GRID[3:6]
+  args.out.mkdir(parents=True, exist_ok=True)
+  commit = _report.git_commit(short=True)
+  records = []
+  for name in args.targets:
+    start = time.perf_counter()
+    progress = functools.partial(tqdm.tqdm, desc=name, leave=False, dynamic_ncols=True)
+    result = run_baselines(targets[name], jax.random.key(args.seed), chains, burn_in, samples,
+                           args.num_steps, grid, progress)
+    records.append(dict(result, name=name, target=targets[name].name, chains=chains,
+                        burn_in=burn_in, samples=samples, num_steps=args.num_steps,
+                        seed=args.seed, commit=commit, blackjax=blackjax.__version__,
+                        quick=args.quick, seconds=time.perf_counter() - start))
+    print(f"{name}: NUTS ESS/grad x {result['nuts']['ess_per_grad_x']:.3g}, x^2 "
+          f"{result['nuts']['ess_per_grad_x2']:.3g}; HMC (eps {result['hmc']['step_size']}) "
+          f"x {result['hmc']['ess_per_grad_x']:.3g}, x^2 {result['hmc']['ess_per_grad_x2']:.3g}"
+          f" ({records[-1]['seconds']:.0f} s)", flush=True)
+  (args.out / "sampler_baselines.json").write_text(json.dumps(records, indent=1))
+  table = _report.write_table(report(records, args.quick), str(args.out / "sampler_baselines.md"))
+  return table
+
+
+if __name__ == "__main__":
+  main()

@@ -42,7 +42,7 @@ chains, K = 10, width 50, 50-d: 0.64 s with the cond, 0.06 s).
 With the networks off (:math:`S = Q = T = 0`) this is the plain leapfrog of HMC,
 and each step is computed as one kick-drift-kick with the step sizes negated for
 :math:`d = -1`, instead of two masked half-updates with a select between the
-directions' closed forms (``benchmarks/sampler_cost.py`` measures both against
+directions' closed forms (``benchmarks/sampler_cost.py`` times it against
 blackjax's HMC).
 """
 

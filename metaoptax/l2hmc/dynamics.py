@@ -41,8 +41,9 @@ networks and gradients once (the training step's value-and-gradient over 200
 chains, K = 10, width 50, 50-d: 0.64 s with the cond, 0.06 s).
 With the networks off (:math:`S = Q = T = 0`) this is the plain leapfrog of HMC,
 and each step is computed as one kick-drift-kick with the step sizes negated for
-:math:`d = -1` (the two masked half-updates and their selects cost 1.3x-2.6x a
-blackjax HMC transition over 200 vmapped chains; this path ~1x).
+:math:`d = -1`, instead of two masked half-updates with a select between the
+directions' closed forms (``benchmarks/sampler_cost.py`` times it against
+blackjax's HMC).
 
 Per-coordinate step sizes (``per_coordinate=True``): :math:`\varepsilon_x,
 \varepsilon_v \in \mathbb R^d_{>0}` act elementwise, and each

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import scipy.stats
 
 from metaoptax import l2o
 
@@ -58,6 +59,9 @@ def test_bad_configurations(heads, message):
 FAMILIES = {
     "ellipse": l2o.tasks.ellipse(),
     "ellipse_fixed": l2o.tasks.ellipse(varying=False),
+    "ellipse_reference": l2o.tasks.ellipse(sampler="reference"),
+    "ellipse_ill_conditioned": l2o.tasks.ellipse(sampler="ill_conditioned"),
+    "ellipse_mixture": l2o.tasks.ellipse(sampler="mixture"),
     "rosenbrock": l2o.tasks.rosenbrock(),
     "rosenbrock_fixed": l2o.tasks.rosenbrock(varying=False),
     "mlp_regression": l2o.tasks.mlp_regression(width=6, examples=6),
@@ -85,6 +89,43 @@ def test_samplers_stay_away_from_singular_maps():
   assert float(jnp.min(jnp.abs(jnp.linalg.det(tasks["a"])))) >= 0.3 - 1e-6
   tasks = jax.vmap(l2o.tasks.rosenbrock().sample_task)(jax.random.split(jax.random.key(0), 2000))
   assert float(jnp.min(jnp.abs(tasks[:, 0]))) >= 0.5 and float(jnp.min(jnp.abs(tasks[:, 2]))) >= 0.5
+
+
+def test_reference_sampler_is_the_plain_gaussian_draw():
+  """``sampler="reference"``: A and b are the N(0, 1) draws of the task's key
+  (no bound on det A: near-singular maps occur), x0 ~ N(0, I)."""
+  family = l2o.tasks.ellipse(sampler="reference")
+  keys = jax.random.split(jax.random.key(0), 4000)
+  tasks = jax.vmap(family.sample_task)(keys)
+  ka, kb = jax.vmap(jax.random.split)(keys).transpose(1, 0)
+  np.testing.assert_array_equal(tasks["a"], jax.vmap(lambda k: jax.random.normal(k, (2, 2)))(ka))
+  np.testing.assert_array_equal(tasks["b"], jax.vmap(lambda k: jax.random.normal(k, (2,)))(kb))
+  for values in (tasks["a"].ravel(), tasks["b"].ravel(),
+                 jax.vmap(family.init_params)(keys, tasks).ravel()):
+    assert scipy.stats.kstest(np.asarray(values), "norm").pvalue > 1e-3
+  det = np.abs(np.linalg.det(np.asarray(tasks["a"])))
+  # P(|det A| < 0.05) for a Gaussian 2x2 matrix is about 5 %
+  assert 0.03 < np.mean(det < 0.05) < 0.07 and det.min() > 0
+
+
+@pytest.mark.parametrize("max_condition", [1e3, 10.0])
+def test_ill_conditioned_sampler_condition_numbers(max_condition):
+  """``sampler="ill_conditioned"``: cond(A) spans [1, max_condition], log-uniform
+  (Kolmogorov-Smirnov), with the Gaussian draw's singular vectors and largest
+  singular value."""
+  family = l2o.tasks.ellipse(sampler="ill_conditioned", max_condition=max_condition)
+  keys = jax.random.split(jax.random.key(1), 4000)
+  a = np.asarray(jax.vmap(family.sample_task)(keys)["a"], np.float64)
+  cond = np.linalg.cond(a)
+  assert cond.min() >= 1 - 1e-4 and cond.max() <= max_condition * (1 + 1e-3)
+  assert cond.max() > 0.95 * max_condition and cond.min() < 1.05
+  assert scipy.stats.kstest(np.log(cond) / np.log(max_condition), "uniform").pvalue > 1e-3
+  gaussian = np.asarray(jax.vmap(lambda k: jax.random.normal(
+      jax.random.split(jax.random.split(k)[0])[0], (2, 2)))(keys), np.float64)
+  np.testing.assert_allclose(np.linalg.norm(a, 2, axis=(1, 2)),
+                             np.linalg.norm(gaussian, 2, axis=(1, 2)), rtol=1e-4)
+  with pytest.raises(ValueError, match="sampler"):
+    l2o.tasks.ellipse(sampler="uniform")
 
 
 def test_variance_preserving_initialization():

@@ -160,6 +160,79 @@ def test_non_finite_meta_gradients_are_skipped_and_counted():
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(result.network_params))
 
 
+def _diverging_ellipses(threshold=1.0, scale=1e4):
+  """Ellipse tasks scaled by ``scale`` when ``b[0] > threshold``: a step size of
+  0.05 multiplies their loss by about 1e6 a step, to inf within a few steps."""
+  base = l2o.tasks.ellipse()
+  return base._replace(name="diverging", loss=lambda task, x: jnp.where(
+      task["b"][0] > threshold, scale, 1.0) * base.loss(task, x))
+
+
+def test_a_diverging_task_vetoes_the_batch_unless_masked():
+  """Injected divergence: without masking every truncation from the divergence
+  on is skipped; with ``mask_diverged_tasks`` none is, the diverged tasks are
+  counted, and the network stays finite."""
+  family = _diverging_ellipses()
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  runs = {}
+  for masking in (False, True):
+    training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=20, unroll=5, log_loss=True,
+                                      mask_diverged_tasks=masking)
+    runs[masking] = l2o.meta_train(config, family, training, num_iterations=3, progress=None,
+                                   init_state=l2o.init_meta_training(config, seed=1))
+  assert runs[False].skipped_updates >= 3 and runs[False].diverged_tasks == 0
+  assert runs[True].skipped_updates == 0 and runs[True].diverged_tasks >= 3
+  assert bool(jnp.all(jnp.isfinite(runs[True].losses)))
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(runs[True].params))
+
+
+def _oracle_meta_loss(net, config, family, task, x, unroll):
+  """Mean log-loss of one task over ``unroll`` learned steps (a Python loop)."""
+  state, total = l2o.optimizer.init_state(config, x), 0.0
+  for _ in range(unroll):
+    g = jax.lax.stop_gradient(jax.grad(family.loss, argnums=1)(task, x))
+    x, state, _ = l2o.step(net, config, state, x, g)
+    total = total + jnp.log(family.loss(task, x) + 1e-12)
+  return total / unroll
+
+
+@pytest.mark.parametrize("threshold", [0.5, -jnp.inf])
+def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
+  """One truncation with NaN-poisoned tasks: the meta step equals the default
+  meta-optimizer's step on the mean meta-gradient of the finite tasks, each
+  computed alone (float32, rtol 1e-5); with every task poisoned it is skipped."""
+  base = l2o.tasks.ellipse()
+  family = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > threshold, jnp.nan, 1.0)
+                         * base.loss(task, x))
+  config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
+  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=5, unroll=5, log_loss=True,
+                                    mask_diverged_tasks=True)
+  state = l2o.init_meta_training(config, seed=2)
+  new_state, info = jax.jit(l2o.build_meta_step(config, family, training))(state)
+  tasks, params, _ = l2o.sample_problems(config, family, jax.random.split(state.key)[1], 8)
+  values, grads = [], []
+  for i in range(8):
+    task, x = jax.tree.map(lambda v: v[i], tasks), params[i]
+    value, grad = jax.value_and_grad(_oracle_meta_loss)(state.params, config, family, task, x, 5)
+    if np.isfinite(float(value)):
+      values.append(value)
+      grads.append(grad)
+  assert int(info.diverged[0]) == 8 - len(values)
+  if not values:
+    assert int(new_state.skipped_updates) == 1
+    for a, b in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(state.params)):
+      np.testing.assert_array_equal(a, b)
+    return
+  assert 0 < len(values) < 8 and int(new_state.skipped_updates) == 0
+  np.testing.assert_allclose(info.losses[0], np.mean(values), rtol=1e-5)
+  mean_grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
+  meta_optimizer = l2o.default_meta_optimizer()
+  updates, _ = meta_optimizer.update(mean_grad, meta_optimizer.init(state.params), state.params)
+  expected = optax.apply_updates(state.params, updates)
+  for a, b in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 def test_trained_optimizer_as_optax_and_save_load(tmp_path):
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8)
   net = l2o.init_network(jax.random.key(0), config)

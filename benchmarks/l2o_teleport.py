@@ -1,15 +1,24 @@
 """Learned optimizers with learned teleportation vs tuned GD and Adam.
 
 Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*:
-1. ellipse family (generalized Booth, A and b varying): median loss at step 11
-   over 200 unseen tasks for GD and Adam (each the best of a learning-rate grid,
-   chosen on separate validation tasks), vanilla L2O, L2O with learned
-   teleportation, LSTM(lr, tele) and LSTM(lr, tele, momentum);
-2. two-layer LeakyReLU MLP regression: GD vs LSTM(lr, tele) vs
-   LSTM(lr, tele, momentum).
+1. ellipse family (generalized Booth, A and b varying): the learned optimizers
+   (vanilla L2O, L2O with learned teleportation, LSTM(lr, tele),
+   LSTM(lr, tele, momentum)) are meta-trained on a sampler that covers
+   near-singular and ill-conditioned maps (``ellipse(sampler="mixture")``), once
+   per training seed, and evaluated on 200 unseen tasks of each of three
+   distributions of A: det-bounded (``|det A| >= 0.3``), the paper code's (iid
+   N(0, 1), no bound) and ill-conditioned (condition numbers log-uniform on
+   [1, 1e3]). Median and IQR of the loss at step 11 per training seed, against
+   GD and Adam, each the best of a learning-rate grid chosen on separate
+   validation tasks of the same distribution;
+2. speed at the paper code's configuration (hidden 100 x 2 layers, one task per
+   meta update, unroll 5, 20-step trajectories): ms per meta update of a warm
+   (compiled) meta step, vanilla vs LSTM(lr, tele);
+3. two-layer LeakyReLU MLP regression: GD vs LSTM(lr, tele) vs
+   LSTM(lr, tele, momentum), meta-trained with ``mask_diverged_tasks``.
 Writes a markdown table, loss-vs-step plots and 2-D trajectories on contour plots.
 
-    python benchmarks/l2o_teleport.py            # full run (~15 min on 2 cores)
+    python benchmarks/l2o_teleport.py            # full run (~30 min on 2 free cores)
     python benchmarks/l2o_teleport.py --quick    # smoke run
 """
 
@@ -27,65 +36,173 @@ import optax
 import _report
 from metaoptax import l2o
 
+#: name -> (heads, extra L2OConfig fields) of the learned optimizers on the ellipse family.
 ELLIPSE_VARIANTS = {
-    "vanilla L2O": ("update",),
-    "L2O + learned teleport": ("update", "teleport"),
-    "LSTM(lr, tele)": ("learning_rate", "teleport"),
-    "LSTM(lr, tele, momentum)": ("learning_rate", "teleport", "momentum"),
+    "vanilla L2O": (("update",), {"hidden": 64}),
+    "L2O + learned teleport": (("update", "teleport"), {"hidden": 64}),
+    "LSTM(lr, tele)": (("learning_rate", "teleport"), {}),
+    "LSTM(lr, tele, momentum)": (("learning_rate", "teleport", "momentum"), {}),
+}
+#: label -> sampler of the evaluation distributions (``l2o.tasks.ellipse(sampler=...)``).
+DISTRIBUTIONS = {
+    "det-bounded": "det_bounded",
+    "reference (no det bound)": "reference",
+    "ill-conditioned (cond 1 to 1e3)": "ill_conditioned",
 }
 MLP_VARIANTS = {
     "LSTM(lr, tele)": ("learning_rate", "teleport"),
     "LSTM(lr, tele, momentum)": ("learning_rate", "teleport", "momentum"),
 }
+STEPS, AT = 20, 11  # trajectory length and the step scored on the ellipse family
 
 
-def best_of_grid(make, grid, family, key, steps, eval_step):
+def finite_median(losses):
+  """Median with non-finite losses counted as +inf (a diverged run is worst)."""
+  return float(np.median(np.where(np.isfinite(losses), losses, np.inf)))
+
+
+def best_of_grid(make, grid, family, key, steps, eval_step, num_tasks=200):
   """Best learning rate by median loss at ``eval_step`` on validation tasks."""
-  scores = {}
-  for lr in grid:
-    losses = l2o.evaluate(make(lr), family, key, 200, steps)
-    scores[lr] = float(jnp.nanmedian(jnp.where(jnp.isfinite(losses[:, eval_step]),
-                                              losses[:, eval_step], jnp.inf)))
+  scores = {lr: finite_median(np.asarray(l2o.evaluate(make(lr), family, key, num_tasks,
+                                                     steps))[:, eval_step]) for lr in grid}
   return min(scores, key=scores.get), scores
 
 
-def train_variant(name, heads, family, args, **config_kwargs):
+def train_variant(name, heads, family, args, seed=None, **config_kwargs):
   config = l2o.L2OConfig(heads=heads, group_dim=family.group_dim, **config_kwargs)
-  print(f"  meta-training {name} ...", flush=True)
+  seed = args.seed if seed is None else seed
+  print(f"  meta-training {name} (seed {seed}) ...", flush=True)
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True)
+                                    unroll=args.unroll, log_loss=True,
+                                    mask_diverged_tasks=True)
   result = l2o.meta_train(
       config, family, training, num_iterations=args.meta_steps,
-      init_state=l2o.init_meta_training(config, seed=args.seed),
+      init_state=l2o.init_meta_training(config, seed=seed),
       log_every=max(1, args.meta_steps // 5), progress=lambda report: print(
           f"    {report}", flush=True))
   return config, result
 
 
 def ellipse_benchmark(args, out):
-  family = l2o.tasks.ellipse()
+  train_family = l2o.tasks.ellipse(sampler=args.train_sampler)
+  families = {label: l2o.tasks.ellipse(sampler=s) for label, s in DISTRIBUTIONS.items()}
   valid_key, test_key = jax.random.key(1000), jax.random.key(2000)
-  steps, at = 20, 11
-  rows, curves = [], {}
-  print("ellipse family: tuning GD and Adam on validation tasks", flush=True)
-  gd_lr, _ = best_of_grid(optax.sgd, [0.01, 0.03, 0.1, 0.2, 0.3], family, valid_key, steps, at)
-  adam_lr, _ = best_of_grid(optax.adam, [0.01, 0.03, 0.1, 0.3, 1.0], family, valid_key, steps,
-                            at)
-  for name, opt in ((f"GD (lr {gd_lr})", optax.sgd(gd_lr)),
-                    (f"Adam (lr {adam_lr})", optax.adam(adam_lr))):
-    curves[name] = np.asarray(l2o.evaluate(opt, family, test_key, 200, steps))
-    rows.append((name, curves[name], None))
-  trained = {}
-  for name, heads in ELLIPSE_VARIANTS.items():
-    config, result = train_variant(name, heads, family, args)
-    trained[name] = (config, result.params)
-    curves[name] = np.asarray(l2o.evaluate(l2o.learned_optimizer(result.params, config),
-                                           family, test_key, 200, steps))
-    rows.append((name, curves[name], result))
-  table = table_markdown("Ellipse family (A, b varying), 200 unseen tasks", rows, at)
-  plot_losses(curves, at, os.path.join(out, "l2o_ellipse_loss.png"), "ellipse family")
-  plot_trajectories(family, trained, gd_lr, adam_lr, os.path.join(out, "l2o_ellipse_paths.png"))
-  return table, {name: float(np.median(c[:, at])) for name, c in curves.items()}
+  seeds = [int(s) for s in args.seeds.split(",")]
+  curves = {label: {} for label in families}  # label -> method -> (seeds, tasks, steps + 1)
+  tuned = {}  # (label, method) -> learning rate
+  for label, family in families.items():
+    print(f"ellipse family, {label}: tuning GD and Adam on validation tasks", flush=True)
+    for method, make, grid in (("GD", optax.sgd, [0.01, 0.03, 0.1, 0.2, 0.3]),
+                               ("Adam", optax.adam, [0.01, 0.03, 0.1, 0.3, 1.0])):
+      lr, _ = best_of_grid(make, grid, family, valid_key, STEPS, AT)
+      tuned[label, method] = lr
+      curves[label][f"{method} (lr {lr})"] = np.asarray(
+          l2o.evaluate(make(lr), family, test_key, 200, STEPS))[None]
+  trained, training_rows = {}, []
+  for name, (heads, extra) in ELLIPSE_VARIANTS.items():
+    if "teleport" in heads:  # 2-D: the teleport head reads both coordinates in place
+      extra = {"teleport_pooling": "concat", "num_coordinates": 2, **extra}
+    per_seed = {label: [] for label in families}
+    for seed in seeds:
+      config, result = train_variant(name, heads, train_family, args, seed, **extra)
+      trained.setdefault(name, (config, result.params))
+      training_rows.append((name, seed, result))
+      optimizer = l2o.learned_optimizer(result.params, config)
+      for label, family in families.items():
+        per_seed[label].append(np.asarray(l2o.evaluate(optimizer, family, test_key, 200,
+                                                       STEPS)))
+    for label in families:
+      curves[label][name] = np.stack(per_seed[label])
+  tables = [ellipse_table(label, curves[label], seeds) for label in families]
+  checks = target_checks(curves["reference (no det bound)"], seeds)
+  plot_ellipse_losses(curves, os.path.join(out, "l2o_ellipse_loss.png"))
+  label = "reference (no det bound)"
+  plot_trajectories(families[label], trained, tuned[label, "GD"], tuned[label, "Adam"],
+                    os.path.join(out, "l2o_ellipse_paths.png"))
+  return ("\n".join(tables) + "\n" + checks + "\n" + training_table(training_rows))
+
+
+def ellipse_table(label, methods, seeds):
+  """Median (IQR) of the loss at step ``AT`` per method and training seed."""
+  head = " | ".join(f"seed {s}: median (IQR)" for s in seeds)
+  lines = [f"### Ellipse family, {label}: 200 unseen tasks, loss at step {AT}", "",
+           f"| method | {head} |", "|---|" + "---|" * len(seeds)]
+  for name, losses in methods.items():
+    cells = []
+    for k in range(len(seeds)):
+      if losses.shape[0] == 1 and k > 0:
+        cells.append("same")
+        continue
+      values = np.where(np.isfinite(losses[k, :, AT]), losses[k, :, AT], np.inf)
+      q1, med, q3 = np.percentile(values, [25, 50, 75])
+      cells.append(f"{med:.3g} ({q1:.2g} - {q3:.2g})")
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def target_checks(methods, seeds):
+  """The targets on the paper code's distribution, per training seed."""
+  med = {name: [finite_median(losses[min(k, losses.shape[0] - 1), :, AT])
+                for k in range(len(seeds))] for name, losses in methods.items()}
+  baseline = [min(med[m][k] for m in med if m.startswith(("GD", "Adam")))
+              for k in range(len(seeds))]
+  learned = [m for m in med if m in ELLIPSE_VARIANTS]
+
+  def line(text, ok):
+    return f"- {'MET' if all(ok) else 'MISSED'}: {text} (per seed: " + ", ".join(
+        "yes" if o else "no" for o in ok) + ")"
+
+  tele, momentum = med.get("LSTM(lr, tele)"), med.get("LSTM(lr, tele, momentum)")
+  lines = ["Targets on the reference distribution (median loss at step 11):", ""]
+  if tele:
+    lines.append(line("LSTM(lr, tele) < 0.01", [v < 0.01 for v in tele]))
+  if tele and momentum:
+    lines.append(line("LSTM(lr, tele, momentum) <= LSTM(lr, tele)",
+                      [m <= t for m, t in zip(momentum, tele)]))
+  if "vanilla L2O" in med:
+    lines.append(line("vanilla L2O <= 0.03", [v <= 0.03 for v in med["vanilla L2O"]]))
+  lines.append(line("every learned variant beats tuned GD and tuned Adam",
+                    [all(med[m][k] < baseline[k] for m in learned) for k in range(len(seeds))]))
+  return "\n".join(lines) + "\n"
+
+
+def training_table(rows):
+  lines = ["### Meta-training (ellipse mixture sampler)", "",
+           "| method | seed | meta-updates | meta-updates/s (with compilation) | skipped | "
+           "diverged tasks |", "|---|---|---|---|---|---|"]
+  for name, seed, result in rows:
+    lines.append(f"| {name} | {seed} | {len(result.losses)} | {result.updates_per_second:.0f} | "
+                 f"{result.skipped_updates} | {result.diverged_tasks} |")
+  return "\n".join(lines) + "\n"
+
+
+def speed_benchmark(args):
+  """ms per meta update of a warm meta step at the paper code's configuration."""
+  family = l2o.tasks.ellipse()
+  training = l2o.MetaTrainingConfig(tasks_per_step=1, horizon=20, unroll=5, log_loss=True)
+  steps, times = {}, {}
+  for name, heads in (("vanilla L2O", ("update",)),
+                      ("LSTM(lr, tele)", ("learning_rate", "teleport"))):
+    config = l2o.L2OConfig(heads=heads, group_dim=1, hidden=100, layers=2)
+    step = jax.jit(l2o.build_meta_step(config, family, training))
+    state = jax.block_until_ready(step(l2o.init_meta_training(config, seed=0))[0])
+    steps[name], times[name] = [step, state], []
+  for _ in range(args.speed_repeats):  # interleaved, so both see the same machine load
+    for name, entry in steps.items():
+      step, state = entry
+      start = time.perf_counter()
+      for _ in range(args.speed_iterations):
+        state, _ = step(state)
+      jax.block_until_ready(state)
+      entry[1] = state
+      times[name].append((time.perf_counter() - start) / args.speed_iterations
+                         / (training.horizon // training.unroll) * 1e3)
+  lines = ["### Speed: hidden 100 x 2 layers, 1 task per meta update, unroll 5, horizon 20", "",
+           "| method | ms per meta update (best of repeats) | median of repeats |", "|---|---|---|"]
+  for name, values in times.items():
+    lines.append(f"| {name} | {min(values):.3f} | {np.median(values):.3f} |")
+  ratio = min(times["LSTM(lr, tele)"]) / min(times["vanilla L2O"])
+  return "\n".join(lines) + f"\n\nLSTM(lr, tele) / vanilla: {ratio:.2f}x\n"
 
 
 def mlp_benchmark(args, out):
@@ -112,15 +229,36 @@ def mlp_benchmark(args, out):
 
 def table_markdown(title, rows, at):
   lines = [f"### {title}", "",
-           f"| method | median loss @ step {at} | IQR | meta-updates | meta-updates/s | skipped |",
-           "|---|---|---|---|---|---|"]
+           f"| method | median loss @ step {at} | IQR | meta-updates | meta-updates/s | skipped "
+           "| diverged tasks |", "|---|---|---|---|---|---|---|"]
   for name, losses, result in rows:
     q1, med, q3 = np.nanpercentile(losses[:, at], [25, 50, 75])
-    extra = ("| - | - | - |" if result is None else
+    extra = ("| - | - | - | - |" if result is None else
              f"| {len(result.losses)} | {result.updates_per_second:.0f} | "
-             f"{result.skipped_updates} |")
+             f"{result.skipped_updates} | {result.diverged_tasks} |")
     lines.append(f"| {name} | {med:.4g} | {q1:.3g} - {q3:.3g} {extra}")
   return "\n".join(lines) + "\n"
+
+
+def plot_ellipse_losses(curves, path):
+  """One panel per distribution: median loss over tasks vs step, one line per
+  training seed (learned) or per tuned baseline."""
+  plt = _report.pyplot()
+  fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  for ax, (label, methods) in zip(axes[0], curves.items()):
+    for color, (name, losses) in zip(colors, methods.items()):
+      for k, per_seed in enumerate(losses):
+        ax.plot(np.arange(losses.shape[-1]), np.median(per_seed, axis=0), color=color,
+                lw=1.2, ls="--" if losses.shape[0] == 1 else "-", alpha=0.9,
+                label=name if k == 0 else None)
+    ax.axvline(AT, color="gray", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizee step")
+    ax.set_ylabel("median loss over 200 tasks")
+    ax.set_title(f"ellipse family, {label}")
+  axes[0, 0].legend(fontsize=7)
+  _report.save_figure(fig, path)
 
 
 def plot_losses(curves, at, path, title):
@@ -201,7 +339,12 @@ class Args(argparse.Namespace):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--meta-steps", type=int, default=1500)
+  parser.add_argument("--meta-steps", type=int, default=3000)
+  parser.add_argument("--seeds", default="0,1,2", help="training seeds (ellipse family)")
+  parser.add_argument("--train-sampler", default="mixture",
+                      help="ellipse sampler of the meta-training tasks")
+  parser.add_argument("--speed-repeats", type=int, default=7)
+  parser.add_argument("--speed-iterations", type=int, default=100)
   parser.add_argument("--tasks-per-step", type=int, default=64)
   parser.add_argument("--horizon", type=int, default=20)
   parser.add_argument("--unroll", type=int, default=10)
@@ -213,15 +356,17 @@ def main(argv=None):
   args = parser.parse_args(argv, namespace=Args())
   if args.quick:
     args.meta_steps, args.tasks_per_step, args.mlp_meta_steps, args.mlp_steps = 20, 16, 3, 20
+    args.seeds, args.speed_repeats, args.speed_iterations = "0,1", 2, 5
   os.makedirs(args.out, exist_ok=True)
   start = time.perf_counter()
-  ellipse_table, medians = ellipse_benchmark(args, args.out)
+  ellipse_tables = ellipse_benchmark(args, args.out)
+  speed_table = speed_benchmark(args)
   mlp_table = mlp_benchmark(args, args.out)
   commit = _report.git_commit(short=True)
   report = (f"# Learned optimizers with teleportation\n\nmeasured at commit `{commit}`, "
             f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores, "
             f"jax {jax.__version__}{' (--quick)' if args.quick else ''}\n\n"
-            + ellipse_table + "\n" + mlp_table)
+            + ellipse_tables + "\n" + speed_table + "\n" + mlp_table)
   with open(os.path.join(args.out, "l2o_teleport.md"), "w") as f:
     f.write(report)
   print(report)

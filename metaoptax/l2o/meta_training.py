@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metaoptax._src import loop
+from metaoptax._src import loop, tree_utils
 from metaoptax._src.data_parallel import data_parallel, hashable_axis
 from metaoptax._src.deprecation import (deprecated_alias, pop_deprecated, rename,
                                         replace_fields)
@@ -51,6 +51,14 @@ class MetaTrainingConfig(NamedTuple):
     second_order: differentiate through the optimizee's gradient too.
     log_loss: use ``log f`` in the meta-loss (robust across task scales).
     loss_weights: ``(unroll,)`` weights ``w_t`` of the meta-loss (default: all ones).
+    mask_diverged_tasks: when the batch's meta-loss or meta-gradient is not
+      finite, take the meta step on the tasks whose own meta-loss and
+      meta-gradient are finite (their mean), and restart the others from their
+      starting point with a fresh optimizer state; the step is skipped only when
+      no task is finite. Without it (the default) one diverged task vetoes the
+      meta step of its truncation and, carrying non-finite parameters, of every
+      later truncation of its batch. Batches where every task is finite are
+      computed exactly as without it.
   """
 
   tasks_per_step: int = 32
@@ -59,6 +67,7 @@ class MetaTrainingConfig(NamedTuple):
   second_order: bool = False
   log_loss: bool = False
   loss_weights: tuple[float, ...] | None = None
+  mask_diverged_tasks: bool = False
 
 
 class MetaTrainingState(NamedTuple):
@@ -79,6 +88,7 @@ class MetaStepInfo(NamedTuple):
   losses: jax.Array  # (horizon // unroll,) meta-loss of each truncation
   finite: jax.Array  # (horizon // unroll,) bool; False where the update was skipped
   task_losses: jax.Array  # (tasks_per_step,) loss of each task at the horizon
+  diverged: jax.Array  # (horizon // unroll,) int32 tasks masked and restarted (mask_diverged_tasks)
 
 
 class MetaTrainingResult(NamedTuple):
@@ -90,6 +100,7 @@ class MetaTrainingResult(NamedTuple):
   seconds: float
   updates_per_second: float
   state: MetaTrainingState  # to continue (``init_state=``) or checkpoint
+  diverged_tasks: int = 0  # tasks masked and restarted (``mask_diverged_tasks``), this call
 
   network_params = deprecated_alias("network_params", "params")
   meta_losses = deprecated_alias("meta_losses", "losses")
@@ -195,37 +206,69 @@ def build_meta_step(
                        {**_FLAT_FIELDS, "batch_axis": "data_axis="})
   data_axis = rename("build_meta_step", data_axis, None, old, "batch_axis", "data_axis")
   training = _training_config("build_meta_step", training, old)
-  tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights = training
+  tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights, masking = training
   parallel = data_parallel(mesh, data_axis, tasks_per_step, "tasks_per_step")
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
 
-  def batch_loss(net, tasks, params, states):
-    losses, carry = jax.vmap(
+  def task_losses_of(net, tasks, params, states):
+    return jax.vmap(
         lambda t, p, s: _unroll(config, family, net, t, p, s, unroll, second_order, log_loss)
     )(tasks, params, states)
-    return jnp.mean(losses * weights), carry
+
+  def batch_loss(net, tasks, params, states):
+    losses, carry = task_losses_of(net, tasks, params, states)
+    return jnp.mean(losses * weights), (carry, jnp.all(jnp.isfinite(losses), axis=1))
+
+  def masked_mean(net, tasks, params, states):
+    """The mean meta-loss and meta-gradient over the tasks where both are finite."""
+
+    def one(t, p, s):
+      value, grads = jax.value_and_grad(
+          lambda n: jnp.mean(_unroll(config, family, n, t, p, s, unroll, second_order,
+                                     log_loss)[0] * weights))(net)
+      return value, grads, jnp.isfinite(value) & tree_utils.all_finite(grads)
+
+    values, grads, ok = jax.vmap(one)(tasks, params, states)
+    count = jnp.sum(ok)
+    denominator = jnp.maximum(count, 1).astype(values.dtype)
+    mean = lambda x: jnp.sum(jnp.where(ok.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0),
+                             axis=0) / denominator
+    loss = jnp.where(count > 0, mean(values), jnp.nan)
+    return loss, jax.tree.map(mean, grads), ok
 
   def truncation(carry, _):
-    net, opt_state, skipped, tasks, params, states = carry
-    (loss, (params, states)), grads = jax.value_and_grad(batch_loss, has_aux=True)(
-        net, tasks, params, states)
+    net, opt_state, skipped, tasks, params, states, start = carry
+    (loss, ((new_params, new_states), ok)), grads = jax.value_and_grad(
+        batch_loss, has_aux=True)(net, tasks, params, states)
+    diverged = jnp.zeros([], jnp.int32)
+    if masking:
+      finite = tree_utils.all_finite(grads) & jnp.isfinite(loss)
+      loss, grads, ok = jax.lax.cond(
+          finite, lambda: (loss, grads, ok),
+          lambda: masked_mean(net, tasks, params, states))
+      ok = ok & jax.vmap(lambda p, s: tree_utils.all_finite((p, s)))(new_params, new_states)
+      restart = lambda fresh, current: jnp.where(
+          ok.reshape((-1,) + (1,) * (current.ndim - 1)), current, fresh)
+      new_params, new_states = jax.tree.map(restart, start, (new_params, new_states))
+      diverged = jnp.sum(~ok).astype(jnp.int32)
     net, opt_state, finite = apply_if_finite(meta_optimizer, grads, loss, net, opt_state)
     net, opt_state = parallel.replicate((net, opt_state))
-    params, states = parallel.shard_batch((params, states))
+    params, states = parallel.shard_batch((new_params, new_states))
     skipped = skipped + (~finite).astype(jnp.int32)
-    return (net, opt_state, skipped, tasks, params, states), (loss, finite)
+    return (net, opt_state, skipped, tasks, params, states, start), (loss, finite, diverged)
 
   def meta_step(state: MetaTrainingState):
     key, sub = jax.random.split(state.key)
     tasks, params, states = parallel.shard_batch(
         sample_problems(config, family, sub, tasks_per_step))
-    carry = (state.params, state.opt_state, state.skipped_updates, tasks, params, states)
-    (net, opt_state, skipped, tasks, params, _), (losses, finite) = jax.lax.scan(
+    carry = (state.params, state.opt_state, state.skipped_updates, tasks, params, states,
+             (params, states))
+    (net, opt_state, skipped, tasks, params, _, _), (losses, finite, diverged) = jax.lax.scan(
         truncation, carry, None, length=horizon // unroll)
     task_losses = parallel.shard_batch(jax.vmap(family.loss)(tasks, params))
     new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
-    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses)
+    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged)
 
   return meta_step
 
@@ -322,4 +365,5 @@ def meta_train(
                  checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
   losses = run.infos.losses.reshape(-1)
   return MetaTrainingResult(run.state.params, losses, int(run.state.skipped_updates),
-                            run.seconds, losses.size / run.seconds, run.state)
+                            run.seconds, losses.size / run.seconds, run.state,
+                            int(np.sum(run.infos.diverged)))

@@ -44,31 +44,89 @@ def _away_from_zero(x, minimum):
   return jnp.where(jnp.abs(x) < minimum, jnp.sign(x + 1e-12) * minimum, x)
 
 
-def ellipse(varying: bool = True, min_abs_det: float = 0.3) -> TaskFamily:
-  """Generalized Booth / ellipses. Fixed task: ``A = diag(0.5, 3), b = 0``.
+#: The ellipse family's samplers of ``A`` (:func:`ellipse`'s ``sampler=``).
+ELLIPSE_SAMPLERS = ("det_bounded", "reference", "ill_conditioned", "mixture")
 
-  Varying: entries of ``A`` and ``b`` iid N(0, 1), with ``A`` resampled (up to
-  20 times, then replaced by a well-conditioned fallback) until
-  ``|det A| >= min_abs_det``. Starting points ``x0 ~ N(0, I)``.
+
+def _gaussian_full_rank(key):
+  """A 2x2 matrix with iid N(0, 1) entries, redrawn while exactly singular."""
+
+  def draw(state):
+    k, _ = state
+    k, sub = jax.random.split(k)
+    return k, jax.random.normal(sub, (2, 2))
+
+  first = (key, jax.random.normal(key, (2, 2)))
+  _, a = jax.lax.while_loop(lambda state: jnp.linalg.det(state[1]) == 0, draw, first)
+  return a
+
+
+def _with_condition_number(key, max_condition):
+  """A Gaussian draw's singular vectors and largest singular value, with its
+  condition number replaced by one log-uniform on ``[1, max_condition]``."""
+  ka, kc = jax.random.split(key)
+  u, s, vt = jnp.linalg.svd(jax.random.normal(ka, (2, 2)))
+  condition = jnp.exp(jax.random.uniform(kc, maxval=jnp.log(max_condition)))
+  return (u * jnp.stack([s[0], s[0] / condition])) @ vt
+
+
+def _det_bounded(key, min_abs_det):
+  """iid N(0, 1) entries, redrawn (up to 20 times, then the identity) while
+  ``|det A| < min_abs_det``."""
+
+  def draw(state):
+    k, _, tries = state
+    k, sub = jax.random.split(k)
+    return k, jax.random.normal(sub, (2, 2)), tries + 1
+
+  def bad(state):
+    _, a, tries = state
+    return (jnp.abs(jnp.linalg.det(a)) < min_abs_det) & (tries < 20)
+
+  _, a, _ = jax.lax.while_loop(bad, draw, draw((key, jnp.zeros((2, 2)), 0)))
+  return jnp.where(jnp.abs(jnp.linalg.det(a)) < min_abs_det, jnp.eye(2), a)
+
+
+def ellipse(varying: bool = True, min_abs_det: float = 0.3, *, sampler: str = "det_bounded",
+            max_condition: float = 1e3) -> TaskFamily:
+  r"""Generalized Booth / ellipses. Fixed task: ``A = diag(0.5, 3), b = 0``.
+
+  Varying: ``b`` and the starting points ``x0`` iid N(0, 1); ``A`` by ``sampler``:
+
+  * ``"det_bounded"``: entries iid N(0, 1), redrawn (up to 20 times, then the
+    identity) until :math:`|\det A| \ge` ``min_abs_det``: no near-singular maps.
+  * ``"reference"``: entries iid N(0, 1), redrawn only while exactly singular
+    (full rank, no bound on :math:`|\det A|`), as the L2O-teleportation
+    paper's code draws them: about 5 % of the tasks have
+    :math:`|\det A| < 0.05` (near-singular, slow along one axis).
+  * ``"ill_conditioned"``: a Gaussian draw :math:`U \operatorname{diag}(s_1,
+    s_2) V^\top` (its SVD) with :math:`s_2` replaced by :math:`s_1 / \kappa`,
+    :math:`\kappa` log-uniform on ``[1, max_condition]``: the same directions and
+    scale, condition numbers exactly :math:`\kappa`.
+  * ``"mixture"``: each task from ``"reference"`` or ``"ill_conditioned"`` with
+    probability 1/2 (a training distribution that covers both).
   """
+  if sampler not in ELLIPSE_SAMPLERS:
+    raise ValueError(f"sampler must be one of {ELLIPSE_SAMPLERS}, got {sampler!r}.")
+  if max_condition < 1:
+    raise ValueError(f"max_condition must be >= 1, got {max_condition}.")
+
+  def sample_a(key):
+    if sampler == "det_bounded":
+      return _det_bounded(key, min_abs_det)
+    if sampler == "reference":
+      return _gaussian_full_rank(key)
+    if sampler == "ill_conditioned":
+      return _with_condition_number(key, max_condition)
+    kc, ka = jax.random.split(key)
+    return jax.lax.cond(jax.random.bernoulli(kc), _gaussian_full_rank,
+                        lambda k: _with_condition_number(k, max_condition), ka)
 
   def sample_task(key):
     if not varying:
       return {"a": jnp.diag(jnp.array([0.5, 3.0])), "b": jnp.zeros(2)}
     ka, kb = jax.random.split(key)
-
-    def draw(state):
-      k, _, tries = state
-      k, sub = jax.random.split(k)
-      return k, jax.random.normal(sub, (2, 2)), tries + 1
-
-    def bad(state):
-      _, a, tries = state
-      return (jnp.abs(jnp.linalg.det(a)) < min_abs_det) & (tries < 20)
-
-    _, a, _ = jax.lax.while_loop(bad, draw, draw((ka, jnp.zeros((2, 2)), 0)))
-    a = jnp.where(jnp.abs(jnp.linalg.det(a)) < min_abs_det, jnp.eye(2), a)
-    return {"a": a, "b": jax.random.normal(kb, (2,))}
+    return {"a": sample_a(ka), "b": jax.random.normal(kb, (2,))}
 
   def loss(task, x):
     return jnp.sum((task["a"] @ x + task["b"]) ** 2)
@@ -77,7 +135,8 @@ def ellipse(varying: bool = True, min_abs_det: float = 0.3) -> TaskFamily:
     rotate, _ = groups.conjugated_rotation(groups.affine_bijection(task["a"], task["b"]))
     return rotate(theta[0], x)
 
-  return TaskFamily("ellipse" if varying else "ellipse_fixed", sample_task,
+  name = "ellipse" if not varying or sampler == "det_bounded" else f"ellipse_{sampler}"
+  return TaskFamily(name if varying else "ellipse_fixed", sample_task,
                     lambda key, task: jax.random.normal(key, (2,)), loss, act, 1)
 
 

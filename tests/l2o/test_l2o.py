@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import scipy.stats
 
 from metaoptax import l2o
 
@@ -58,6 +59,9 @@ def test_bad_configurations(heads, message):
 FAMILIES = {
     "ellipse": l2o.tasks.ellipse(),
     "ellipse_fixed": l2o.tasks.ellipse(varying=False),
+    "ellipse_reference": l2o.tasks.ellipse(sampler="reference"),
+    "ellipse_ill_conditioned": l2o.tasks.ellipse(sampler="ill_conditioned"),
+    "ellipse_mixture": l2o.tasks.ellipse(sampler="mixture"),
     "rosenbrock": l2o.tasks.rosenbrock(),
     "rosenbrock_fixed": l2o.tasks.rosenbrock(varying=False),
     "mlp_regression": l2o.tasks.mlp_regression(width=6, examples=6),
@@ -85,6 +89,43 @@ def test_samplers_stay_away_from_singular_maps():
   assert float(jnp.min(jnp.abs(jnp.linalg.det(tasks["a"])))) >= 0.3 - 1e-6
   tasks = jax.vmap(l2o.tasks.rosenbrock().sample_task)(jax.random.split(jax.random.key(0), 2000))
   assert float(jnp.min(jnp.abs(tasks[:, 0]))) >= 0.5 and float(jnp.min(jnp.abs(tasks[:, 2]))) >= 0.5
+
+
+def test_reference_sampler_is_the_plain_gaussian_draw():
+  """``sampler="reference"``: A and b are the N(0, 1) draws of the task's key
+  (no bound on det A: near-singular maps occur), x0 ~ N(0, I)."""
+  family = l2o.tasks.ellipse(sampler="reference")
+  keys = jax.random.split(jax.random.key(0), 4000)
+  tasks = jax.vmap(family.sample_task)(keys)
+  ka, kb = jax.vmap(jax.random.split)(keys).transpose(1, 0)
+  np.testing.assert_array_equal(tasks["a"], jax.vmap(lambda k: jax.random.normal(k, (2, 2)))(ka))
+  np.testing.assert_array_equal(tasks["b"], jax.vmap(lambda k: jax.random.normal(k, (2,)))(kb))
+  for values in (tasks["a"].ravel(), tasks["b"].ravel(),
+                 jax.vmap(family.init_params)(keys, tasks).ravel()):
+    assert scipy.stats.kstest(np.asarray(values), "norm").pvalue > 1e-3
+  det = np.abs(np.linalg.det(np.asarray(tasks["a"])))
+  # P(|det A| < 0.05) for a Gaussian 2x2 matrix is about 5 %
+  assert 0.03 < np.mean(det < 0.05) < 0.07 and det.min() > 0
+
+
+@pytest.mark.parametrize("max_condition", [1e3, 10.0])
+def test_ill_conditioned_sampler_condition_numbers(max_condition):
+  """``sampler="ill_conditioned"``: cond(A) spans [1, max_condition], log-uniform
+  (Kolmogorov-Smirnov), with the Gaussian draw's singular vectors and largest
+  singular value."""
+  family = l2o.tasks.ellipse(sampler="ill_conditioned", max_condition=max_condition)
+  keys = jax.random.split(jax.random.key(1), 4000)
+  a = np.asarray(jax.vmap(family.sample_task)(keys)["a"], np.float64)
+  cond = np.linalg.cond(a)
+  assert cond.min() >= 1 - 1e-4 and cond.max() <= max_condition * (1 + 1e-3)
+  assert cond.max() > 0.95 * max_condition and cond.min() < 1.05
+  assert scipy.stats.kstest(np.log(cond) / np.log(max_condition), "uniform").pvalue > 1e-3
+  gaussian = np.asarray(jax.vmap(lambda k: jax.random.normal(
+      jax.random.split(jax.random.split(k)[0])[0], (2, 2)))(keys), np.float64)
+  np.testing.assert_allclose(np.linalg.norm(a, 2, axis=(1, 2)),
+                             np.linalg.norm(gaussian, 2, axis=(1, 2)), rtol=1e-4)
+  with pytest.raises(ValueError, match="sampler"):
+    l2o.tasks.ellipse(sampler="uniform")
 
 
 def test_variance_preserving_initialization():
@@ -117,6 +158,79 @@ def test_non_finite_meta_gradients_are_skipped_and_counted():
                           unroll=10, progress=None)
   assert result.skipped_updates > 0
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(result.network_params))
+
+
+def _diverging_ellipses(threshold=1.0, scale=1e4):
+  """Ellipse tasks scaled by ``scale`` when ``b[0] > threshold``: a step size of
+  0.05 multiplies their loss by about 1e6 a step, to inf within a few steps."""
+  base = l2o.tasks.ellipse()
+  return base._replace(name="diverging", loss=lambda task, x: jnp.where(
+      task["b"][0] > threshold, scale, 1.0) * base.loss(task, x))
+
+
+def test_a_diverging_task_vetoes_the_batch_unless_masked():
+  """Injected divergence: without masking every truncation from the divergence
+  on is skipped; with ``mask_diverged_tasks`` none is, the diverged tasks are
+  counted, and the network stays finite."""
+  family = _diverging_ellipses()
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  runs = {}
+  for masking in (False, True):
+    training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=20, unroll=5, log_loss=True,
+                                      mask_diverged_tasks=masking)
+    runs[masking] = l2o.meta_train(config, family, training, num_iterations=3, progress=None,
+                                   init_state=l2o.init_meta_training(config, seed=1))
+  assert runs[False].skipped_updates >= 3 and runs[False].diverged_tasks == 0
+  assert runs[True].skipped_updates == 0 and runs[True].diverged_tasks >= 3
+  assert bool(jnp.all(jnp.isfinite(runs[True].losses)))
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(runs[True].params))
+
+
+def _oracle_meta_loss(net, config, family, task, x, unroll):
+  """Mean log-loss of one task over ``unroll`` learned steps (a Python loop)."""
+  state, total = l2o.optimizer.init_state(config, x), 0.0
+  for _ in range(unroll):
+    g = jax.lax.stop_gradient(jax.grad(family.loss, argnums=1)(task, x))
+    x, state, _ = l2o.step(net, config, state, x, g)
+    total = total + jnp.log(family.loss(task, x) + 1e-12)
+  return total / unroll
+
+
+@pytest.mark.parametrize("threshold", [0.5, -jnp.inf])
+def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
+  """One truncation with NaN-poisoned tasks: the meta step equals the default
+  meta-optimizer's step on the mean meta-gradient of the finite tasks, each
+  computed alone (float32, rtol 1e-5); with every task poisoned it is skipped."""
+  base = l2o.tasks.ellipse()
+  family = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > threshold, jnp.nan, 1.0)
+                         * base.loss(task, x))
+  config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
+  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=5, unroll=5, log_loss=True,
+                                    mask_diverged_tasks=True)
+  state = l2o.init_meta_training(config, seed=2)
+  new_state, info = jax.jit(l2o.build_meta_step(config, family, training))(state)
+  tasks, params, _ = l2o.sample_problems(config, family, jax.random.split(state.key)[1], 8)
+  values, grads = [], []
+  for i in range(8):
+    task, x = jax.tree.map(lambda v: v[i], tasks), params[i]
+    value, grad = jax.value_and_grad(_oracle_meta_loss)(state.params, config, family, task, x, 5)
+    if np.isfinite(float(value)):
+      values.append(value)
+      grads.append(grad)
+  assert int(info.diverged[0]) == 8 - len(values)
+  if not values:
+    assert int(new_state.skipped_updates) == 1
+    for a, b in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(state.params)):
+      np.testing.assert_array_equal(a, b)
+    return
+  assert 0 < len(values) < 8 and int(new_state.skipped_updates) == 0
+  np.testing.assert_allclose(info.losses[0], np.mean(values), rtol=1e-5)
+  mean_grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
+  meta_optimizer = l2o.default_meta_optimizer()
+  updates, _ = meta_optimizer.update(mean_grad, meta_optimizer.init(state.params), state.params)
+  expected = optax.apply_updates(state.params, updates)
+  for a, b in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 def test_trained_optimizer_as_optax_and_save_load(tmp_path):

@@ -162,3 +162,21 @@ def test_algorithm_2_closed_form_and_learning():
                                   steps=20)
     fixed = teleport_on_the_fly(f, act, x0, 0.0, step_size=alpha, meta_step_size=0.0, steps=20)
     assert float(learned.loss[-1]) < 0.5 * float(fixed.loss[-1])
+
+
+def test_closed_form_2x2_inverse_matches_lu_solve():
+  """``solve_2x2`` (the ellipse family's inverse map) against ``jnp.linalg.solve``
+  (LU) in float64, on Gaussian matrices and on ones with condition number up to 1e6;
+  relative error below 1e-9 times the condition number."""
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.key(7), 200)
+    for k, key in enumerate(keys):
+      ka, kv, kc = jax.random.split(key, 3)
+      a = jax.random.normal(ka, (2, 2), jnp.float64)
+      if k % 2:  # force an ill-conditioned matrix
+        u, s, vt = jnp.linalg.svd(a)
+        a = (u * jnp.array([s[0], s[0] * 10.0 ** -jax.random.uniform(kc, maxval=6.0)])) @ vt
+      v = jax.random.normal(kv, (2,), jnp.float64)
+      expected = jnp.linalg.solve(a, v)
+      error = jnp.linalg.norm(groups.solve_2x2(a, v) - expected) / jnp.linalg.norm(expected)
+      assert float(error) <= 1e-9 * float(jnp.linalg.cond(a)), (k, float(error))

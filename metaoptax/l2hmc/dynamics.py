@@ -97,7 +97,7 @@ def validate(config: L2HMCConfig) -> None:
 
 def init_params(key: jax.Array, config: L2HMCConfig,
                 step_size: jax.Array | float | None = None) -> L2HMCParams:
-  """Networks drawn from ``key`` (output layers zero: HMC), and the log step sizes.
+  r"""Networks drawn from ``key`` (output layers zero: HMC), and the log step sizes.
 
   Args:
     key: PRNG key of the networks' weights.

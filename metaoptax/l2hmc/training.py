@@ -150,6 +150,7 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
   return scale / delta - delta / scale
 
 
+#: The training objectives (:func:`objective_loss`).
 OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1")
 
 

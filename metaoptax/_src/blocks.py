@@ -137,9 +137,15 @@ def resolve(blocks: Any, params: Any) -> BlockLayout:
 def _labels_layout(labels, treedef, shapes) -> BlockLayout:
   label_leaves, label_treedef = jax.tree.flatten(labels)
   if label_treedef != treedef:
+    hint = ""
+    if label_treedef.num_nodes == 1 and label_treedef.num_leaves == 1 and treedef.num_nodes > 1:
+      hint = (
+          "\nA single label for a tree of params: if this transformation is wrapped in "
+          "optax.inject_hyperparams, it called a callable blocks= as a schedule of the "
+          "step count. Pass static_args=('blocks',) to inject_hyperparams.")
     raise ValueError(
         "blocks labels do not match the params structure:\n"
-        f"  labels: {label_treedef}\n  params: {treedef}"
+        f"  labels: {label_treedef}\n  params: {treedef}{hint}"
     )
   out = []
   for k, (lab, shape) in enumerate(zip(label_leaves, shapes)):

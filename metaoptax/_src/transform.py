@@ -129,6 +129,7 @@ def metaoptimize(
   implementation = _IMPLEMENTATIONS[approximation]
 
   def init_fn(params):
+    tree_utils.check_float_params(params, "metaoptimize")
     layout = blocks_lib.resolve(blocks, params)
     # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)

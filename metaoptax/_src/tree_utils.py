@@ -19,6 +19,25 @@ def widen(tree: Any) -> Any:
   return jax.tree.map(lambda x: x.astype(wide_dtype(x.dtype)), tree)
 
 
+def check_float_params(params: Any, transformation: str) -> None:
+  """Raises a ``ValueError`` naming every params leaf that is not floating-point.
+
+  Integer and boolean leaves have no gradient to follow (``jax.grad`` refuses
+  them, and any step size times an integer update rounds to nothing), so an
+  optimizer given them would return zero updates forever without a word.
+  """
+  bad = [
+      f"{jax.tree_util.keystr(path) or '<root>'} ({jnp.asarray(leaf).dtype})"
+      for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+      if not jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.inexact)
+  ]
+  if bad:
+    raise ValueError(
+        f"{transformation} needs floating-point params; these leaves are not: "
+        f"{', '.join(bad)}. Cast them (e.g. x.astype(jnp.float32)) or keep them "
+        "out of the optimized tree (optax.masked / optax.partition).")
+
+
 def all_finite(tree: Any) -> jax.Array:
   """True when every floating leaf of ``tree`` is finite."""
   leaves = [

@@ -97,6 +97,7 @@ def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransf
   validate(config)
 
   def init_fn(params):
+    tree_utils.check_float_params(params, "learned_optimizer")
     return init_state(config, params)
 
   def update_fn(updates, state, params=None, act=None, **extra_args):

@@ -77,6 +77,7 @@ def idbd(
   lower, upper = (jnp.log(b) for b in bounds)
 
   def init_fn(params):
+    tree_utils.check_float_params(params, "idbd")
     widened = tree_utils.widen(params)
     return IDBDState(
         log_step_sizes=jax.tree.map(

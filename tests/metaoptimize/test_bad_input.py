@@ -96,3 +96,40 @@ def test_step_sizes_and_trace_inside_a_chain():
   assert jax.tree.structure(metaoptax.sensitivity_trace(state)) == jax.tree.structure(PARAMS)
   with pytest.raises(ValueError, match="exactly one MetaOptimizeState"):
     metaoptax.step_sizes(optax.adam(1e-3).init(PARAMS))
+
+
+@pytest.mark.parametrize("make_opt, name", [
+    (lambda: metaoptax.adamw(), "metaoptimize"),
+    (lambda: metaoptax.presets.sgd_adam(1e-3), "metaoptimize"),
+    (lambda: metaoptax.idbd(meta_step_size=1e-2, init_step_size=1e-2), "idbd"),
+])
+def test_integer_and_bool_params_are_refused_at_init(make_opt, name):
+  params = {"w": jnp.ones(3), "steps": jnp.arange(3), "flag": jnp.array(True)}
+  with pytest.raises(ValueError, match=name) as info:
+    make_opt().init(params)
+  message = str(info.value)
+  assert "['steps'] (int32)" in message and "['flag'] (bool)" in message
+  assert "['w']" not in message
+
+
+def test_masked_integer_leaves_are_accepted():
+  params = {"w": jnp.ones(3), "steps": jnp.arange(3)}
+  opt = optax.masked(metaoptax.adamw(), {"w": True, "steps": False})
+  state = opt.init(params)
+  grads = {"w": jnp.ones(3), "steps": jnp.zeros(3, jnp.int32)}
+  updates, _ = opt.update(grads, state, params)
+  assert updates["w"].dtype == jnp.float32
+
+
+def test_callable_blocks_under_inject_hyperparams_names_static_args():
+  """inject_hyperparams calls callables as schedules of the step count."""
+  per_leaf = lambda p: jax.tree.map(lambda _: 0, p)
+  opt = optax.inject_hyperparams(metaoptax.metaoptimize)(
+      optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3, blocks=per_leaf)
+  with pytest.raises(ValueError, match=r"static_args=\('blocks',\)"):
+    opt.init(PARAMS)
+  fixed = optax.inject_hyperparams(metaoptax.metaoptimize, static_args=("blocks",))(
+      optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3, blocks=per_leaf)
+  state = fixed.init(PARAMS)
+  updates, _ = fixed.update(jax.tree.map(jnp.ones_like, PARAMS), state, PARAMS)
+  assert jax.tree.structure(updates) == jax.tree.structure(PARAMS)

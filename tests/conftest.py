@@ -2,6 +2,8 @@
 
 * ``benchmarks/`` on ``sys.path``, so that the tests of the benchmark suite import
   its task modules as the driver does (``from suite_tasks import ...``).
+* Tests marked ``slow`` (a subprocess, a snippet that meta-trains) are run first, so
+  that ``pytest -n auto`` starts them at once instead of ending on them alone.
 * ``float64``: a fixture enabling 64-bit JAX for a test (``pytest.mark.usefixtures``).
 * An unrolled run of an optimizer on a small non-quadratic loss (:func:`unroll`) and
   a check of ``jax.grad`` against central finite differences (:func:`check_against_fd`),
@@ -22,6 +24,11 @@ import pytest
 import metaoptax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def pytest_collection_modifyitems(items):
+  """The ``slow`` tests first (a stable sort: the same order in every xdist worker)."""
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 STEPS = 6
 H = 1e-5  # central-difference step

@@ -146,9 +146,7 @@ class _Leapfrog(NamedTuple):
 
 
 def _heads(config, params, name, inputs):
-  if not config.use_networks:
-    zeros = jnp.zeros(config.dim, inputs[0].dtype)
-    return zeros, zeros, zeros
+  # Networks off never gets here: the leapfrog takes _plain_step instead.
   return SQTNetwork(config.dim, config.hidden).apply(params.networks[name], inputs)
 
 

@@ -58,6 +58,10 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
   adapted; the chains' mean and variance over the second half, and the mean ``log h``
   and acceptance there."""
   half = length // 2
+  # Sums of x - shift, with shift the chains' mean at the window's start: the
+  # variance from E[(x-c)^2] - E[x-c]^2 keeps its float32 digits when the mean is
+  # far from 0 relative to the spread (it cancels catastrophically for c = 0).
+  shift = jnp.mean(states.position, 0)
 
   def transition(carry, inputs):
     states, log_h, sums = carry
@@ -69,7 +73,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
         keys, states)
     acceptance = jnp.mean(info.acceptance_rate)
     in_second_half = (t >= length - half).astype(states.position.dtype)
-    x = states.position
+    x = states.position - shift
     sums = (sums[0] + in_second_half * jnp.sum(x, 0),
             sums[1] + in_second_half * jnp.sum(x * x, 0),
             sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance)
@@ -82,8 +86,9 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
       transition, (states, log_h, (zeros, zeros, zero, zero)),
       (jax.random.split(key, length), jnp.arange(length)))
   n = half * states.position.shape[0]
-  mean = s1 / n
-  variance = jnp.maximum(s2 / n - mean**2, 0.0) * n / max(n - 1, 1)
+  centred_mean = s1 / n
+  variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
+  mean = shift + centred_mean
   variance = n / (n + 5.0) * variance + 1e-3 * 5.0 / (n + 5.0)
   return states, log_h, mean, variance, s_log_h / half, s_acc / half
 

@@ -105,6 +105,18 @@ def test_warmup_finds_the_scales_and_the_acceptance():
   assert found.positions.shape == (128, 4) and found.step_size.shape == ()
 
 
+def test_warmup_scale_far_from_the_origin_in_float32():
+  """A mean 1e4 times the spread: E[x^2] - E[x]^2 would cancel to 0 in float32
+  (x^2 ~ 1e8 has an ulp of 8, the variance is 1); the shifted sums keep it."""
+  mean = jnp.array([1e4, -1e4])
+  target = l2hmc.targets.gaussian(jnp.eye(2), mean=mean)
+  start = mean + jax.random.normal(jax.random.key(0), (128, 2))
+  found = jax.jit(lambda x, k: l2hmc.warmup(target.logdensity_fn, x, k, num_steps=5,
+                                            num_iterations=300))(start, jax.random.key(1))
+  np.testing.assert_allclose(found.whitening.scale, 1.0, rtol=0.1)
+  np.testing.assert_allclose(found.whitening.location, mean, atol=0.1)
+
+
 def test_init_params_step_size_checks():
   config = l2hmc.L2HMCConfig(dim=3, per_coordinate=True)
   params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.array([0.1, 0.2, 0.3]))

@@ -73,8 +73,10 @@ def test_the_readme_has_blocks_to_run():
   assert declared_names("# yours: params, loss\nx = 1") == ["params", "loss"]
 
 
-@pytest.mark.parametrize("page, line, code", BLOCKS,
-                         ids=[f"{page.name}:{line}" for page, line, _ in BLOCKS])
+@pytest.mark.parametrize("page, line, code", [
+    pytest.param(page, line, code, id=f"{page.name}:{line}",
+                 marks=[pytest.mark.slow] if "train(" in code else [])
+    for page, line, code in BLOCKS])
 def test_code_block_runs_as_written(page, line, code):
   namespace = {"__name__": f"code_block_{page.stem}_{line}"}
   for name in declared_names(code):

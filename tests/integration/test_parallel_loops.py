@@ -8,6 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import pytest
+
+# One subprocess serves the whole module: keep it on one pytest-xdist worker, started first.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("parallel_loops")]
 
 _SCRIPT = textwrap.dedent("""
     import json

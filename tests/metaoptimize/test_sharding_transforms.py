@@ -38,6 +38,9 @@ import time
 
 import pytest
 
+# One subprocess serves the whole module: keep it on one pytest-xdist worker, started first.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sharding")]
+
 MESHES = ("auto", "explicit", "flat")
 PRESET_NAMES = ("adamw_adam", "adamw_lion", "lion_lion", "rmsprop_adam", "sgd_momentum_adam",
                 "sgd_sgd", "sgd_adam", "amsgrad_adam")

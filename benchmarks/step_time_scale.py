@@ -1,0 +1,168 @@
+"""How the overhead over optax.adamw grows with the parameter count (1M, 10M, 100M).
+
+MLPs 1024-W-W-10 with W chosen for ~1M, ~10M and ~100M parameters, batch 128.
+For each size and method, with and without donated params and state:
+
+* the optimizer-state bytes (``jax.eval_shape`` of ``init``) and XLA's memory
+  analysis of the compiled train step (arguments, outputs, aliased bytes,
+  temporaries; peak = arguments + outputs - aliased + temporaries), compiled
+  from shapes alone, so the 100M row needs no memory to measure;
+* the median train-step time over interleaved repeats, as a ratio to
+  ``optax.adamw``'s step with the same donation, side by side in one process.
+
+    python benchmarks/step_time_scale.py                 # ~15 min on 2 CPU cores
+    python benchmarks/step_time_scale.py --sizes 1M,10M  # skip the 100M row
+    python benchmarks/step_time_scale.py --quick         # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm.auto import tqdm
+
+import _report
+import metaoptax
+from step_time import init_mlp, loss_fn, make_step, nbytes
+
+#: Hidden width W of a 1024-W-W-10 MLP for each size (1024 W + W^2 + 11 W + 10 params).
+WIDTHS = {"0.1M": 90, "1M": 580, "10M": 2660, "100M": 9480}
+BATCH = 128
+OUT = pathlib.Path(__file__).resolve().parent / "out"
+
+
+def methods():
+  adam = metaoptax.presets.adamw_adam
+  return {
+      "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), False),
+      "metaoptax.adamw()": (metaoptax.adamw(1e-6, weight_decay=0.1), False),
+      "(AdamW, Adam) HF scalar": (adam(1e-6), False),
+      "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), False),
+      "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), False),
+      "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), True),
+  }
+
+
+def memory_row(opt, needs_obj, donate, params, x, y):
+  """State bytes and the compiled step's memory analysis, from shapes alone."""
+  shapes = jax.eval_shape(lambda: params)
+  state = jax.eval_shape(opt.init, shapes)
+  compiled = make_step(opt, needs_obj, donate).lower(shapes, state, x, y).compile()
+  m = compiled.memory_analysis()
+  peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+          + m.temp_size_in_bytes)
+  return {"state": nbytes(state), "temp": m.temp_size_in_bytes, "peak": peak,
+          "aliased": m.alias_size_in_bytes}
+
+
+def time_size(table, donations, params0, x, y, repeats, steps, bar):
+  runs = {}
+  for donate in donations:
+    for name, (opt, needs_obj) in table.items():
+      params = jax.tree.map(jnp.copy, params0)
+      state = opt.init(params)
+      step = make_step(opt, needs_obj, donate)
+      params, state = step(params, state, x, y)  # compile
+      jax.block_until_ready(params)
+      runs[name, donate] = {"step": step, "params": params, "state": state, "times": []}
+      bar.update(1)
+  for _ in range(repeats):
+    for run in runs.values():
+      params, state = run["params"], run["state"]
+      start = time.perf_counter()
+      for _ in range(steps):
+        params, state = run["step"](params, state, x, y)
+      jax.block_until_ready(params)
+      run["times"].append((time.perf_counter() - start) / steps)
+      run["params"], run["state"] = params, state
+      bar.update(1)
+  out = {key: float(np.median(run["times"])) for key, run in runs.items()}
+  del runs
+  return out
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--sizes", default="1M,10M,100M", help=f"of {', '.join(WIDTHS)}")
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--out", type=pathlib.Path, default=OUT,
+                      help="output folder (default: benchmarks/out, git-ignored)")
+  parser.add_argument("--quick", action="store_true", help="0.1M only, 2 repeats x 2 steps")
+  args = parser.parse_args(argv)
+  sizes = ["0.1M"] if args.quick else args.sizes.split(",")
+  if args.quick:
+    args.repeats, args.steps = 2, 2
+  args.out.mkdir(parents=True, exist_ok=True)
+  table = methods()
+  donations = (True, False)
+  key = jax.random.key(0)
+  x = jax.random.normal(key, (BATCH, 1024))
+  y = jax.random.randint(key, (BATCH,), 0, 10)
+  start = time.perf_counter()
+  rows, ratios = [], {}
+  work = len(sizes) * len(table) * len(donations) * (1 + args.repeats)
+  with tqdm(total=work, desc="step time by size", unit="run") as bar:
+    for size in sizes:
+      width = WIDTHS[size]
+      params0 = init_mlp(key, (1024, width, width, 10))
+      n_params = sum(p.size for p in jax.tree.leaves(params0))
+      memory = {(name, d): memory_row(opt, needs_obj, d, params0, x, y)
+                for d in donations for name, (opt, needs_obj) in table.items()}
+      times = time_size(table, donations, params0, x, y, args.repeats, args.steps, bar)
+      for (name, donate), seconds in times.items():
+        ref = times["optax.adamw", donate]
+        mem, ref_mem = memory[name, donate], memory["optax.adamw", donate]
+        ratios.setdefault((name, donate), []).append((n_params, seconds / ref))
+        rows.append(
+            f"| {size} ({n_params / 1e6:.2f}M) | {name} | {'yes' if donate else 'no'} | "
+            f"{1e3 * seconds:.1f} | {seconds / ref:.3f} | {mem['state'] / 2**20:.1f} "
+            f"({mem['state'] / ref_mem['state']:.2f}x) | {mem['peak'] / 2**20:.1f} "
+            f"({mem['peak'] / ref_mem['peak']:.2f}x) | {mem['temp'] / 2**20:.1f} |")
+      del params0
+  elapsed = time.perf_counter() - start
+  lines = [
+      f"MLPs 1024-W-W-10, batch {BATCH}, {args.repeats} interleaved repeats x {args.steps} "
+      f"steps, {os.cpu_count()} CPU cores, jax {jax.__version__}, commit "
+      f"`{_report.git_commit(short=True)}`, {elapsed:.0f} s. Time ratios are to optax.adamw's "
+      "step with the same donation; memory from XLA's analysis of the compiled step "
+      "(peak = arguments + outputs - aliased + temporaries), ratios to optax.adamw's.", "",
+      "| size | method | donated | median step (ms) | ratio to adamw | optimizer state MB "
+      "(vs adamw) | step peak MB (vs adamw) | temporaries MB |",
+      "|---|---|---|---|---|---|---|---|", *rows]
+  md = args.out / "step_time_scale.md"
+  _report.write_table(lines, str(md))
+  png = args.out / "step_time_scale.png"
+  plot(ratios, png)
+  print(f"wrote {md}\nwrote {png}")
+
+
+def plot(ratios, path):
+  plt = _report.pyplot()
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+  for ax, donate in zip(axes, (True, False)):
+    for (name, d), points in ratios.items():
+      if d != donate or name == "optax.adamw":
+        continue
+      n, r = zip(*points)
+      ax.plot(n, r, marker="o", label=name)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters")
+    ax.set_title(f"donated: {'yes' if donate else 'no'}")
+  axes[0].set_ylabel("train-step time / optax.adamw's")
+  axes[0].legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+if __name__ == "__main__":
+  main()

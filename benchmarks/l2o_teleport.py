@@ -117,7 +117,10 @@ def ellipse_benchmark(args, out):
   validation = l2o.Validation(train_family, jax.random.key(5000), num_tasks=args.validation_tasks,
                               steps=AT, at=AT, every=args.validate_every)
   selected = {}  # (name, seed) -> selected weights
-  variants = args.variants.split(",") if args.variants else list(ELLIPSE_VARIANTS)
+  variants = args.variants.split(";") if args.variants else list(ELLIPSE_VARIANTS)
+  unknown = set(variants) - set(ELLIPSE_VARIANTS)
+  if unknown:
+    raise ValueError(f"unknown variants {sorted(unknown)}; choose from {list(ELLIPSE_VARIANTS)}")
   if "LSTM(lr, tele, momentum)" in variants and args.momentum_warm_start:
     assert "LSTM(lr, tele)" in variants, "the momentum warm start needs LSTM(lr, tele)"
   for name in variants:
@@ -411,7 +414,7 @@ def main(argv=None):
   parser.add_argument("--train-sampler", default="mixture",
                       help="ellipse sampler of the meta-training tasks")
   parser.add_argument("--variants", default="",
-                      help="comma-separated learned variants of the ellipse family (default all)")
+                      help="';'-separated learned variants of the ellipse family (default all)")
   parser.add_argument("--meta-lr", type=float, default=1e-3, help="peak meta step size")
   parser.add_argument("--final-meta-lr", type=float, default=1e-5,
                       help="meta step size at the end of the cosine decay")

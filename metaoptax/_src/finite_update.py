@@ -20,13 +20,7 @@ def apply_if_finite(optimizer: optax.GradientTransformation, grads: Any, loss: j
   (the caller counts the skips). Jit-able; the state's structure never changes.
   """
   finite = _tree.all_finite(grads) & jnp.isfinite(loss)
-
-  def step():
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), new_opt_state
-
-  # A branch, not a select of both results: the step is computed only when it is
-  # taken, and no elementwise select over every weight and moment is needed
-  # (the same values, bit for bit; under vmap it becomes a select again).
-  params, opt_state = jax.lax.cond(finite, step, lambda: (params, opt_state))
+  updates, new_opt_state = optimizer.update(grads, opt_state, params)
+  params, opt_state = optax.tree_utils.tree_where(
+      finite, (optax.apply_updates(params, updates), new_opt_state), (params, opt_state))
   return params, opt_state, finite

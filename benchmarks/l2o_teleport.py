@@ -487,7 +487,11 @@ def kept_section(previous, heading):
     return ""
   ends = [previous.find(h, start) for h in SECTIONS.values() if h != heading]
   end = min([e for e in ends if e > start] or [len(previous)])
-  return "(not rerun; from the previous report)\n\n" + previous[start:end].rstrip() + "\n"
+  text = previous[start:end].rstrip().removesuffix(KEPT).rstrip()
+  return KEPT + "\n\n" + text + "\n"
+
+
+KEPT = "(not rerun; from the previous report)"
 
 
 if __name__ == "__main__":

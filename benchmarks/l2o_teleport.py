@@ -5,7 +5,11 @@ Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*
    (vanilla L2O, L2O with learned teleportation, LSTM(lr, tele),
    LSTM(lr, tele, momentum)) are meta-trained on a sampler that covers
    near-singular and ill-conditioned maps (``ellipse(sampler="mixture")``), once
-   per training seed, and evaluated on 200 unseen tasks of each of three
+   per training seed, with a warm-up + cosine meta step size and the weights
+   chosen by the median loss at step 11 on 1,000 held-out tasks of the training
+   sampler (``l2o.Validation``); LSTM(lr, tele, momentum) starts from the
+   seed's trained LSTM(lr, tele) (momentum ~ 0) and is fine-tuned. Each is
+   evaluated on 200 unseen tasks of each of three
    distributions of A: det-bounded (``|det A| >= 0.3``), the paper code's (iid
    N(0, 1), no bound) and ill-conditioned (condition numbers log-uniform on
    [1, 1e3]). Median and IQR of the loss at step 11 per training seed, against
@@ -13,13 +17,15 @@ Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*
    validation tasks of the same distribution;
 2. speed at the paper code's configuration (hidden 100 x 2 layers, one task per
    meta update, unroll 5, 20-step trajectories): ms per meta update of a warm
-   (compiled) meta step, vanilla vs LSTM(lr, tele);
+   (compiled) meta step, vanilla vs LSTM(lr, tele), one call per task batch,
+   with donated buffers and as one ``lax.scan`` over the batches;
 3. two-layer LeakyReLU MLP regression: GD vs LSTM(lr, tele) vs
    LSTM(lr, tele, momentum), meta-trained with ``mask_diverged_tasks``.
 Writes a markdown table, loss-vs-step plots and 2-D trajectories on contour plots.
 
     python benchmarks/l2o_teleport.py            # full run (~30 min on 2 free cores)
     python benchmarks/l2o_teleport.py --quick    # smoke run
+    python benchmarks/l2o_teleport.py --sections speed   # one section, the others kept
 """
 
 from __future__ import annotations
@@ -68,19 +74,32 @@ def best_of_grid(make, grid, family, key, steps, eval_step, num_tasks=200):
   return min(scores, key=scores.get), scores
 
 
-def train_variant(name, heads, family, args, seed=None, **config_kwargs):
+def train_variant(name, heads, family, args, seed=None, *, meta_optimizer=None,
+                  validation=None, warm_start=None, num_iterations=None, **config_kwargs):
   config = l2o.L2OConfig(heads=heads, group_dim=family.group_dim, **config_kwargs)
   seed = args.seed if seed is None else seed
+  num_iterations = args.meta_steps if num_iterations is None else num_iterations
   print(f"  meta-training {name} (seed {seed}) ...", flush=True)
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
                                     unroll=args.unroll, log_loss=True,
                                     mask_diverged_tasks=True)
+  params = None if warm_start is None else l2o.init_network(
+      jax.random.key(seed), config, warm_start=warm_start)
   result = l2o.meta_train(
-      config, family, training, num_iterations=args.meta_steps,
-      init_state=l2o.init_meta_training(config, seed=seed),
-      log_every=max(1, args.meta_steps // 5), progress=lambda report: print(
-          f"    {report}", flush=True))
+      config, family, training, num_iterations=num_iterations, meta_optimizer=meta_optimizer,
+      init_state=l2o.init_meta_training(config, meta_optimizer=meta_optimizer, seed=seed,
+                                        params=params),
+      validation=validation, log_every=max(1, num_iterations // 5),
+      progress=lambda report: print(f"    {report}", flush=True))
   return config, result
+
+
+def ellipse_schedule(args, num_iterations, learning_rate):
+  """Adam with a warm-up and a cosine decay over the run's meta updates."""
+  updates = num_iterations * (args.horizon // args.unroll)
+  return l2o.default_meta_optimizer(learning_rate, decay_updates=updates,
+                                    warmup_updates=min(args.warmup_updates, updates // 2),
+                                    final_learning_rate=args.final_meta_lr)
 
 
 def ellipse_benchmark(args, out):
@@ -99,12 +118,34 @@ def ellipse_benchmark(args, out):
       curves[label][f"{method} (lr {lr})"] = np.asarray(
           l2o.evaluate(make(lr), family, test_key, 200, STEPS))[None]
   trained, training_rows = {}, []
-  for name, (heads, extra) in ELLIPSE_VARIANTS.items():
+  # held-out tasks of the training distribution (never the 200 evaluation tasks) choose
+  # the weights of each run
+  validation = l2o.Validation(train_family, jax.random.key(5000), num_tasks=args.validation_tasks,
+                              steps=AT, at=AT, every=args.validate_every)
+  selected = {}  # (name, seed) -> selected weights
+  variants = args.variants.split(";") if args.variants else list(ELLIPSE_VARIANTS)
+  unknown = set(variants) - set(ELLIPSE_VARIANTS)
+  if unknown:
+    raise ValueError(f"unknown variants {sorted(unknown)}; choose from {list(ELLIPSE_VARIANTS)}")
+  if "LSTM(lr, tele, momentum)" in variants and args.momentum_warm_start:
+    assert "LSTM(lr, tele)" in variants, "the momentum warm start needs LSTM(lr, tele)"
+  for name in variants:
+    heads, extra = ELLIPSE_VARIANTS[name]
     if "teleport" in heads:  # 2-D: the teleport head reads both coordinates in place
       extra = {"teleport_pooling": "concat", "num_coordinates": 2, **extra}
     per_seed = {label: [] for label in families}
     for seed in seeds:
-      config, result = train_variant(name, heads, train_family, args, seed, **extra)
+      warm, iterations, lr = None, args.meta_steps, args.meta_lr
+      if name == "LSTM(lr, tele, momentum)" and args.momentum_warm_start:
+        # starts as the trained LSTM(lr, tele) of the same seed (momentum ~ 0)
+        warm, iterations, lr = (selected["LSTM(lr, tele)", seed], args.momentum_meta_steps,
+                                args.momentum_meta_lr)
+        extra = {**extra, "momentum_init": args.momentum_init}
+      config, result = train_variant(
+          name, heads, train_family, args, seed, meta_optimizer=ellipse_schedule(
+              args, iterations, lr), validation=validation, warm_start=warm,
+          num_iterations=iterations, **extra)
+      selected[name, seed] = result.params
       trained.setdefault(name, (config, result.params))
       training_rows.append((name, seed, result))
       optimizer = l2o.learned_optimizer(result.params, config)
@@ -169,40 +210,75 @@ def target_checks(methods, seeds):
 def training_table(rows):
   lines = ["### Meta-training (ellipse mixture sampler)", "",
            "| method | seed | meta-updates | meta-updates/s (with compilation) | skipped | "
-           "diverged tasks |", "|---|---|---|---|---|---|"]
+           f"diverged tasks | selected iteration | held-out median @ {AT}: start / selected "
+           "/ last |", "|---|---|---|---|---|---|---|---|"]
   for name, seed, result in rows:
+    scores = result.validation_scores
+    chosen = scores[scores[:, 0] == result.best_iteration, 1][0]
     lines.append(f"| {name} | {seed} | {len(result.losses)} | {result.updates_per_second:.0f} | "
-                 f"{result.skipped_updates} | {result.diverged_tasks} |")
+                 f"{result.skipped_updates} | {result.diverged_tasks} | "
+                 f"{result.best_iteration} | {scores[0, 1]:.4f} / {chosen:.4f} / "
+                 f"{scores[-1, 1]:.4f} |")
   return "\n".join(lines) + "\n"
 
 
 def speed_benchmark(args):
-  """ms per meta update of a warm meta step at the paper code's configuration."""
+  """ms per meta update of a warm meta step at the paper code's configuration, three ways,
+  interleaved so that every way sees the same machine load:
+
+  * ``call``: one jitted ``meta_step(state)`` per task batch from a host loop
+    (as ``meta_train`` runs it);
+  * ``donated``: the same with the state's buffers donated to the call;
+  * ``scan``: ``speed_iterations`` task batches in one jitted ``lax.scan`` (no host
+    dispatch between them).
+  """
   family = l2o.tasks.ellipse()
   training = l2o.MetaTrainingConfig(tasks_per_step=1, horizon=20, unroll=5, log_loss=True)
-  steps, times = {}, {}
+  n, per_batch = args.speed_iterations, training.horizon // training.unroll
+  runs, times = {}, {}
   for name, heads in (("vanilla L2O", ("update",)),
                       ("LSTM(lr, tele)", ("learning_rate", "teleport"))):
     config = l2o.L2OConfig(heads=heads, group_dim=1, hidden=100, layers=2)
-    step = jax.jit(l2o.build_meta_step(config, family, training))
-    state = jax.block_until_ready(step(l2o.init_meta_training(config, seed=0))[0])
-    steps[name], times[name] = [step, state], []
-  for _ in range(args.speed_repeats):  # interleaved, so both see the same machine load
-    for name, entry in steps.items():
-      step, state = entry
-      start = time.perf_counter()
-      for _ in range(args.speed_iterations):
+    meta_step = l2o.build_meta_step(config, family, training)
+    step, donated = jax.jit(meta_step), jax.jit(meta_step, donate_argnums=0)
+    many = jax.jit(lambda s, meta_step=meta_step: jax.lax.scan(
+        lambda c, _: meta_step(c), s, None, length=n))
+    state = l2o.init_meta_training(config, seed=0)
+
+    def call(state, step=step):
+      for _ in range(n):
         state, _ = step(state)
-      jax.block_until_ready(state)
-      entry[1] = state
-      times[name].append((time.perf_counter() - start) / args.speed_iterations
-                         / (training.horizon // training.unroll) * 1e3)
+      return state
+
+    def call_donated(state, step=donated):
+      state = jax.tree.map(jnp.copy, state)  # the caller's buffers stay valid
+      for _ in range(n):
+        state, _ = step(state)
+      return state
+
+    for way, run in (("call", call), ("donated", call_donated),
+                     ("scan", lambda s, many=many: many(s)[0])):
+      jax.block_until_ready(run(state))  # compile and warm up
+      runs[name, way], times[name, way] = (run, state), []
+  for _ in range(args.speed_repeats):
+    for key, (run, state) in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(run(state))
+      times[key].append((time.perf_counter() - start) / n / per_batch * 1e3)
   lines = ["### Speed: hidden 100 x 2 layers, 1 task per meta update, unroll 5, horizon 20", "",
-           "| method | ms per meta update (best of repeats) | median of repeats |", "|---|---|---|"]
-  for name, values in times.items():
-    lines.append(f"| {name} | {min(values):.3f} | {np.median(values):.3f} |")
-  ratio = min(times["LSTM(lr, tele)"]) / min(times["vanilla L2O"])
-  return "\n".join(lines) + f"\n\nLSTM(lr, tele) / vanilla: {ratio:.2f}x\n"
+           f"ms per meta update, median (min) of {args.speed_repeats} repeats of {n} task "
+           f"batches ({n * per_batch} meta updates), load average {os.getloadavg()[0]:.1f} on "
+           f"{os.cpu_count()} cores", "",
+           "| method | one call per task batch | donated state | lax.scan of the batches |",
+           "|---|---|---|---|"]
+  for name in ("vanilla L2O", "LSTM(lr, tele)"):
+    cells = [f"{np.median(times[name, way]):.3f} ({min(times[name, way]):.3f})"
+             for way in ("call", "donated", "scan")]
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  ratio = (np.median(times["LSTM(lr, tele)", "call"]) /
+           np.median(times["vanilla L2O", "call"]))
+  return "\n".join(lines) + f"\n\nLSTM(lr, tele) / vanilla (one call per batch, medians): " \
+      f"{ratio:.2f}x\n"
 
 
 def mlp_benchmark(args, out):
@@ -343,6 +419,20 @@ def main(argv=None):
   parser.add_argument("--seeds", default="0,1,2", help="training seeds (ellipse family)")
   parser.add_argument("--train-sampler", default="mixture",
                       help="ellipse sampler of the meta-training tasks")
+  parser.add_argument("--variants", default="",
+                      help="';'-separated learned variants of the ellipse family (default all)")
+  parser.add_argument("--meta-lr", type=float, default=1e-3, help="peak meta step size")
+  parser.add_argument("--final-meta-lr", type=float, default=1e-5,
+                      help="meta step size at the end of the cosine decay")
+  parser.add_argument("--warmup-updates", type=int, default=200)
+  parser.add_argument("--validation-tasks", type=int, default=1000,
+                      help="held-out tasks of the training sampler that choose the weights")
+  parser.add_argument("--validate-every", type=int, default=50)
+  parser.add_argument("--momentum-warm-start", type=int, default=1,
+                      help="start LSTM(lr, tele, momentum) from the trained LSTM(lr, tele)")
+  parser.add_argument("--momentum-init", type=float, default=1e-3)
+  parser.add_argument("--momentum-meta-steps", type=int, default=1000)
+  parser.add_argument("--momentum-meta-lr", type=float, default=3e-4)
   parser.add_argument("--speed-repeats", type=int, default=7)
   parser.add_argument("--speed-iterations", type=int, default=100)
   parser.add_argument("--tasks-per-step", type=int, default=64)
@@ -353,23 +443,55 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
+  parser.add_argument("--sections", default="ellipse,speed,mlp",
+                      help="comma-separated sections to run; the others are kept from the "
+                           "previous report")
   args = parser.parse_args(argv, namespace=Args())
   if args.quick:
     args.meta_steps, args.tasks_per_step, args.mlp_meta_steps, args.mlp_steps = 20, 16, 3, 20
+    args.momentum_meta_steps, args.validation_tasks, args.validate_every = 10, 50, 5
     args.seeds, args.speed_repeats, args.speed_iterations = "0,1", 2, 5
+  sections = args.sections.split(",")
+  unknown = set(sections) - set(SECTIONS)
+  if unknown:
+    parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
   os.makedirs(args.out, exist_ok=True)
-  start = time.perf_counter()
-  ellipse_tables = ellipse_benchmark(args, args.out)
-  speed_table = speed_benchmark(args)
-  mlp_table = mlp_benchmark(args, args.out)
+  path = os.path.join(args.out, "l2o_teleport.md")
+  previous = open(path).read() if os.path.exists(path) else ""
+  start, load = time.perf_counter(), os.getloadavg()
+  tables = {}
+  for section, run in (("ellipse", ellipse_benchmark), ("speed", lambda a, _: speed_benchmark(a)),
+                       ("mlp", mlp_benchmark)):
+    tables[section] = (run(args, args.out) if section in sections else
+                       kept_section(previous, SECTIONS[section]))
   commit = _report.git_commit(short=True)
+  load = " / ".join(f"{a:.1f}-{b:.1f}" for a, b in zip(load, os.getloadavg()))
   report = (f"# Learned optimizers with teleportation\n\nmeasured at commit `{commit}`, "
-            f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores, "
-            f"jax {jax.__version__}{' (--quick)' if args.quick else ''}\n\n"
-            + ellipse_tables + "\n" + speed_table + "\n" + mlp_table)
-  with open(os.path.join(args.out, "l2o_teleport.md"), "w") as f:
+            f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores "
+            f"(load average over 1 / 5 / 15 min at start-end: {load}), "
+            f"jax {jax.__version__}{' (--quick)' if args.quick else ''}; sections run: "
+            f"{', '.join(sections)}\n\n" + "\n".join(tables.values()))
+  with open(path, "w") as f:
     f.write(report)
   print(report)
+
+
+#: section -> the heading its tables start with in the report.
+SECTIONS = {"ellipse": "### Ellipse family", "speed": "### Speed", "mlp": "### Two-layer MLP"}
+
+
+def kept_section(previous, heading):
+  """A section not rerun: its text from the previous report, marked as such."""
+  start = previous.find(heading)
+  if start < 0:
+    return ""
+  ends = [previous.find(h, start) for h in SECTIONS.values() if h != heading]
+  end = min([e for e in ends if e > start] or [len(previous)])
+  text = previous[start:end].rstrip().removesuffix(KEPT).rstrip()
+  return KEPT + "\n\n" + text + "\n"
+
+
+KEPT = "(not rerun; from the previous report)"
 
 
 if __name__ == "__main__":

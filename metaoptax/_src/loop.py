@@ -138,7 +138,8 @@ def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: i
         label: str, chosen: bool = False, place: Callable[[Any], Any] = lambda s: s,
         progress: str | ProgressFn | None = "bar", log_every: int = 10,
         checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 0) -> LoopResult:
+        checkpoint_every: int = 0,
+        callback: Callable[[int, Any], None] | None = None) -> LoopResult:
   """Runs ``step`` from ``state`` (or the latest checkpoint) until ``num_iterations``.
 
   Args:
@@ -158,6 +159,9 @@ def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: i
     log_every: iterations between reports.
     checkpoint_dir: where ``<iteration>`` checkpoints are written and resumed from.
     checkpoint_every: iterations between checkpoints (0: only at the end).
+    callback: ``callback(iteration, state)`` on the host with the starting
+      state (its iteration count) and after every iteration; it decides
+      itself when to read the state (reading waits for the devices).
 
   Returns:
     A :class:`LoopResult`.
@@ -167,6 +171,8 @@ def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: i
     raise ValueError(f"progress must be 'bar', a callable or None, got {progress!r}.")
   state = _start(place(state), chosen, checkpoint_dir)
   first = int(count(state))
+  if callback is not None:
+    callback(first, state)
   report = None
   if progress is not None and is_main_process():
     report = Bar(label, first, num_iterations) if progress == "bar" else progress
@@ -177,6 +183,8 @@ def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: i
     for done in range(first + 1, num_iterations + 1):
       state, info = step(state)
       infos.append(info)  # stays on the device until a report
+      if callback is not None:
+        callback(done, state)
       if report is not None and (done % log_every == 0 or done == num_iterations):
         loss, metrics = summarize(stack(infos[reported:], lambda: None))
         now = time.perf_counter()

@@ -9,3 +9,4 @@ from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaT
 from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_network,
                                    preprocess)
 from metaoptax.l2o.optimizer import L2OState, learned_optimizer, load, save, step
+from metaoptax.l2o.validation import Validation

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax.l2o.meta_training import sample_problems
 from metaoptax.l2o.network import L2OConfig
 from metaoptax.l2o.optimizer import learned_optimizer
+from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 
 
@@ -41,8 +42,16 @@ def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: j
   elif deprecated_args:
     raise TypeError(f"evaluate() takes 5 positional arguments but {5 + len(deprecated_args)} "
                     "were given")
-  optimizer = optax.with_extra_args_support(optimizer)
   tasks, params, _ = sample_problems(L2OConfig(), family, key, num_tasks)
+  return jax.jit(functools.partial(trajectory_losses, optimizer, family, steps=steps))(
+      tasks, params)
+
+
+def trajectory_losses(optimizer: optax.GradientTransformation, family: TaskFamily, tasks: Any,
+                      params: Any, steps: int) -> jax.Array:
+  """Losses ``(num_tasks, steps + 1)`` of ``optimizer`` from ``params`` on ``tasks``
+  (a batch, as :func:`~metaoptax.l2o.problems.sample_problems` draws them); jit-able."""
+  optimizer = optax.with_extra_args_support(optimizer)
 
   def run(task, p):
     act = functools.partial(family.act, task)
@@ -56,7 +65,7 @@ def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: j
     _, losses = jax.lax.scan(body, (p, optimizer.init(p)), None, length=steps)
     return jnp.concatenate([family.loss(task, p)[None], losses])
 
-  return jax.jit(jax.vmap(run))(tasks, params)
+  return jax.vmap(run)(tasks, params)
 
 
 def evaluate_optax(optimizer: optax.GradientTransformation, family: TaskFamily,

@@ -37,8 +37,11 @@ from metaoptax._src.deprecation import (deprecated_alias, pop_deprecated, rename
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2o.network import L2OConfig, init_network
-from metaoptax.l2o.optimizer import init_state, step
+from metaoptax.l2o.optimizer import step
+from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
+from metaoptax.l2o.validation import Selection as validation_selection
+from metaoptax.l2o.validation import Validation
 
 
 class MetaTrainingConfig(NamedTuple):
@@ -101,6 +104,9 @@ class MetaTrainingResult(NamedTuple):
   updates_per_second: float
   state: MetaTrainingState  # to continue (``init_state=``) or checkpoint
   diverged_tasks: int = 0  # tasks masked and restarted (``mask_diverged_tasks``), this call
+  # (iteration, held-out score) of each validation of this call, shape (k, 2) (``validation=``)
+  validation_scores: np.ndarray | None = None
+  best_iteration: int | None = None  # the iteration of the selected weights (``validation=``)
 
   network_params = deprecated_alias("network_params", "params")
   meta_losses = deprecated_alias("meta_losses", "losses")
@@ -123,18 +129,41 @@ def _unroll(config, family, network_params, task, params, state, length, second_
   return losses, (params, state)
 
 
-def sample_problems(config: L2OConfig, family: TaskFamily, key: jax.Array, count: int):
-  """``count`` tasks, starting points and fresh optimizer states (vmapped)."""
-  k_task, k_init = jax.random.split(key)
-  tasks = jax.vmap(family.sample_task)(jax.random.split(k_task, count))
-  params = jax.vmap(family.init_params)(jax.random.split(k_init, count), tasks)
-  states = jax.vmap(lambda p: init_state(config, p))(params)
-  return tasks, params, states
+def default_meta_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0,
+                           decay_updates: int | None = None, warmup_updates: int = 0,
+                           final_learning_rate: float = 1e-5) -> optax.GradientTransformation:
+  r"""Adam with global-norm clipping of the meta-gradient; by default Adam 1e-3, clipping at 1.
 
+  With ``decay_updates`` (the run's meta updates: ``num_iterations * horizon //
+  unroll``) the step size follows a warm-up and a cosine decay: linear from 0
+  to ``learning_rate`` over ``warmup_updates`` updates :math:`W`, then
+  :math:`\eta_f + \tfrac12(\eta - \eta_f)(1 + \cos(\pi (k - W) / (K - W)))` down
+  to ``final_learning_rate`` :math:`\eta_f` at update :math:`K` = ``decay_updates``
+  (``optax.warmup_cosine_decay_schedule``), so that the end of
+  meta-training settles instead of wandering at the peak step size.
 
-def default_meta_optimizer() -> optax.GradientTransformation:
-  """Adam 1e-3 with global-norm clipping at 1."""
-  return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+  Args:
+    learning_rate: Adam's (peak) step size.
+    max_norm: the meta-gradient's global norm is clipped to this.
+    decay_updates: meta updates of the whole schedule, warm-up included
+      (``None``: a constant step size).
+    warmup_updates: meta updates of the linear warm-up (with ``decay_updates``).
+    final_learning_rate: the step size at the end of the decay.
+  """
+  if decay_updates is None:
+    if warmup_updates:
+      raise ValueError("warmup_updates needs decay_updates (the schedule's length).")
+    return optax.chain(optax.clip_by_global_norm(max_norm), optax.adam(learning_rate))
+  if not 0 <= warmup_updates < decay_updates:
+    raise ValueError(f"Need 0 <= warmup_updates ({warmup_updates}) < decay_updates "
+                     f"({decay_updates}).")
+  if not 0 <= final_learning_rate <= learning_rate:
+    raise ValueError(f"Need 0 <= final_learning_rate ({final_learning_rate}) <= "
+                     f"learning_rate ({learning_rate}).")
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0 if warmup_updates else learning_rate, learning_rate, max(warmup_updates, 1),
+      decay_updates, final_learning_rate)
+  return optax.chain(optax.clip_by_global_norm(max_norm), optax.adam(schedule))
 
 
 def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTransformation
@@ -291,6 +320,7 @@ def meta_train(
     data_axis: str | Sequence[str] | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 0,
+    validation: Validation | None = None,
     **deprecated,
 ) -> MetaTrainingResult:
   """Trains the network of a learned optimizer on a task family.
@@ -328,6 +358,13 @@ def meta_train(
       run. An ``init_state`` that is neither the checkpointed run's start nor
       its latest state is an error.
     checkpoint_every: iterations between checkpoints (0: only at the end).
+    validation: score the network on held-out tasks (:class:`Validation`) at
+      the start, every ``validation.every`` iterations and at the end, and with
+      ``validation.select_best`` return the best-scoring weights as
+      ``result.params`` (``result.state`` stays the last state, to continue).
+      The scores are in ``result.validation_scores``; they read the weights
+      on the host, the training itself is unchanged. A resumed run selects
+      among the scores of its own call.
     **deprecated: the earlier names ``meta_steps`` (``num_iterations``),
       ``batch_axis`` (``data_axis``), the flat fields of ``training``
       (``tasks_per_step``, ``horizon`` ...), and ``seed`` / ``network_params``
@@ -359,11 +396,20 @@ def meta_train(
   parallel = data_parallel(mesh, data_axis, training.tasks_per_step, "tasks_per_step")
   meta_step = loop.jitted(build_meta_step, config, family, training,
                           meta_optimizer=meta_optimizer, mesh=mesh, data_axis=data_axis)
+  selection = (None if validation is None else
+               validation_selection(config, validation, num_iterations))
   run = loop.run(meta_step, init_state, num_iterations=num_iterations,
                  count=lambda s: s.meta_step, summarize=_summarize, label="L2O meta-training",
                  chosen=chosen, place=parallel.place, progress=progress, log_every=log_every,
-                 checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+                 checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                 callback=selection)
   losses = run.infos.losses.reshape(-1)
-  return MetaTrainingResult(run.state.params, losses, int(run.state.skipped_updates),
-                            run.seconds, losses.size / run.seconds, run.state,
-                            int(np.sum(run.infos.diverged)))
+  result = MetaTrainingResult(run.state.params, losses, int(run.state.skipped_updates),
+                              run.seconds, losses.size / run.seconds, run.state,
+                              int(np.sum(run.infos.diverged)))
+  if selection is None:
+    return result
+  return result._replace(
+      params=selection.best_params if validation.select_best else run.state.params,
+      validation_scores=np.stack([selection.iterations, selection.scores], axis=1),
+      best_iteration=selection.best_iteration)

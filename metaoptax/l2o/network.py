@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import flax
 import flax.linen as nn
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
@@ -129,8 +131,35 @@ def initial_carry(config: L2OConfig, num_coordinates: int, dtype=jnp.float32):
   return tuple((zeros, zeros) for _ in range(config.layers))
 
 
-def init_network(key: jax.Array, config: L2OConfig):
-  """Initial network weights (independent of the optimizee's size)."""
+def init_network(key: jax.Array, config: L2OConfig, warm_start=None):
+  r"""Initial network weights (independent of the optimizee's size).
+
+  ``warm_start``: the weights of a trained network whose every layer this
+  configuration also has (same name and shape), e.g. an LSTM(lr, tele) for an
+  LSTM(lr, tele, momentum) of the same sizes: those layers start from it and
+  only the heads it lacks are freshly initialized. With a small
+  ``momentum_init`` the momentum variant then starts as (nearly) the optimizer
+  without momentum, :math:`v_t = \mu v_{t-1} - \alpha_t g_t` with
+  :math:`\mu \approx 0`.
+  """
   validate(config)
   n = config.num_coordinates if config.teleport_pooling == "concat" else 1
-  return CoordinateLSTM(config).init(key, initial_carry(config, n), jnp.zeros((n, 2)))
+  params = CoordinateLSTM(config).init(key, initial_carry(config, n), jnp.zeros((n, 2)))
+  return params if warm_start is None else _warm_started(params, warm_start)
+
+
+def _warm_started(fresh, trained):
+  """``fresh`` with every weight that ``trained`` has at the same path."""
+  old = traverse_util.flatten_dict(flax.core.unfreeze(trained))
+  new = traverse_util.flatten_dict(flax.core.unfreeze(fresh))
+  unused = sorted("/".join(path) for path in old if path not in new)
+  if unused:
+    raise ValueError(f"warm_start has weights this configuration lacks: {unused}.")
+  for path, value in old.items():
+    if jnp.shape(value) != new[path].shape:
+      raise ValueError(f"warm_start's {'/'.join(path)} has shape {jnp.shape(value)}, this "
+                       f"configuration's {new[path].shape} (hidden, layers and "
+                       "num_coordinates must match).")
+    new[path] = jnp.asarray(value, new[path].dtype)
+  return type(fresh)(traverse_util.unflatten_dict(new)) if isinstance(
+      fresh, flax.core.FrozenDict) else traverse_util.unflatten_dict(new)

@@ -1,0 +1,48 @@
+"""Warm-starting a learned optimizer's network from a trained one with fewer heads."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from metaoptax import l2o
+
+TELE = l2o.L2OConfig(heads=("learning_rate", "teleport"), group_dim=1, hidden=6)
+
+
+def test_momentum_variant_starts_as_the_optimizer_without_momentum():
+  """Warm-started from LSTM(lr, tele) with momentum_init 1e-6, LSTM(lr, tele, momentum)
+  takes the same steps, teleports included, to rtol 1e-5 (the oracle: the
+  no-momentum optimizer, v_t = -alpha_t g_t), and shares every trained weight."""
+  trained = jax.tree.map(lambda w: w + 0.3 * jax.random.normal(jax.random.key(5), w.shape),
+                         l2o.init_network(jax.random.key(0), TELE))
+  config = TELE._replace(heads=TELE.heads + ("momentum",), momentum_init=1e-6)
+  net = l2o.init_network(jax.random.key(1), config, warm_start=trained)
+  for name in trained["params"]:
+    for a, b in zip(jax.tree.leaves(trained["params"][name]), jax.tree.leaves(net["params"][name])):
+      np.testing.assert_array_equal(a, b)
+  family = l2o.tasks.ellipse()
+  task = family.sample_task(jax.random.key(2))
+  act = lambda theta, x: family.act(task, theta, x)
+  def run(weights, cfg):
+    x, state = family.init_params(jax.random.key(3), task), l2o.optimizer.init_state(cfg, jnp.zeros(2))
+    for _ in range(5):
+      x, state, _ = l2o.step(weights, cfg, state, x, jax.grad(family.loss, argnums=1)(task, x), act)
+    return x
+
+  xs = {label: jax.jit(run, static_argnums=1)(weights, cfg)
+        for label, (weights, cfg) in {"plain": (trained, TELE), "warm": (net, config)}.items()}
+  np.testing.assert_allclose(xs["warm"], xs["plain"], rtol=1e-5)
+  fresh = l2o.init_network(jax.random.key(1), config)
+  assert not np.allclose(fresh["params"]["lstm_0"]["hi"]["kernel"],
+                         net["params"]["lstm_0"]["hi"]["kernel"])
+
+
+@pytest.mark.parametrize("config, message", [
+    (TELE._replace(hidden=7), "shape"),
+    (TELE._replace(heads=("learning_rate",)), "lacks"),
+])
+def test_warm_start_mismatch_is_an_error(config, message):
+  with pytest.raises(ValueError, match=message):
+    l2o.init_network(jax.random.key(0), config,
+                     warm_start=l2o.init_network(jax.random.key(0), TELE))

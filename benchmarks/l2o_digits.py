@@ -196,6 +196,7 @@ def main(argv=None):
   if args.quick:
     args.steps, args.meta_iterations, args.tasks_per_step, args.horizon = 100, 2, 2, 20
   chunk = args.steps // 20
+  commit = _report.git_commit(short=True)  # the code that runs, not the tree at the end
   start = time.perf_counter()
   x_train, y_train, _, _ = digits.load_split()
   family = l2o.tasks.mlp_classifier(data=(x_train, y_train))
@@ -217,7 +218,6 @@ def main(argv=None):
   seconds = time.perf_counter() - start
   args.out.mkdir(parents=True, exist_ok=True)
   md, png = args.out / "l2o_digits.md", args.out / "l2o_digits.png"
-  commit = _report.git_commit(short=True)
   header = [f"# A learned optimizer on the digits MLP, against tuned Adam", "",
             f"measured at commit `{commit}`, jax {jax.__version__}"
             + (" (--quick)" if args.quick else ""), ""]

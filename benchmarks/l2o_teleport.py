@@ -363,7 +363,7 @@ def rosenbrock_benchmark(args, out):
     family = l2o.tasks.rosenbrock(varying=varying)
     methods = curves[label] = {}
     print(f"Rosenbrock family, {label}: tuning GD and Adam on validation tasks", flush=True)
-    for method, make, grid in (("GD", optax.sgd, [1e-3, 3e-3, 0.01, 0.03, 0.1]),
+    for method, make, grid in (("GD", optax.sgd, [1e-3, 3e-3, 0.01, 0.03, 0.1, 0.2, 0.3]),
                                ("Adam", optax.adam, [0.01, 0.03, 0.1, 0.3, 1.0])):
       lr, _ = best_of_grid(make, grid, family, valid_key, STEPS, AT)
       methods[f"{method} (lr {lr})"] = np.asarray(
@@ -497,6 +497,7 @@ def main(argv=None):
     parser.error(f"--sections must be a comma-separated subset of {','.join(SECTIONS)}, "
                  f"got {args.sections!r}")
   os.makedirs(args.out, exist_ok=True)
+  commit = _report.git_commit(short=True)  # the code that runs, not the tree at the end
   start = time.perf_counter()
   parts = []
   if "ellipse" in sections:
@@ -507,7 +508,6 @@ def main(argv=None):
     parts.append(mlp_benchmark(args, args.out))
   if "rosenbrock" in sections:
     parts.append(rosenbrock_benchmark(args, args.out))
-  commit = _report.git_commit(short=True)
   report = (f"# Learned optimizers with teleportation\n\nmeasured at commit `{commit}`, "
             f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores, "
             f"jax {jax.__version__}{' (--quick)' if args.quick else ''}\n\n"

@@ -22,7 +22,7 @@ Reports, as mean ± std over the 3 seeds, the train loss (full training split)
 above the label-smoothing floor and the test accuracy after 100, 250, 500 and
 1,000 steps, and plots both curves.
 
-    python benchmarks/l2o_digits.py            # ~10 min on 2 free cores
+    python benchmarks/l2o_digits.py            # ~25 min on 2 busy cores
     python benchmarks/l2o_digits.py --quick    # smoke run: tiny budgets
 
 Writes ``l2o_digits.md`` and ``l2o_digits.png`` into ``--out`` (by default
@@ -183,7 +183,7 @@ def plot(problem, adam_logs, best, learned, path):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=STEPS, help="steps on the digits MLP")
-  parser.add_argument("--meta-iterations", type=int, default=60,
+  parser.add_argument("--meta-iterations", type=int, default=30,
                       help="task batches of meta-training per network")
   parser.add_argument("--tasks-per-step", type=int, default=4)
   parser.add_argument("--horizon", type=int, default=100)

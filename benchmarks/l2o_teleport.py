@@ -141,20 +141,8 @@ def ellipse_benchmark(args, out):
 
 def ellipse_table(label, methods, seeds):
   """Median (IQR) of the loss at step ``AT`` per method and training seed."""
-  head = " | ".join(f"seed {s}: median (IQR)" for s in seeds)
-  lines = [f"### Ellipse family, {label}: 200 unseen tasks, loss at step {AT}", "",
-           f"| method | {head} |", "|---|" + "---|" * len(seeds)]
-  for name, losses in methods.items():
-    cells = []
-    for k in range(len(seeds)):
-      if losses.shape[0] == 1 and k > 0:
-        cells.append("same")
-        continue
-      values = np.where(np.isfinite(losses[k, :, AT]), losses[k, :, AT], np.inf)
-      q1, med, q3 = np.percentile(values, [25, 50, 75])
-      cells.append(f"{med:.3g} ({q1:.2g} - {q3:.2g})")
-    lines.append(f"| {name} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+  return per_seed_table(f"Ellipse family, {label}: 200 unseen tasks, loss at step {AT}",
+                        methods, seeds, AT)
 
 
 def target_checks(methods, seeds):
@@ -260,22 +248,7 @@ def table_markdown(title, rows, at):
 def plot_ellipse_losses(curves, path):
   """One panel per distribution: median loss over tasks vs step, one line per
   training seed (learned) or per tuned baseline."""
-  plt = _report.pyplot()
-  fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
-  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  for ax, (label, methods) in zip(axes[0], curves.items()):
-    for color, (name, losses) in zip(colors, methods.items()):
-      for k, per_seed in enumerate(losses):
-        ax.plot(np.arange(losses.shape[-1]), np.median(per_seed, axis=0), color=color,
-                lw=1.2, ls="--" if losses.shape[0] == 1 else "-", alpha=0.9,
-                label=name if k == 0 else None)
-    ax.axvline(AT, color="gray", ls=":", lw=1)
-    ax.set_yscale("log")
-    ax.set_xlabel("optimizee step")
-    ax.set_ylabel("median loss over 200 tasks")
-    ax.set_title(f"ellipse family, {label}")
-  axes[0, 0].legend(fontsize=7)
-  _report.save_figure(fig, path)
+  plot_per_seed_curves(curves, path, "ellipse family")
 
 
 def plot_losses(curves, at, path, title):

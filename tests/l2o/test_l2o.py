@@ -136,17 +136,17 @@ def test_mlp_classifier_draws_its_minibatches_from_the_given_data():
   x, y = rng.normal(size=(40, 5)).astype(np.float32), rng.integers(0, 3, 40)
   y[0] = 2  # three classes
   family = l2o.tasks.mlp_classifier(hidden=4, batch=16, data=(x, y))
-  task = family.sample_task(jax.random.key(0))
-  rows = [int(np.flatnonzero((x == np.asarray(r)).all(1))[0]) for r in task["x"]]
+  task = jax.jit(family.sample_task)(jax.random.key(0))
+  rows = [int(np.flatnonzero((x == r).all(1))[0]) for r in np.asarray(task["x"])]
   assert len(set(rows)) == 16 and np.array_equal(np.asarray(task["y"]), y[rows])
-  p = family.init_params(jax.random.key(1), task)
+  p = jax.jit(family.init_params)(jax.random.key(1), task)
   assert p["w1"].shape == (4, 5) and p["w2"].shape == (3, 4) and p["b2"].shape == (3,)
-  p = jax.tree.map(lambda a: a + 0.1 * jnp.ones_like(a), p)  # non-zero biases
-  q = {k: np.asarray(v, np.float64) for k, v in p.items()}
+  q = {k: np.asarray(v, np.float64) + 0.1 for k, v in p.items()}  # non-zero biases
   logits = np.maximum(x[rows] @ q["w1"].T + q["b1"], 0) @ q["w2"].T + q["b2"]
   logits -= logits.max(1, keepdims=True)
   expected = np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(16), y[rows]])
-  np.testing.assert_allclose(float(family.loss(task, p)), expected, rtol=1e-5)
+  loss = jax.jit(family.loss)(task, {k: jnp.asarray(v, jnp.float32) for k, v in q.items()})
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
   with pytest.raises(ValueError, match="batch"):
     l2o.tasks.mlp_classifier(batch=41, data=(x, y))
   with pytest.raises(ValueError, match="data"):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import pathlib
 import time
 
@@ -101,10 +102,13 @@ def at(log, fraction):
 
 
 def fmt(x, digits_=3):
+  """Mean ± std over the seeds; those whose value is not finite are left out and counted."""
   x = np.asarray(x, dtype=float)
-  if not np.all(np.isfinite(x)):
-    return f"diverged ({int(np.sum(~np.isfinite(x)))} of {x.size} seeds)"
-  return f"{x.mean():.{digits_}g} ± {x.std():.1g}"
+  finite = np.isfinite(x)
+  if not finite.any():
+    return f"diverged ({x.size} of {x.size} seeds)"
+  text = f"{x[finite].mean():.{digits_}g} ± {x[finite].std():.1g}"
+  return text if finite.all() else text + f" ({int(np.sum(~finite))} of {x.size} seeds diverged)"
 
 
 def best_adam(logs):
@@ -122,7 +126,7 @@ def table(problem, adam_logs, best, learned, training_rows, steps, seconds):
       f"{digits.LABEL_SMOOTHING} (train-loss floor {floor:.4f}), {steps} steps, {SEEDS} "
       f"seeds (mean ± std; learned: network k on seed k). Adam grid "
       f"{', '.join(f'{lr:g}' for lr in ADAM_GRID)}; best constant rate (lowest mean final "
-      f"train loss): {best.method.info}. Total {seconds:.0f} s on 2 CPU cores "
+      f"train loss): {best.method.info}. Total {seconds:.0f} s on {os.cpu_count()} CPU cores "
       "(meta-training, compilation and training).", "",
       "Train loss − floor (full training split) after each number of steps:", "",
       f"| method | {heads} |", rule]

@@ -25,7 +25,7 @@ Reports, as mean ± std over the 3 seeds, the train loss (full training split)
 above the label-smoothing floor and the test accuracy after 100, 250, 500 and
 1,000 steps, and plots both curves.
 
-    python benchmarks/l2o_digits.py            # 16 min on 2 busy cores
+    python benchmarks/l2o_digits.py            # 14 min on 2 busy cores
     python benchmarks/l2o_digits.py --quick    # smoke run: tiny budgets
 
 Writes ``l2o_digits.md`` and ``l2o_digits.png`` into ``--out`` (by default

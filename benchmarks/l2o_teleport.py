@@ -20,12 +20,20 @@ Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*
    (compiled) meta step, vanilla vs LSTM(lr, tele), one call per task batch,
    with donated buffers and as one ``lax.scan`` over the batches;
 3. two-layer LeakyReLU MLP regression: GD vs LSTM(lr, tele) vs
-   LSTM(lr, tele, momentum), meta-trained with ``mask_diverged_tasks``.
+   LSTM(lr, tele, momentum), meta-trained with ``mask_diverged_tasks``;
+4. Rosenbrock family, fixed (``a=1, b=-1, c=-2, d(x) = 0.4 x^2``, starting points
+   varying) and varying (coefficients iid N(0, 1), ``|a|, |c| >= 0.5``): the same
+   four learned variants, meta-trained on the family they are evaluated on (once
+   per training seed), against GD and Adam tuned on separate validation tasks;
+   median and IQR of the loss at step 11 on 200 unseen tasks per training seed.
 Writes a markdown table, loss-vs-step plots and 2-D trajectories on contour plots.
 
-    python benchmarks/l2o_teleport.py            # full run (~30 min on 2 free cores)
+    python benchmarks/l2o_teleport.py            # full run (~45 min on 2 free cores)
     python benchmarks/l2o_teleport.py --quick    # smoke run
-    python benchmarks/l2o_teleport.py --sections speed   # one section, the others kept
+    python benchmarks/l2o_teleport.py --sections rosenbrock   # one section (~15 min)
+
+With every section the report is ``l2o_teleport.md``; with a subset,
+``l2o_teleport_<sections>.md`` (so a partial run never overwrites the full report).
 """
 
 from __future__ import annotations
@@ -59,7 +67,11 @@ MLP_VARIANTS = {
     "LSTM(lr, tele)": ("learning_rate", "teleport"),
     "LSTM(lr, tele, momentum)": ("learning_rate", "teleport", "momentum"),
 }
-STEPS, AT = 20, 11  # trajectory length and the step scored on the ellipse family
+STEPS, AT = 20, 11  # trajectory length and the step scored on the 2-D families
+#: The benchmark's sections in report order (``--sections``) -> the heading their
+#: tables start with in the report (a section not rerun is kept from the last one).
+SECTIONS = {"ellipse": "### Ellipse family", "speed": "### Speed", "mlp": "### Two-layer MLP",
+            "rosenbrock": "### Rosenbrock family"}
 
 
 def finite_median(losses):
@@ -74,6 +86,11 @@ def best_of_grid(make, grid, family, key, steps, eval_step, num_tasks=200):
   return min(scores, key=scores.get), scores
 
 
+#: One default meta-optimizer (Adam 1e-3, clipped) for every run without a schedule:
+#: ``meta_train`` then reuses a compiled meta step across training seeds.
+META_OPTIMIZER = l2o.default_meta_optimizer()
+
+
 def train_variant(name, heads, family, args, seed=None, *, meta_optimizer=None,
                   validation=None, warm_start=None, num_iterations=None, **config_kwargs):
   config = l2o.L2OConfig(heads=heads, group_dim=family.group_dim, **config_kwargs)
@@ -85,6 +102,7 @@ def train_variant(name, heads, family, args, seed=None, *, meta_optimizer=None,
                                     mask_diverged_tasks=True)
   params = None if warm_start is None else l2o.init_network(
       jax.random.key(seed), config, warm_start=warm_start)
+  meta_optimizer = META_OPTIMIZER if meta_optimizer is None else meta_optimizer
   result = l2o.meta_train(
       config, family, training, num_iterations=num_iterations, meta_optimizer=meta_optimizer,
       init_state=l2o.init_meta_training(config, meta_optimizer=meta_optimizer, seed=seed,
@@ -165,20 +183,8 @@ def ellipse_benchmark(args, out):
 
 def ellipse_table(label, methods, seeds):
   """Median (IQR) of the loss at step ``AT`` per method and training seed."""
-  head = " | ".join(f"seed {s}: median (IQR)" for s in seeds)
-  lines = [f"### Ellipse family, {label}: 200 unseen tasks, loss at step {AT}", "",
-           f"| method | {head} |", "|---|" + "---|" * len(seeds)]
-  for name, losses in methods.items():
-    cells = []
-    for k in range(len(seeds)):
-      if losses.shape[0] == 1 and k > 0:
-        cells.append("same")
-        continue
-      values = np.where(np.isfinite(losses[k, :, AT]), losses[k, :, AT], np.inf)
-      q1, med, q3 = np.percentile(values, [25, 50, 75])
-      cells.append(f"{med:.3g} ({q1:.2g} - {q3:.2g})")
-    lines.append(f"| {name} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+  return per_seed_table(f"Ellipse family, {label}: 200 unseen tasks, loss at step {AT}",
+                        methods, seeds, AT)
 
 
 def target_checks(methods, seeds):
@@ -319,22 +325,7 @@ def table_markdown(title, rows, at):
 def plot_ellipse_losses(curves, path):
   """One panel per distribution: median loss over tasks vs step, one line per
   training seed (learned) or per tuned baseline."""
-  plt = _report.pyplot()
-  fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
-  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  for ax, (label, methods) in zip(axes[0], curves.items()):
-    for color, (name, losses) in zip(colors, methods.items()):
-      for k, per_seed in enumerate(losses):
-        ax.plot(np.arange(losses.shape[-1]), np.median(per_seed, axis=0), color=color,
-                lw=1.2, ls="--" if losses.shape[0] == 1 else "-", alpha=0.9,
-                label=name if k == 0 else None)
-    ax.axvline(AT, color="gray", ls=":", lw=1)
-    ax.set_yscale("log")
-    ax.set_xlabel("optimizee step")
-    ax.set_ylabel("median loss over 200 tasks")
-    ax.set_title(f"ellipse family, {label}")
-  axes[0, 0].legend(fontsize=7)
-  _report.save_figure(fig, path)
+  plot_per_seed_curves(curves, path, "ellipse family")
 
 
 def plot_losses(curves, at, path, title):
@@ -404,6 +395,111 @@ def learned_path(config, net, family, task, x, steps):
   return np.asarray(jnp.stack(xs))
 
 
+#: label -> ``l2o.tasks.rosenbrock(varying=...)`` of the Rosenbrock family's two settings.
+ROSENBROCK_FAMILIES = {"fixed": False, "varying": True}
+#: The Rosenbrock family is scored with the four learned variants of the ellipse family.
+ROSENBROCK_VARIANTS = ELLIPSE_VARIANTS
+
+
+def rosenbrock_benchmark(args, out):
+  """Tuned GD and Adam and the four learned variants (one network per training seed,
+  meta-trained on the family it is evaluated on) on the fixed and varying Rosenbrock
+  families: per-seed median and IQR of the loss at step ``AT`` on 200 unseen tasks."""
+  valid_key, test_key = jax.random.key(5000), jax.random.key(6000)
+  seeds = [int(s) for s in args.seeds.split(",")]
+  budget = args._replace_rosenbrock()
+  tables, curves, training_rows = [], {}, []
+  for label, varying in ROSENBROCK_FAMILIES.items():
+    family = l2o.tasks.rosenbrock(varying=varying)
+    methods = curves[label] = {}
+    print(f"Rosenbrock family, {label}: tuning GD and Adam on validation tasks", flush=True)
+    for method, make, grid in (("GD", optax.sgd, [1e-3, 3e-3, 0.01, 0.03, 0.1, 0.2, 0.3]),
+                               ("Adam", optax.adam, [0.01, 0.03, 0.1, 0.3, 1.0])):
+      lr, _ = best_of_grid(make, grid, family, valid_key, STEPS, AT)
+      methods[f"{method} (lr {lr})"] = np.asarray(
+          l2o.evaluate(make(lr), family, test_key, 200, STEPS))[None]
+    for name, (heads, extra) in ROSENBROCK_VARIANTS.items():
+      if "teleport" in heads:  # 2-D: the teleport head reads both coordinates in place
+        extra = {"teleport_pooling": "concat", "num_coordinates": 2, **extra}
+      per_seed = []
+      for seed in seeds:
+        config, result = train_variant(f"{name}, Rosenbrock {label}", heads, family, budget,
+                                       seed, **extra)
+        training_rows.append((f"{name}, {label}", seed, result))
+        per_seed.append(np.asarray(l2o.evaluate(l2o.learned_optimizer(result.params, config),
+                                                family, test_key, 200, STEPS)))
+      methods[name] = np.stack(per_seed)
+    tables.append(per_seed_table(
+        f"Rosenbrock family, {label}: 200 unseen tasks, loss at step {AT}", methods, seeds, AT))
+  plot_per_seed_curves(curves, os.path.join(out, "l2o_rosenbrock_loss.png"), "Rosenbrock family")
+  rows = "\n".join(
+      f"| {name} | {seed} | {len(result.losses)} | {result.updates_per_second:.0f} | "
+      f"{result.skipped_updates} | {result.diverged_tasks} |" for name, seed, result in training_rows)
+  return ("\n".join(tables) + "\n" + beats_baselines(curves, seeds) + "\n"
+          + f"### Meta-training (Rosenbrock family: {budget.meta_steps} iterations of "
+          f"{budget.tasks_per_step} tasks, horizon {budget.horizon}, unroll {budget.unroll})\n\n"
+          "| method | seed | meta-updates | meta-updates/s (with compilation) | skipped | "
+          "diverged tasks |\n|---|---|---|---|---|---|\n" + rows + "\n")
+
+
+def per_seed_table(title, methods, seeds, at):
+  """Median (IQR) of the loss at step ``at`` per method and training seed; a
+  baseline (one row of curves) is the same for every seed; a diverged run counts
+  as +inf."""
+  head = " | ".join(f"seed {s}: median (IQR)" for s in seeds)
+  lines = [f"### {title}", "", f"| method | {head} |", "|---|" + "---|" * len(seeds)]
+  for name, losses in methods.items():
+    cells = []
+    for k in range(len(seeds)):
+      if losses.shape[0] == 1 and k > 0:
+        cells.append("same")
+        continue
+      values = np.where(np.isfinite(losses[k, :, at]), losses[k, :, at], np.inf)
+      q1, med, q3 = np.percentile(values, [25, 50, 75])
+      cells.append(f"{med:.3g} ({q1:.2g} - {q3:.2g})")
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def beats_baselines(curves, seeds):
+  """Per family and training seed: which learned variants have a lower median loss at
+  step ``AT`` than the better of tuned GD and tuned Adam."""
+  lines = [f"Learned variants with a lower median loss at step {AT} than the better of tuned "
+           "GD and tuned Adam (per training seed):", ""]
+  for label, methods in curves.items():
+    baseline = min(finite_median(losses[0, :, AT]) for name, losses in methods.items()
+                   if losses.shape[0] == 1)
+    for name, losses in methods.items():
+      if losses.shape[0] > 1:
+        wins = ["yes" if finite_median(losses[k, :, AT]) < baseline else "no"
+                for k in range(len(seeds))]
+        lines.append(f"- {label}, {name}: " + ", ".join(wins)
+                     + f" (baseline median {baseline:.3g})")
+  return "\n".join(lines) + "\n"
+
+
+def plot_per_seed_curves(curves, path, title):
+  """One panel per task distribution: median loss over the tasks vs step, one line
+  per training seed (learned, solid) or per tuned baseline (dashed)."""
+  plt = _report.pyplot()
+  fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  for ax, (label, methods) in zip(axes[0], curves.items()):
+    for color, (name, losses) in zip(colors, methods.items()):
+      for k, per_seed in enumerate(losses):
+        median = np.median(np.where(np.isfinite(per_seed), per_seed, np.inf), axis=0)
+        ax.plot(np.arange(losses.shape[-1]), median, color=color,
+                lw=1.2, ls="--" if losses.shape[0] == 1 else "-", alpha=0.9,
+                label=name if k == 0 else None)
+    ax.axvline(AT, color="gray", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizee step")
+    ax.set_ylabel(f"median loss over {losses.shape[1]} tasks")
+    ax.set_title(f"{title}, {label}")
+  axes[0, 0].legend(fontsize=7)
+  _report.save_figure(fig, path)
+
+
 class Args(argparse.Namespace):
   def _replace_mlp(self):
     """Budgets for the MLP family (800 coordinates per task)."""
@@ -411,6 +507,13 @@ class Args(argparse.Namespace):
     mlp.meta_steps, mlp.tasks_per_step = self.mlp_meta_steps, 4
     mlp.horizon, mlp.unroll = self.mlp_steps, 10
     return mlp
+
+  def _replace_rosenbrock(self):
+    """Budgets for the Rosenbrock family (24 meta-training runs in the section)."""
+    rosenbrock = Args(**vars(self))
+    rosenbrock.meta_steps = self.rosenbrock_meta_steps
+    rosenbrock.tasks_per_step = self.rosenbrock_tasks_per_step
+    return rosenbrock
 
 
 def main(argv=None):
@@ -440,31 +543,35 @@ def main(argv=None):
   parser.add_argument("--unroll", type=int, default=10)
   parser.add_argument("--mlp-meta-steps", type=int, default=150)
   parser.add_argument("--mlp-steps", type=int, default=100)
+  parser.add_argument("--rosenbrock-meta-steps", type=int, default=400)
+  parser.add_argument("--rosenbrock-tasks-per-step", type=int, default=32)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
-  parser.add_argument("--sections", default="ellipse,speed,mlp",
-                      help="comma-separated sections to run; the others are kept from the "
-                           "previous report")
+  parser.add_argument("--sections", default=",".join(SECTIONS),
+                      help=f"comma-separated subset of {','.join(SECTIONS)} to run; the others "
+                           "are kept from the previous report")
   args = parser.parse_args(argv, namespace=Args())
   if args.quick:
     args.meta_steps, args.tasks_per_step, args.mlp_meta_steps, args.mlp_steps = 20, 16, 3, 20
     args.momentum_meta_steps, args.validation_tasks, args.validate_every = 10, 50, 5
     args.seeds, args.speed_repeats, args.speed_iterations = "0,1", 2, 5
-  sections = args.sections.split(",")
-  unknown = set(sections) - set(SECTIONS)
-  if unknown:
-    parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+    args.rosenbrock_meta_steps, args.rosenbrock_tasks_per_step = 20, 16
+  sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+  unknown = sorted(set(sections) - set(SECTIONS))
+  if unknown or not sections:
+    parser.error(f"--sections must be a comma-separated subset of {','.join(SECTIONS)}, "
+                 f"got {args.sections!r}")
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, "l2o_teleport.md")
   previous = open(path).read() if os.path.exists(path) else ""
+  commit = _report.git_commit(short=True)  # the code that runs, not the tree at the end
   start, load = time.perf_counter(), os.getloadavg()
-  tables = {}
-  for section, run in (("ellipse", ellipse_benchmark), ("speed", lambda a, _: speed_benchmark(a)),
-                       ("mlp", mlp_benchmark)):
-    tables[section] = (run(args, args.out) if section in sections else
-                       kept_section(previous, SECTIONS[section]))
-  commit = _report.git_commit(short=True)
+  runners = {"ellipse": ellipse_benchmark, "speed": lambda a, _: speed_benchmark(a),
+             "mlp": mlp_benchmark, "rosenbrock": rosenbrock_benchmark}
+  tables = {section: (runners[section](args, args.out) if section in sections else
+                      kept_section(previous, heading))
+            for section, heading in SECTIONS.items()}
   load = " / ".join(f"{a:.1f}-{b:.1f}" for a, b in zip(load, os.getloadavg()))
   report = (f"# Learned optimizers with teleportation\n\nmeasured at commit `{commit}`, "
             f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores "
@@ -474,10 +581,7 @@ def main(argv=None):
   with open(path, "w") as f:
     f.write(report)
   print(report)
-
-
-#: section -> the heading its tables start with in the report.
-SECTIONS = {"ellipse": "### Ellipse family", "speed": "### Speed", "mlp": "### Two-layer MLP"}
+  print(f"wrote {path}")
 
 
 def kept_section(previous, heading):

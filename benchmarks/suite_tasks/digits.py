@@ -20,7 +20,9 @@ BATCH = 128
 LABEL_SMOOTHING = 0.1
 
 
-def make_problem() -> Problem:
+def load_split():
+  """``(x_train, y_train, x_test, y_test)``: the stratified 1437 / 360 split, every
+  feature standardized by the training split's mean and standard deviation."""
   from sklearn.datasets import load_digits  # pylint: disable=g-import-not-at-top
   from sklearn.model_selection import train_test_split  # pylint: disable=g-import-not-at-top
   digits = load_digits()
@@ -28,7 +30,11 @@ def make_problem() -> Problem:
       digits.data.astype(np.float32), digits.target, test_size=360, random_state=0,
       stratify=digits.target)
   mean, std = x_train.mean(0), x_train.std(0) + 1e-6
-  x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+  return (x_train - mean) / std, y_train, (x_test - mean) / std, y_test
+
+
+def make_problem() -> Problem:
+  x_train, y_train, x_test, y_test = load_split()
   loss, batch, evaluate = models.classifier_problem_fns(
       models.mlp, jnp.asarray(x_train), jnp.asarray(y_train), jnp.asarray(x_test),
       jnp.asarray(y_test), batch_size=BATCH, label_smoothing=LABEL_SMOOTHING)

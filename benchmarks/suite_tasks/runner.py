@@ -62,19 +62,24 @@ class RunLog(NamedTuple):
 
 
 def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
-          progress: Callable[..., Any]) -> list[RunLog]:
+          progress: Callable[..., Any], seed_per_value: bool = False) -> list[RunLog]:
   """Trains ``seeds`` runs of ``method`` (per value of ``method.values``) for ``steps`` steps.
 
   Returns one :class:`RunLog` per value (one in all if ``values`` is None). With
   several values every run shares one compiled program and the wall time of the
-  whole batch is split evenly between the values.
+  whole batch is split evenly between the values. With ``seed_per_value``, value
+  ``i`` runs with seed ``i`` only (``len(values) == seeds``, e.g. one trained
+  optimizer per seed) and the one :class:`RunLog` has a row per seed.
   """
   if steps % chunk:
     raise ValueError(f"steps ({steps}) must be a multiple of chunk ({chunk}).")
   values = method.values
-  k = 1 if values is None else len(values)
+  if seed_per_value and (values is None or len(values) != seeds):
+    raise ValueError(f"seed_per_value needs one value per seed ({seeds}), got {values}.")
+  k = 1 if values is None or seed_per_value else len(values)
   # Run r = value r // seeds, seed r % seeds: the same seeds for every value.
-  hs = jnp.repeat(jnp.asarray(values if values is not None else [0.0], jnp.float32), seeds)
+  hs = jnp.repeat(jnp.asarray(values if values is not None else [0.0], jnp.float32),
+                  1 if seed_per_value else seeds)
   base_keys = jnp.tile(jax.random.split(jax.random.key(1000), seeds), (k,))
   init_keys = jax.vmap(lambda key: jax.random.fold_in(key, 0))(base_keys)
   data_keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(base_keys)
@@ -132,7 +137,7 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
   for v in range(k):
     rows = slice(v * seeds, (v + 1) * seeds)
     m = method
-    if method.names is not None:
+    if method.names is not None and not seed_per_value:
       m = method._replace(name=method.names[v][0], info=method.names[v][1], values=None)
     logs.append(RunLog(
         method=m, steps=np.arange(steps // chunk + 1) * chunk, train_loss=losses[rows],

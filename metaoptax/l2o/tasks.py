@@ -10,7 +10,8 @@ its symmetry group: ``act(task, theta, params)`` keeps the loss unchanged.
   :math:`h = (c\,y + d_1 x^2 + d_2 x + d_3,\ a x + b)`.
 * :func:`mlp_regression` - :math:`\tfrac12\|Y - W_2 \sigma(W_1 X)\|^2` (LeakyReLU),
   acted on by :math:`g = I + T` on the layer pair (``group_dim`` = width²).
-* :func:`mlp_classifier` - an MLP on scikit-learn's bundled digits.
+* :func:`mlp_classifier` - an MLP on minibatches of a classification set
+  (by default scikit-learn's bundled digits).
 
 Samplers keep maps away from singular: :math:`|\det A|`, :math:`|a|` and
 :math:`|c|` are bounded below, so :math:`h^{-1}` stays finite.
@@ -213,18 +214,35 @@ def mlp_regression(width: int = 20, examples: int = 20, teleport_scale: float = 
   return TaskFamily("mlp_regression", sample_task, init_params, loss, act, width * width)
 
 
-def mlp_classifier(hidden: int = 32, batch: int = 128) -> TaskFamily:
-  """An MLP (64-hidden-10, ReLU, He init) on minibatches of scikit-learn's digits.
+def mlp_classifier(hidden: int = 32, batch: int = 128, data: tuple | None = None) -> TaskFamily:
+  """An MLP (inputs-hidden-classes, ReLU, He init) on minibatches of a classification set.
 
-  A task is a minibatch drawn from the standardized training split; the group
-  action is the identity (no teleportation: ``group_dim = 0``).
+  A task is a minibatch of ``batch`` examples drawn without replacement; the
+  group action is the identity (no teleportation: ``group_dim = 0``).
+
+  Args:
+    hidden: width of the hidden layer.
+    batch: examples per task.
+    data: ``(inputs, labels)`` to draw the minibatches from, inputs
+      ``(examples, features)`` (already standardized) and integer labels
+      ``0 .. classes - 1``; e.g. a training split, so that meta-training never
+      sees the test images. Default: every image of scikit-learn's bundled
+      digits, each feature standardized.
   """
-  from sklearn.datasets import load_digits  # bundled with scikit-learn
+  if data is None:
+    from sklearn.datasets import load_digits  # bundled with scikit-learn
 
-  digits = load_digits()
-  x = jnp.asarray(digits.data, jnp.float32)
-  x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-  y = jnp.asarray(digits.target)
+    digits = load_digits()
+    x = jnp.asarray(digits.data, jnp.float32)
+    x, y = (x - x.mean(0)) / (x.std(0) + 1e-6), jnp.asarray(digits.target)
+  else:
+    x, y = jnp.asarray(data[0], jnp.float32), jnp.asarray(data[1])
+    if x.ndim != 2 or y.shape != x.shape[:1]:
+      raise ValueError(f"data must be (inputs (examples, features), labels (examples,)), got "
+                       f"shapes {x.shape} and {y.shape}.")
+  if not 0 < batch <= x.shape[0]:
+    raise ValueError(f"batch must be in [1, {x.shape[0]}] (the examples), got {batch}.")
+  features, classes = x.shape[1], int(jnp.max(y)) + 1
 
   def sample_task(key):
     idx = jax.random.choice(key, x.shape[0], (batch,), replace=False)
@@ -232,8 +250,8 @@ def mlp_classifier(hidden: int = 32, batch: int = 128) -> TaskFamily:
 
   def init_params(key, task):
     k1, k2 = jax.random.split(key)
-    return {"w1": he_normal(k1, hidden, 64), "b1": jnp.zeros(hidden),
-            "w2": glorot_normal(k2, 10, hidden), "b2": jnp.zeros(10)}
+    return {"w1": he_normal(k1, hidden, features), "b1": jnp.zeros(hidden),
+            "w2": glorot_normal(k2, classes, hidden), "b2": jnp.zeros(classes)}
 
   def loss(task, p):
     h = jax.nn.relu(task["x"] @ p["w1"].T + p["b1"])

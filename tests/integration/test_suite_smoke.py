@@ -6,8 +6,14 @@ import pathlib
 import numpy as np
 import pytest
 
+import jax
+import jax.numpy as jnp
+import optax
+
 from suite_tasks import digits  # benchmarks/ is on sys.path (conftest.py)
 from suite_tasks import protocol
+from suite_tasks import runner
+from suite_tasks.problem import Problem
 
 
 class _NoBar:
@@ -42,6 +48,30 @@ def test_tiny_digits_protocol_end_to_end(tmp_path):
   curves = np.load(tmp_path / "digits_curves.npz")
   assert np.all(np.isfinite(curves["0_train_loss"]))
   assert any("MET" in line or "MISSED" in line for line in result["summary_lines"])
+
+
+def test_seed_per_value_runs_value_i_with_seed_i_only():
+  """``runner.train(seed_per_value=True)``: run i is the grid's (value i, seed i) run."""
+  problem = Problem(
+      name="quadratic", init=lambda key: {"w": jax.random.normal(key, (3,))},
+      loss=lambda p, batch: jnp.sum((p["w"] - batch) ** 2),
+      batch=lambda key: 0.1 * jax.random.normal(key, (3,)),
+      evaluate=lambda p: {"train_loss": jnp.sum(p["w"] ** 2), "test": jnp.sum(p["w"])},
+      test_name="sum", higher_is_better=False, train_loss_floor=0.0, blocks="per_leaf",
+      block_names=("w",))
+  method = runner.Method("SGD", "sgd", optax.sgd, values=(0.01, 0.1),
+                         names=(("SGD 0.01", ""), ("SGD 0.1", "")))
+  kw = dict(steps=4, seeds=2, chunk=2, progress=_NoBar)
+  grid = runner.train(problem, method, **kw)
+  (paired,) = runner.train(problem, method, seed_per_value=True, **kw)
+  assert paired.train_loss.shape == grid[0].train_loss.shape == (2, 3)
+  for i in range(2):
+    np.testing.assert_allclose(paired.train_loss[i], grid[i].train_loss[i], rtol=1e-5)
+    np.testing.assert_allclose(paired.test[i], grid[i].test[i], rtol=1e-5)
+  assert not np.allclose(paired.train_loss[1], grid[1].train_loss[0], rtol=1e-3)
+  with pytest.raises(ValueError, match="one value per seed"):
+    runner.train(problem, method, seed_per_value=True, steps=4, seeds=3, chunk=2,
+                 progress=_NoBar)
 
 
 BENCHMARKS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[2]

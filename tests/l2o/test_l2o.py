@@ -128,6 +128,31 @@ def test_ill_conditioned_sampler_condition_numbers(max_condition):
     l2o.tasks.ellipse(sampler="uniform")
 
 
+def test_mlp_classifier_draws_its_minibatches_from_the_given_data():
+  """``mlp_classifier(data=...)``: every task is ``batch`` distinct examples of the
+  given set, shapes follow its features and classes, and the loss is the mean
+  cross-entropy of the MLP (NumPy oracle, float64)."""
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(40, 5)).astype(np.float32), rng.integers(0, 3, 40)
+  y[0] = 2  # three classes
+  family = l2o.tasks.mlp_classifier(hidden=4, batch=16, data=(x, y))
+  task = jax.jit(family.sample_task)(jax.random.key(0))
+  rows = [int(np.flatnonzero((x == r).all(1))[0]) for r in np.asarray(task["x"])]
+  assert len(set(rows)) == 16 and np.array_equal(np.asarray(task["y"]), y[rows])
+  p = jax.jit(family.init_params)(jax.random.key(1), task)
+  assert p["w1"].shape == (4, 5) and p["w2"].shape == (3, 4) and p["b2"].shape == (3,)
+  q = {k: np.asarray(v, np.float64) + 0.1 for k, v in p.items()}  # non-zero biases
+  logits = np.maximum(x[rows] @ q["w1"].T + q["b1"], 0) @ q["w2"].T + q["b2"]
+  logits -= logits.max(1, keepdims=True)
+  expected = np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(16), y[rows]])
+  loss = jax.jit(family.loss)(task, {k: jnp.asarray(v, jnp.float32) for k, v in q.items()})
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+  with pytest.raises(ValueError, match="batch"):
+    l2o.tasks.mlp_classifier(batch=41, data=(x, y))
+  with pytest.raises(ValueError, match="data"):
+    l2o.tasks.mlp_classifier(data=(x, y[:10]))
+
+
 def test_variance_preserving_initialization():
   w = l2o.tasks.he_normal(jax.random.key(0), 400, 500)
   np.testing.assert_allclose(float(jnp.var(w)), 2.0 / 500, rtol=0.02)

@@ -32,8 +32,8 @@ Writes a markdown table, loss-vs-step plots and 2-D trajectories on contour plot
     python benchmarks/l2o_teleport.py --quick    # smoke run
     python benchmarks/l2o_teleport.py --sections rosenbrock   # one section (~15 min)
 
-With every section the report is ``l2o_teleport.md``; with a subset,
-``l2o_teleport_<sections>.md`` (so a partial run never overwrites the full report).
+A run of some sections rewrites ``l2o_teleport.md`` with the others kept from the
+previous report, marked as not rerun.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ For each size and method, with and without donated params and state:
   analysis of the compiled train step (arguments, outputs, aliased bytes,
   temporaries; peak = arguments + outputs - aliased + temporaries), compiled
   from shapes alone, so the 100M row needs no memory to measure;
-* the median train-step time over interleaved repeats, as a ratio to
-  ``optax.adamw``'s step with the same donation, side by side in one process.
+* the median train-step time as a ratio to ``optax.adamw``'s step with the same
+  donation, each method paired with ``optax.adamw`` in one process, their
+  repeats interleaved.
 
     python benchmarks/step_time_scale.py                 # ~25 min on 2 CPU cores, 14 GB
     python benchmarks/step_time_scale.py --sizes 1M,10M  # skip the 100M row
@@ -63,39 +64,52 @@ def memory_row(opt, needs_obj, donate, params, x, y):
 
 
 def time_size(table, donations, params0, x, y, repeats, steps, bar):
-  """Median step time per (method, donation). Repeats are interleaved across the
-  methods of one donation mode; the modes run one after the other, so that only
-  one mode's params and states are alive (at 100M parameters, both would not fit
-  in 24 GB)."""
+  """Per (method, donation): the median step time and its ratio to optax.adamw's.
+
+  Each method is timed in a pair with optax.adamw under the same donation, their
+  repeats interleaved, and its ratio is to the adamw median of that pair: only two
+  runs' params and states are alive at a time (at 100M parameters all of them
+  would not fit in 24 GB).
+  """
   out = {}
+  reference = next(iter(table))
   for donate in donations:
-    out.update(_time_mode(table, donate, params0, x, y, repeats, steps, bar))
+    ref = _compiled_run(*table[reference], donate, params0, x, y)
+    ref_times = []
+    for name, (opt, needs_obj) in table.items():
+      if name == reference:
+        continue
+      run = _compiled_run(opt, needs_obj, donate, params0, x, y)
+      pair = {reference: [], name: []}
+      for _ in range(repeats):
+        for key, r in ((reference, ref), (name, run)):
+          pair[key].append(_timed(r, x, y, steps))
+        bar.update(1)
+      ref_times += pair[reference]
+      seconds = float(np.median(pair[name]))
+      out[name, donate] = (seconds, seconds / float(np.median(pair[reference])))
+      del run
+    out[reference, donate] = (float(np.median(ref_times)), 1.0)
   return out
 
 
-def _time_mode(table, donate, params0, x, y, repeats, steps, bar):
-  runs = {}
-  for name, (opt, needs_obj) in table.items():
-    params = jax.tree.map(jnp.copy, params0)
-    state = opt.init(params)
-    step = make_step(opt, needs_obj, donate)
-    params, state = step(params, state, x, y)  # compile
-    jax.block_until_ready(params)
-    runs[name, donate] = {"step": step, "params": params, "state": state, "times": []}
-    bar.update(1)
-  for _ in range(repeats):
-    for run in runs.values():
-      params, state = run["params"], run["state"]
-      start = time.perf_counter()
-      for _ in range(steps):
-        params, state = run["step"](params, state, x, y)
-      jax.block_until_ready(params)
-      run["times"].append((time.perf_counter() - start) / steps)
-      run["params"], run["state"] = params, state
-      bar.update(1)
-  out = {key: float(np.median(run["times"])) for key, run in runs.items()}
-  del runs
-  return out
+def _compiled_run(opt, needs_obj, donate, params0, x, y):
+  params = jax.tree.map(jnp.copy, params0)
+  state = opt.init(params)
+  step = make_step(opt, needs_obj, donate)
+  params, state = step(params, state, x, y)  # compile
+  jax.block_until_ready(params)
+  return {"step": step, "params": params, "state": state}
+
+
+def _timed(run, x, y, steps):
+  params, state = run["params"], run["state"]
+  start = time.perf_counter()
+  for _ in range(steps):
+    params, state = run["step"](params, state, x, y)
+  jax.block_until_ready(params)
+  run["params"], run["state"] = params, state
+  return (time.perf_counter() - start) / steps
 
 
 def main(argv=None):
@@ -118,7 +132,7 @@ def main(argv=None):
   y = jax.random.randint(key, (BATCH,), 0, 10)
   start = time.perf_counter()
   rows, ratios = [], {}
-  work = len(sizes) * len(table) * len(donations) * (1 + args.repeats)
+  work = len(sizes) * (len(table) - 1) * len(donations) * args.repeats
   with tqdm(total=work, desc="step time by size", unit="run") as bar:
     for size in sizes:
       width = WIDTHS[size]
@@ -127,20 +141,20 @@ def main(argv=None):
       memory = {(name, d): memory_row(opt, needs_obj, d, params0, x, y)
                 for d in donations for name, (opt, needs_obj) in table.items()}
       times = time_size(table, donations, params0, x, y, args.repeats, args.steps, bar)
-      for (name, donate), seconds in times.items():
-        ref = times["optax.adamw", donate]
+      for (name, donate), (seconds, ratio) in sorted(times.items(), key=lambda kv: (
+          not kv[0][1], list(table).index(kv[0][0]))):
         mem, ref_mem = memory[name, donate], memory["optax.adamw", donate]
-        ratios.setdefault((name, donate), []).append((n_params, seconds / ref))
+        ratios.setdefault((name, donate), []).append((n_params, ratio))
         rows.append(
             f"| {size} ({n_params / 1e6:.2f}M) | {name} | {'yes' if donate else 'no'} | "
-            f"{1e3 * seconds:.1f} | {seconds / ref:.3f} | {mem['state'] / 2**20:.1f} "
+            f"{1e3 * seconds:.1f} | {ratio:.3f} | {mem['state'] / 2**20:.1f} "
             f"({mem['state'] / ref_mem['state']:.2f}x) | {mem['peak'] / 2**20:.1f} "
             f"({mem['peak'] / ref_mem['peak']:.2f}x) | {mem['temp'] / 2**20:.1f} |")
       del params0
   elapsed = time.perf_counter() - start
   lines = [
-      f"MLPs 1024-W-W-10, batch {BATCH}, {args.repeats} interleaved repeats x {args.steps} "
-      f"steps, {os.cpu_count()} CPU cores, jax {jax.__version__}, commit "
+      f"MLPs 1024-W-W-10, batch {BATCH}, {args.repeats} repeats x {args.steps} steps, each "
+      f"method interleaved with optax.adamw's, {os.cpu_count()} CPU cores, jax {jax.__version__}, commit "
       f"`{_report.git_commit(short=True)}`, {elapsed:.0f} s. Time ratios are to optax.adamw's "
       "step with the same donation; memory from XLA's analysis of the compiled step "
       "(peak = arguments + outputs - aliased + temporaries), ratios to optax.adamw's.", "",

@@ -4,6 +4,7 @@
   its task modules as the driver does (``from suite_tasks import ...``).
 * Tests marked ``slow`` (a subprocess, a snippet that meta-trains) are run first, so
   that ``pytest -n auto`` starts them at once instead of ending on them alone.
+* :func:`computed_once`: a subprocess's result shared by the xdist workers.
 * ``float64``: a fixture enabling 64-bit JAX for a test (``pytest.mark.usefixtures``).
 * An unrolled run of an optimizer on a small non-quadratic loss (:func:`unroll`) and
   a check of ``jax.grad`` against central finite differences (:func:`check_against_fd`),
@@ -12,8 +13,12 @@
   ``from tests.conftest import ...``.
 """
 
+import fcntl
+import json
+import os
 import pathlib
 import sys
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +29,22 @@ import pytest
 import metaoptax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def computed_once(tmp_path_factory, name: str, produce: Callable[[], Any]) -> Any:
+  """``produce()`` (a JSON value), computed once per test run even across
+  pytest-xdist workers: the first worker to ask computes it under a file lock in
+  the run's shared temporary folder, the others read it (xdist's documented
+  pattern). Without xdist it is simply computed."""
+  run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+  if run is None:
+    return produce()
+  path = tmp_path_factory.getbasetemp().parent / f"{name}-{run}.json"
+  with open(f"{path}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not path.exists():
+      path.write_text(json.dumps(produce()))
+    return json.loads(path.read_text())
 
 
 def pytest_collection_modifyitems(items):

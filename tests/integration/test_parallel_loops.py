@@ -2,7 +2,6 @@
 meta-training (tasks sharded) and L2HMC sampler training (chains sharded). One
 subprocess runs both."""
 
-import functools
 import json
 import os
 import subprocess
@@ -90,8 +89,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-@functools.lru_cache(maxsize=None)
-def _record() -> dict:
+def _run() -> dict:
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")
   out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True,
@@ -100,8 +98,14 @@ def _record() -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_l2o_meta_training_sharded_over_8_devices_matches_one_device():
-  r = _record()
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+  from tests.conftest import computed_once  # not at the top: the worker runs this file alone
+  return computed_once(tmp_path_factory, "parallel_loops_record", _run)
+
+
+def test_l2o_meta_training_sharded_over_8_devices_matches_one_device(record):
+  r = record
   assert r["devices"] == 8
   assert r["task_devices"] == 8 and r["task_spec"] == "P('tasks',)"
   assert r["task_shards"] == [[2]]  # 16 tasks, 2 per device
@@ -112,8 +116,8 @@ def test_l2o_meta_training_sharded_over_8_devices_matches_one_device():
   assert r["param_diff"] < 1e-6, r
 
 
-def test_l2hmc_training_with_chains_sharded_matches_one_device():
-  r = _record()["l2hmc"]
+def test_l2hmc_training_with_chains_sharded_matches_one_device(record):
+  r = record["l2hmc"]
   assert r["chain_devices"] == 8 and r["chain_spec"] == "P('chains',)", r
   assert r["chain_shards"] == [[4, 2]]  # 16 chains, 4 per device of the "chains" axis
   assert r["params_replicated"]

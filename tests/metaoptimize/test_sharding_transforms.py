@@ -29,7 +29,6 @@ transfers are asserted. L2HMC is run with its chains sharded over the mesh.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -78,7 +77,6 @@ FLAT_STATE = ("l2o",)
 # --------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
 def _records() -> dict:
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
          "JAX_PLATFORMS": "cpu"}
@@ -95,8 +93,9 @@ def _records() -> dict:
 
 
 @pytest.fixture(scope="module")
-def records():
-  return _records()
+def records(tmp_path_factory):
+  from tests.conftest import computed_once  # not at the top: the worker runs this file alone
+  return computed_once(tmp_path_factory, "sharding_records", _records)
 
 
 def _record(records, case):

@@ -130,7 +130,7 @@ def main(argv=None):
   key = jax.random.key(0)
   x = jax.random.normal(key, (BATCH, 1024))
   y = jax.random.randint(key, (BATCH,), 0, 10)
-  start = time.perf_counter()
+  start, commit = time.perf_counter(), _report.git_commit(short=True)  # the code that runs
   rows, ratios = [], {}
   work = len(sizes) * (len(table) - 1) * len(donations) * args.repeats
   with tqdm(total=work, desc="step time by size", unit="run") as bar:
@@ -155,7 +155,7 @@ def main(argv=None):
   lines = [
       f"MLPs 1024-W-W-10, batch {BATCH}, {args.repeats} repeats x {args.steps} steps, each "
       f"method interleaved with optax.adamw's, {os.cpu_count()} CPU cores, jax {jax.__version__}, commit "
-      f"`{_report.git_commit(short=True)}`, {elapsed:.0f} s. Time ratios are to optax.adamw's "
+      f"`{commit}`, {elapsed:.0f} s. Time ratios are to optax.adamw's "
       "step with the same donation; memory from XLA's analysis of the compiled step "
       "(peak = arguments + outputs - aliased + temporaries), ratios to optax.adamw's.", "",
       "| size | method | donated | median step (ms) | ratio to adamw | optimizer state MB "

@@ -47,6 +47,12 @@ def computed_once(tmp_path_factory, name: str, produce: Callable[[], Any]) -> An
     return json.loads(path.read_text())
 
 
+def xla_flags(*flags: str) -> str:
+  """``XLA_FLAGS`` for a test's subprocess: this run's flags (``conftest.py`` at the
+  root) plus ``flags``."""
+  return " ".join(os.environ.get("XLA_FLAGS", "").split() + list(flags))
+
+
 def pytest_collection_modifyitems(items):
   """The ``slow`` tests first (a stable sort: the same order in every xdist worker)."""
   items.sort(key=lambda item: item.get_closest_marker("slow") is None)

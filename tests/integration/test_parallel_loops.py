@@ -90,7 +90,8 @@ _SCRIPT = textwrap.dedent("""
 
 
 def _run() -> dict:
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  from tests.conftest import xla_flags  # not at the top: the worker runs this file alone
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu")
   out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True,
                        text=True, timeout=600)

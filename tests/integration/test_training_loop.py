@@ -54,6 +54,7 @@ def _train(**kwargs):
   return l2hmc.train(TARGET, HMC_CONFIG, HMC_TRAINING, **kwargs)
 
 
+@pytest.mark.full_optimization
 def test_same_bits_as_the_drivers_before_the_shared_loop():
   """The fixture holds the losses and final states of ``meta_train`` and
   ``l2hmc.train`` as they were before they shared one loop (same settings,

@@ -151,9 +151,11 @@ def test_converges_on_quadratic_from_tiny_step_size(name, approximation):
         strict=True, reason="SGD on beta is scale-dependent: from 1e-6 it stalls at "
         "eta=1e-3 and diverges at eta>=1e-2 (measured); use an Adam or Lion meta."))
     if v[0] == "sgd_sgd" else pytest.param(*v, marks=pytest.mark.xfail(
-        strict=True, reason="plain SGD with the climb (metaoptax.sgd): on Rosenbrock's valley "
-        "(curvature ~1e3) the iterate diverges within the few steps that the running mean of "
-        "the meta-gradient needs to turn once alpha passes 2/L (measured: inf)"))
+        strict=False, reason="plain SGD with the climb (metaoptax.sgd): on Rosenbrock's valley "
+        "(curvature ~1e3) the iterate can diverge within the few steps that the running mean "
+        "of the meta-gradient needs to turn once alpha passes 2/L; whether it does depends on "
+        "float32 rounding (measured: inf under XLA's default CPU optimization, 3.8e-10 "
+        "without LLVM's passes)"))
     if v == ("sgd", "hessian_free") else v for v in CONVERGENCE],
     ids=[f"{n}-{a}" for n, a in CONVERGENCE])
 def test_converges_on_rosenbrock_from_tiny_step_size(name, approximation):

@@ -78,7 +78,8 @@ FLAT_STATE = ("l2o",)
 
 
 def _records() -> dict:
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+  from tests.conftest import xla_flags  # not at the top: the worker runs this file alone
+  env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=8"),
          "JAX_PLATFORMS": "cpu"}
   done = subprocess.run([sys.executable, __file__, "--worker"], env=env, capture_output=True,
                         text=True, timeout=600)

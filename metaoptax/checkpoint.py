@@ -39,8 +39,9 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+from metaoptax._src import multihost
 
 _FORMAT = 1
 _COUNT = "num_leaves"  # always written, so even an empty tree makes a valid checkpoint
@@ -113,7 +114,7 @@ def _target(leaf) -> Any:
 def _empty(target) -> Any:
   if target.sharding is None:
     return np.zeros(target.shape, target.dtype)
-  return jax.device_put(jnp.zeros(target.shape, target.dtype), target.sharding)
+  return multihost.put(np.zeros(target.shape, target.dtype), target.sharding)
 
 
 def _rebuild(like_leaf, kind: str, value) -> Any:

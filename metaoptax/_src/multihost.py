@@ -1,0 +1,82 @@
+"""Arrays that span several processes (``jax.distributed``, one process per host).
+
+In a multi-process run every process executes the same program (SPMD) and
+addresses only its own devices; a ``jax.sharding.Mesh`` over ``jax.devices()``
+spans all of them. Two host operations then need care:
+
+* putting a value on such a mesh (``jax.device_put`` accepts only shardings
+  whose devices are all local): :func:`put` builds the global array from the
+  value every process holds, each process filling its own shards;
+* reading a sharded array back (each process holds only its shards):
+  :func:`to_host` gathers it, a collective that every process must call at the
+  same point of the program.
+
+In a single process both are the plain ``jax.device_put`` and ``np.asarray``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Sharding
+
+
+def is_main_process() -> bool:
+  """Whether this is process 0 (the one that reports progress and writes small files)."""
+  return jax.process_index() == 0
+
+
+def _is_key(x: Any) -> bool:
+  return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _put_leaf(x: Any, sharding: Sharding) -> jax.Array:
+  if _is_key(x):
+    return jax.random.wrap_key_data(_put_leaf(jax.random.key_data(x), sharding),
+                                    impl=jax.random.key_impl(x))
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    return jax.device_put(x, sharding)  # already global: a reshard between global layouts
+  value = np.asarray(x)
+  return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def put(tree: Any, sharding: Sharding) -> Any:
+  """``jax.device_put(tree, sharding)``, also when ``sharding`` spans other processes.
+
+  Then every process must pass the same values (e.g. a state initialised from
+  the same seed): each fills its own devices' shards from its copy. Typed PRNG
+  keys are placed as their key data and re-wrapped.
+  """
+  if sharding.is_fully_addressable:
+    return jax.device_put(tree, sharding)
+  return jax.tree.map(lambda x: _put_leaf(x, sharding), tree)
+
+
+def _host_leaf(x: Any) -> Any:
+  if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+    return x  # np.asarray reads it locally
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  if _is_key(x):
+    return jax.random.wrap_key_data(
+        np.asarray(multihost_utils.process_allgather(jax.random.key_data(x), tiled=True)),
+        impl=jax.random.key_impl(x))
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def gathered(tree: Any) -> Any:
+  """``tree`` with every array sharded over other processes gathered to a host array.
+
+  Leaves a process can read by itself (local or fully replicated arrays, NumPy
+  values, scalars) are returned as they are. A collective when some leaf is
+  sharded over several processes: every process must call it at the same point.
+  """
+  return jax.tree.map(_host_leaf, tree)
+
+
+def barrier(name: str) -> None:
+  """Waits until every process reaches the barrier ``name`` (nothing with one process)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)

@@ -16,11 +16,12 @@ In a single process both are the plain ``jax.device_put`` and ``np.asarray``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Sharding
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 
 def is_main_process() -> bool:
@@ -54,9 +55,14 @@ def put(tree: Any, sharding: Sharding) -> Any:
   return jax.tree.map(lambda x: _put_leaf(x, sharding), tree)
 
 
-def _host_leaf(x: Any) -> Any:
-  if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
-    return x  # np.asarray reads it locally
+def _spread(x: Any) -> bool:
+  """Whether ``x`` is an array whose value no single process holds."""
+  return (isinstance(x, jax.Array) and not x.is_fully_addressable
+          and not x.is_fully_replicated)
+
+
+def _gather_leaf(x: jax.Array) -> Any:
+  """A leaf whose sharding is not a NamedSharding: gathered to a host array."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   if _is_key(x):
     return jax.random.wrap_key_data(
@@ -65,14 +71,33 @@ def _host_leaf(x: Any) -> Any:
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def gathered(tree: Any) -> Any:
-  """``tree`` with every array sharded over other processes gathered to a host array.
+@functools.lru_cache(maxsize=32)
+def _replicate(shardings: tuple[NamedSharding, ...]):
+  """A jitted identity whose outputs are replicated as ``shardings`` (an all-gather)."""
+  return jax.jit(lambda *arrays: arrays, out_shardings=shardings)
 
-  Leaves a process can read by itself (local or fully replicated arrays, NumPy
-  values, scalars) are returned as they are. A collective when some leaf is
-  sharded over several processes: every process must call it at the same point.
+
+def gathered(tree: Any) -> Any:
+  """``tree`` with every array sharded over other processes replicated everywhere.
+
+  Then every leaf can be read on each process (``np.asarray``); leaves already
+  readable (local or fully replicated arrays, NumPy values, scalars) are
+  returned as they are. A collective (one all-gather program for the whole
+  tree) when some leaf is sharded over several processes: every process must
+  call it at the same point.
   """
-  return jax.tree.map(_host_leaf, tree)
+  leaves, treedef = jax.tree.flatten(tree)
+  spread = [i for i, x in enumerate(leaves) if _spread(x)]
+  named = [i for i in spread if isinstance(leaves[i].sharding, NamedSharding)]
+  if named:
+    replicated = tuple(NamedSharding(leaves[i].sharding.mesh, PartitionSpec()) for i in named)
+    arrays = _replicate(replicated)(*(leaves[i] for i in named))
+    for i, x in zip(named, arrays):
+      leaves[i] = x
+  for i in spread:
+    if i not in named:
+      leaves[i] = _gather_leaf(leaves[i])
+  return jax.tree.unflatten(treedef, leaves)
 
 
 def barrier(name: str) -> None:

@@ -184,6 +184,8 @@ def test_checkpoints_written_once_resume_and_restore_on_another_topology(records
   assert r["resumed_identical"], "the 2-process resume differs from the uninterrupted run"
   assert r["restored_identical"] and r["restored_spec"] == "P('chains',)", r
   assert r["restored_devices"] == 4 and r["restored_processes"] == 1, r
+  # continued in one process from the 2-process checkpoint of iteration 2 (measured: 0)
+  assert r["continued_diff"] < LOOP_TOL, r
 
 
 # --------------------------------------------------------------------------
@@ -416,6 +418,13 @@ def _reference(workdir: str) -> None:
       "chain_spec": str(pair["l2hmc/chain_spec"]),
   }
 
+  # the 2-process run continued in one process from its checkpoint of iteration 2
+  directory = os.path.join(workdir, "one-process")
+  shutil.copytree(os.path.join(workdir, "checkpoints"), directory)
+  for later in ("4", "5"):
+    shutil.rmtree(os.path.join(directory, later))
+  continued = _flat(_l2hmc(chain_mesh, checkpoint_dir=directory).state)
+
   # the last 2-process checkpoint, restored in one process with the chains over 4 devices
   target, config, training = _l2hmc_problem()
   flat_mesh = Mesh(np.array(jax.devices()), ("chains",))
@@ -430,6 +439,7 @@ def _reference(workdir: str) -> None:
       "listing": pair["checkpoint/listing"].tolist(),
       "resumed_identical": bool(pair["checkpoint/resumed_identical"]),
       "restored_identical": all(np.array_equal(got[k], state[k]) for k in got),
+      "continued_diff": relative(state, continued),
       "restored_spec": str(position.sharding.spec),
       "restored_devices": len(position.sharding.device_set),
       "restored_processes": len({d.process_index for d in position.sharding.device_set}),

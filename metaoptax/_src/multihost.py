@@ -8,10 +8,10 @@ spans all of them. Two host operations then need care:
   whose devices are all local): :func:`put` builds the global array from the
   value every process holds, each process filling its own shards;
 * reading a sharded array back (each process holds only its shards):
-  :func:`to_host` gathers it, a collective that every process must call at the
+  :func:`gathered` replicates it, a collective that every process must call at the
   same point of the program.
 
-In a single process both are the plain ``jax.device_put`` and ``np.asarray``.
+In a single process they are ``jax.device_put`` and nothing.
 """
 
 from __future__ import annotations

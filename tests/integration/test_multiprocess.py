@@ -40,7 +40,17 @@ import sys
 import tempfile
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import metaoptax
+from metaoptax import checkpoint, l2hmc, l2o
+from metaoptax._src import multihost
 
 # One launch of the process pair serves the whole module: keep it on one xdist worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
@@ -197,8 +207,8 @@ def test_checkpoints_written_once_resume_and_restore_on_another_topology(records
 # --------------------------------------------------------------------------
 
 
-def _mlp(jnp, np):
-  import jax  # pylint: disable=g-import-not-at-top
+def _mlp():
+  """A small MLP's params (host arrays) and its loss on fixed data."""
   k1, k2, k3, k4 = jax.random.split(jax.random.key(0), 4)
   params = {"w1": np.asarray(0.3 * jax.random.normal(k1, (8, 8))),
             "w2": np.asarray(0.3 * jax.random.normal(k2, (8, 16))),
@@ -214,17 +224,9 @@ def _mlp(jnp, np):
 
 def _metaoptimize(name, mesh):
   """Params and state after STEPS jitted steps, params sharded over both mesh axes."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-  from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
-  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
 
-  import metaoptax  # pylint: disable=g-import-not-at-top
-  from metaoptax._src import multihost  # pylint: disable=g-import-not-at-top
 
-  values, loss = _mlp(jnp, np)
+  values, loss = _mlp()
   specs = {"w1": P("data", "model"), "w2": P("model", "data"), "b": P("data"), "s": P()}
   params = {k: multihost.put(v, NamedSharding(mesh, specs[k])) for k, v in values.items()}
   approximation, blocks = name.split("-")
@@ -245,9 +247,7 @@ def _metaoptimize(name, mesh):
 
 
 def _l2o(mesh, progress):
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  from metaoptax import l2o  # pylint: disable=g-import-not-at-top
   base = l2o.tasks.ellipse()  # tasks with b[0] > 1.2 have a NaN loss: some batches' updates
   family = base._replace(name="poisoned", loss=lambda task, x: jnp.where(  # are skipped
       task["b"][0] > 1.2, jnp.nan, 1.0) * base.loss(task, x))
@@ -261,23 +261,18 @@ def _l2o(mesh, progress):
 
 @functools.lru_cache(maxsize=None)  # one target function: a resumed run reuses the compiled step
 def _l2hmc_problem():
-  from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top
   return (l2hmc.targets.strongly_correlated_gaussian(),
           l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4),
           l2hmc.TrainingConfig(num_chains=8, aux_weight=0.0))
 
 
 def _l2hmc(mesh, **kwargs):
-  from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top
   target, config, training = _l2hmc_problem()
   return l2hmc.train(target, config, training, num_iterations=L2HMC_ITERATIONS, mesh=mesh,
                      data_axis="chains", progress=None, **kwargs)
 
 
 def _meshes():
-  import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   devices = np.array(jax.devices()).reshape(2, 2)  # rows: one process each in the pair
   return (Mesh(devices, ("data", "model")), Mesh(devices.reshape(-1), ("tasks",)),
           Mesh(devices, ("chains", "other")))
@@ -285,21 +280,17 @@ def _meshes():
 
 def _flat(tree) -> dict:
   """Leaves as host arrays named by position (typed keys as their key data)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   leaves = [jax.random.key_data(x) if isinstance(x, jax.Array) and jax.dtypes.issubdtype(
       x.dtype, jax.dtypes.prng_key) else x for x in jax.tree.leaves(tree)]
   return {f"{i:04d}": np.asarray(x) for i, x in enumerate(leaves)}
 
 
 def _worker(process_id: int, port: str, workdir: str) -> None:
-  import jax  # pylint: disable=g-import-not-at-top
+  """One process of the pair: every case, SPMD; process 0 saves the results."""
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
                              num_processes=PROCESSES, process_id=process_id)
-  import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from metaoptax._src import multihost  # pylint: disable=g-import-not-at-top
 
   assert jax.process_count() == PROCESSES and jax.device_count() == 4, jax.devices()
   mesh, task_mesh, chain_mesh = _meshes()
@@ -351,12 +342,7 @@ def _worker(process_id: int, port: str, workdir: str) -> None:
 
 def _reference(workdir: str) -> None:
   """The same cases in one process on the same mesh; compares with the pair's results."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh, NamedSharding  # pylint: disable=g-import-not-at-top
-  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
 
-  from metaoptax import checkpoint, l2hmc  # pylint: disable=g-import-not-at-top
 
   assert jax.process_count() == 1 and jax.device_count() == 4, jax.devices()
   mesh, task_mesh, chain_mesh = _meshes()

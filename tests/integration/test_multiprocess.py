@@ -290,8 +290,6 @@ def _worker(process_id: int, port: str, workdir: str) -> None:
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
                              num_processes=PROCESSES, process_id=process_id)
-
-
   assert jax.process_count() == PROCESSES and jax.device_count() == 4, jax.devices()
   mesh, task_mesh, chain_mesh = _meshes()
   saved = {}
@@ -324,13 +322,13 @@ def _worker(process_id: int, port: str, workdir: str) -> None:
       shutil.rmtree(os.path.join(workdir, "resumed", later))
   multihost.barrier("interrupted")
   resumed = _l2hmc(chain_mesh, checkpoint_dir=os.path.join(workdir, "resumed"))
-  a, b = _flat(multihost.gathered(full.state)), _flat(multihost.gathered(resumed.state))
+  final = multihost.gathered(full.state)
+  a, b = _flat(final), _flat(multihost.gathered(resumed.state))
   saved["checkpoint/resumed_identical"] = all(np.array_equal(a[k], b[k]) for k in a)
   saved["checkpoint/listing"] = np.array(listing)
   saved.update({f"l2hmc/state/{k}": v for k, v in a.items()})
-  gathered = multihost.gathered(full.state)
   for field in ("params", "opt_state", "chains"):
-    saved.update({f"l2hmc/{field}/{k}": v for k, v in _flat(getattr(gathered, field)).items()})
+    saved.update({f"l2hmc/{field}/{k}": v for k, v in _flat(getattr(final, field)).items()})
   saved["l2hmc/losses"], saved["l2hmc/acceptance"] = full.losses, full.acceptance
   saved["l2hmc/skipped"] = full.skipped_updates
   saved["cpu/resume"] = time.process_time() - clock
@@ -342,19 +340,8 @@ def _worker(process_id: int, port: str, workdir: str) -> None:
 
 def _reference(workdir: str) -> None:
   """The same cases in one process on the same mesh; compares with the pair's results."""
-
-
   assert jax.process_count() == 1 and jax.device_count() == 4, jax.devices()
   mesh, task_mesh, chain_mesh = _meshes()
-
-  def leaves(prefix):
-    return {k[len(prefix):]: v for k, v in pair.items() if k.startswith(prefix)
-            and k[len(prefix):].isdigit()}
-
-  def relative(a, b):  # max |a - b| relative to max(1, max |a|), over the leaves
-    return max([0.0] + [float(np.max(np.abs(a[k].astype(np.float64) - b[k])))
-                        / max(1.0, float(np.max(np.abs(a[k])))) for k in a if a[k].size])
-
   cpu, clock = {}, time.process_time()
   metaoptimize = {}
   for name in METAOPTIMIZE:
@@ -369,6 +356,16 @@ def _reference(workdir: str) -> None:
   while not os.path.exists(path):
     time.sleep(0.1)
   pair = dict(np.load(path))
+  clock = time.process_time()
+
+  def leaves(prefix):
+    return {k[len(prefix):]: v for k, v in pair.items() if k.startswith(prefix)
+            and k[len(prefix):].isdigit()}
+
+  def relative(a, b):  # max |a - b| relative to max(1, max |a|), over the leaves
+    return max([0.0] + [float(np.max(np.abs(a[k].astype(np.float64) - b[k])))
+                        / max(1.0, float(np.max(np.abs(a[k])))) for k in a if a[k].size])
+
   records = {}
   for name in METAOPTIMIZE:
     tree, _, start = metaoptimize[name]
@@ -437,7 +434,8 @@ def _reference(workdir: str) -> None:
   records["cpu_seconds"] = {"pair (process 0)": {k[4:]: round(float(v), 2) for k, v in
                                                  pair.items() if k.startswith("cpu/")},
                             "reference": {**{k: round(v, 2) for k, v in cpu.items()},
-                                          "restore": round(time.process_time() - clock, 2),
+                                          "resume and restore": round(
+                                              time.process_time() - clock, 2),
                                           "all": round(time.process_time(), 2)}}
   print(json.dumps(records))
 

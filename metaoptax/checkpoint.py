@@ -39,8 +39,9 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+from metaoptax._src import multihost
 
 _FORMAT = 1
 _COUNT = "num_leaves"  # always written, so even an empty tree makes a valid checkpoint
@@ -85,11 +86,14 @@ def save(directory: str | os.PathLike, pytree: Any, *, overwrite: bool = False) 
   leaves = jax.tree_util.tree_flatten_with_path(pytree)[0]
   layout = [_describe(path, leaf) for path, leaf in leaves]
   arrays = {_COUNT: np.asarray(len(leaves), np.int32)}  # 0-d: orbax 0.11.20 rejected np.int32
+  several = jax.process_count() > 1
   for i, ((_, leaf), (_, kind, shape, _)) in enumerate(zip(leaves, layout)):
     if kind == "key":
       leaf = jax.random.key_data(leaf)
     elif kind == "python":
       leaf = np.asarray(leaf)
+    if several and isinstance(leaf, jax.Array) and leaf.is_fully_addressable:
+      leaf = np.asarray(leaf)  # a process-local array (the same on every process)
     if int(np.prod(shape)) > 0:
       arrays[_name(i)] = leaf
   with ocp.StandardCheckpointer() as checkpointer:
@@ -113,7 +117,7 @@ def _target(leaf) -> Any:
 def _empty(target) -> Any:
   if target.sharding is None:
     return np.zeros(target.shape, target.dtype)
-  return jax.device_put(jnp.zeros(target.shape, target.dtype), target.sharding)
+  return multihost.put(np.zeros(target.shape, target.dtype), target.sharding)
 
 
 def _rebuild(like_leaf, kind: str, value) -> Any:

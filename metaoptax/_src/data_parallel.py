@@ -14,6 +14,8 @@ from typing import Any, NamedTuple, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from metaoptax._src import multihost
+
 
 class DataParallel(NamedTuple):
   """Where batched and replicated arrays live (``None`` fields: one device, no constraint)."""
@@ -37,14 +39,21 @@ class DataParallel(NamedTuple):
     """Puts ``tree`` replicated on every device of the mesh, outside jit.
 
     Without a mesh, commits it to the default device, so a fresh state and one
-    restored from a checkpoint (committed) share one compiled step.
+    restored from a checkpoint (committed) share one compiled step. On a mesh
+    spanning several processes, every process passes the same ``tree``.
     """
-    return jax.device_put(tree, self.replicated or jax.devices()[0])
+    if self.replicated is None:
+      return jax.device_put(tree, jax.devices()[0])
+    return multihost.put(tree, self.replicated)
 
   def place_batch(self, tree: Any) -> Any:
     """Puts ``tree`` split along its leading axis over the mesh, outside jit (without a
-    mesh: committed to the default device)."""
-    return jax.device_put(tree, self.batch or jax.devices()[0])
+    mesh: committed to the default device). On a mesh spanning several
+    processes, every process passes the same (whole) ``tree`` and keeps its
+    devices' part."""
+    if self.batch is None:
+      return jax.device_put(tree, jax.devices()[0])
+    return multihost.put(tree, self.batch)
 
 
 def hashable_axis(axis: str | Sequence[str] | None) -> str | tuple[str, ...] | None:

@@ -15,6 +15,14 @@ which
 
 A run is a pure function of its starting state: neither the report schedule nor
 an interruption changes a bit of it.
+
+Several processes (``jax.distributed``, a mesh spanning every process's
+devices): every process calls :func:`run` with the same arguments, as the
+program is SPMD. The reports are computed on every process from the global
+values (the skipped updates are counted in the replicated state; infos sharded
+over processes are gathered) and shown by process 0 only; each checkpoint is
+one orbax checkpoint written collectively, every process saving its own shards
+(``checkpoint_dir`` on a file system all processes share).
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import jax
 import numpy as np
 
 from metaoptax import checkpoint
+from metaoptax._src import multihost
+from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress, ProgressFn
 
 _START_FILE = "start.json"  # fingerprint of the state the run in a checkpoint_dir started from
@@ -41,11 +51,6 @@ class LoopResult(NamedTuple):
   state: Any  # the state after the last iteration
   infos: Any  # the step's infos of this call, stacked along a new leading axis (host arrays)
   seconds: float  # wall time of the iterations of this call
-
-
-def is_main_process() -> bool:
-  """Whether this process reports progress (process 0 of a multi-process run)."""
-  return jax.process_index() == 0
 
 
 def check_schedule(log_every: int, checkpoint_every: int,
@@ -80,9 +85,11 @@ def jitted(build: Callable[..., Callable], *args, **kwargs) -> Callable:
 
 
 def _fingerprint(tree: Any) -> str:
-  """sha256 of a pytree's structure and leaf bits (typed keys as their key data)."""
+  """sha256 of a pytree's structure and leaf bits (typed keys as their key data).
+
+  A collective if a leaf is sharded over several processes (see :func:`run`)."""
   digest = hashlib.sha256(str(jax.tree.structure(tree)).encode())
-  for leaf in jax.tree.leaves(tree):
+  for leaf in jax.tree.leaves(multihost.gathered(tree)):
     if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
       leaf = jax.random.key_data(leaf)
     leaf = np.asarray(leaf)
@@ -104,10 +111,12 @@ def _start(state: Any, chosen: bool, checkpoint_dir: str | os.PathLike | None) -
   record = os.path.join(checkpoint_dir, _START_FILE)
   latest = checkpoint.latest_step(checkpoint_dir)
   if latest is None:
+    fingerprint = _fingerprint(state)  # on every process: it may gather
     if is_main_process():
       os.makedirs(checkpoint_dir, exist_ok=True)
       with open(record, "w") as f:
-        json.dump({"sha256": _fingerprint(state)}, f)
+        json.dump({"sha256": fingerprint}, f)
+    multihost.barrier("metaoptax start record")
     return state
   restored = checkpoint.restore(os.path.join(checkpoint_dir, str(latest)), like=state)
   if chosen and os.path.exists(record):
@@ -125,12 +134,14 @@ def _start(state: Any, chosen: bool, checkpoint_dir: str | os.PathLike | None) -
 def stack(infos: Sequence[Any], empty_like: Callable[[], Any]) -> Any:
   """Per-iteration infos stacked along a new leading axis, as host arrays.
 
+  Infos sharded over several processes are gathered (a collective).
   ``empty_like()`` gives the structure (e.g. ``jax.eval_shape`` of the step)
   used when there are no infos: zero-length arrays of its shapes and dtypes.
   """
   if not infos:
     return jax.tree.map(lambda x: np.zeros((0,) + tuple(x.shape), x.dtype), empty_like())
-  return jax.tree.map(lambda *x: np.stack([np.asarray(v) for v in x]), *infos)
+  return jax.tree.map(lambda *x: np.stack([np.asarray(v) for v in x]),
+                      *multihost.gathered(list(infos)))
 
 
 def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: int,
@@ -173,7 +184,7 @@ def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: i
   first = int(count(state))
   if callback is not None:
     callback(first, state)
-  report = None
+  report = None  # shown by process 0 only; every process computes it (it may gather)
   if progress is not None and is_main_process():
     report = Bar(label, first, num_iterations) if progress == "bar" else progress
 
@@ -185,12 +196,13 @@ def run(step: Callable[[Any], tuple[Any, Any]], state: Any, *, num_iterations: i
       infos.append(info)  # stays on the device until a report
       if callback is not None:
         callback(done, state)
-      if report is not None and (done % log_every == 0 or done == num_iterations):
+      if progress is not None and (done % log_every == 0 or done == num_iterations):
         loss, metrics = summarize(stack(infos[reported:], lambda: None))
         now = time.perf_counter()
-        skipped = getattr(state, "skipped_updates", 0)
-        report(Progress(label, done, num_iterations, loss, int(skipped),
-                        (len(infos) - reported) / max(now - last_time, 1e-12), metrics))
+        skipped = getattr(state, "skipped_updates", 0)  # replicated: the global count
+        if report is not None:
+          report(Progress(label, done, num_iterations, loss, int(skipped),
+                          (len(infos) - reported) / max(now - last_time, 1e-12), metrics))
         reported, last_time = len(infos), now
       if checkpoint_dir is not None and (
           (checkpoint_every and done % checkpoint_every == 0) or done == num_iterations):

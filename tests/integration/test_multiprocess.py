@@ -57,8 +57,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess")]
 
 PROCESSES, LOCAL_DEVICES = 2, 2
 TIMEOUT = 300  # seconds for all (the pair and the one-process reference run at once)
-# Both sides compile without LLVM's expensive optimizations: a third less compile time.
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 RTOL, ATOL = 1e-5, 1e-6  # MetaOptimize, as in the 8-device sharding tests
 LOOP_TOL = 1e-6  # L2O and L2HMC, as in the 8-device training-loop tests
 METAOPTIMIZE = ("hessian_free-scalar", "hessian_free-per_leaf", "2x2-scalar")
@@ -78,10 +76,12 @@ def _free_port() -> int:
 
 
 def _env(devices: int) -> dict:
+  """The run's XLA flags (fast compiles, ``conftest.py``) and ``devices`` host devices."""
+  from tests.conftest import xla_flags  # not at the top: the workers run this file alone
   root = str(pathlib.Path(__file__).resolve().parents[2])
   path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
   return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path,
-          "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}"}
+          "XLA_FLAGS": xla_flags(f"--xla_force_host_platform_device_count={devices}")}
 
 
 def _run_all(commands: dict, workdir: str) -> dict:

@@ -24,10 +24,17 @@ import _report
 import metaoptax
 
 TARGETS = {"Hessian-free": 1.10, "exact 2x2": 2.5}
-NOTES = """Notes: "no guard" (`skip_nonfinite=False`) is slower than the guarded default: the
-guard's selection on the meta-gradient's finiteness orders the read of the old trace before
-its in-place update; without it XLA copies the trace (donated buffers). The exact variants
-need one Hessian-vector product per block column; the reference row is the cost of one."""
+NOTES = """Notes: "no guard" (`skip_nonfinite=False`) passes the gradient and the trace through
+selections on an always-true predicate of the meta-gradient: like the guard's selections,
+they order the reads of the old trace and params before their in-place updates (without
+them XLA copied the trace and two weight matrices: 127 instead of 113 MB). The exact variants
+need one Hessian-vector product per block column; the reference row is the cost of one.
+The scalar exact steps run the reference's 22 matrix products (the meta-gradient is
+computed once); the rest is elementwise memory traffic (last column, XLA's cost analysis):
+XLA on CPU does not fuse kernels with several outputs, so each params-sized output
+(weights, Adam's moments, the trace's three columns) is a kernel re-reading its inputs,
+and the guard's finiteness check of the new trace recomputes it before selecting it.
+Beyond the caches the time ratio tends to the ratio of bytes accessed."""
 
 
 class AdamWPlusHVP:
@@ -61,6 +68,8 @@ def methods():
       "(Lion, Lion) HF scalar": (metaoptax.presets.lion_lion(1e-6), False, None),
       "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), True, "exact 2x2"),
       "(AdamW, Adam) exact L scalar": (adam(1e-6, approximation="l_approx"), True, None),
+      "(AdamW, Adam) exact 2x2 per_leaf": (adam(1e-6, approximation="2x2", blocks="per_leaf"),
+                                           True, None),
   }
 
 
@@ -86,6 +95,13 @@ def make_step(opt, needs_objective, donate=True):
     return optax.apply_updates(params, updates), state
 
   return jax.jit(step, donate_argnums=(0, 1) if donate else ())
+
+
+def accessed_bytes(compiled):
+  """Bytes the compiled step reads and writes, from XLA's cost analysis."""
+  analysis = compiled.cost_analysis()
+  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+  return float(analysis.get("bytes accessed", float("nan")))
 
 
 def nbytes(tree):
@@ -117,11 +133,11 @@ def main(argv=None):
     for name, (opt, needs_obj, _) in table.items():
       params = jax.tree.map(jnp.copy, params0)
       state = opt.init(params)
-      step = make_step(opt, needs_obj, donate)
-      params, state = step(params, state, x, y)  # compile
+      step = make_step(opt, needs_obj, donate).lower(params, state, x, y).compile()
+      params, state = step(params, state, x, y)
       jax.block_until_ready(params)
       runs[name, donate] = {"step": step, "params": params, "state": state, "times": [],
-                            "state_bytes": nbytes(state)}
+                            "state_bytes": nbytes(state), "accessed": accessed_bytes(step)}
       print(f"compiled {name} (donated: {donate})", flush=True)
   for r in range(args.repeats):
     for run in runs.values():
@@ -141,8 +157,8 @@ def main(argv=None):
            f"jax {jax.__version__}, commit `{commit}`. Ratios are to optax.adamw's step with the "
            "same donation (params and state donated to the jitted step, or not).", "",
            "| method | donated | median step (ms) | ratio to adamw | target | state (MB) | "
-           "extra params-sized vectors |",
-           "|---|---|---|---|---|---|---|"]
+           "extra params-sized vectors | accessed per step (MB, vs adamw) |",
+           "|---|---|---|---|---|---|---|---|"]
   ratios = {}
   for (name, donate), run in runs.items():
     med = np.median(run["times"])
@@ -151,18 +167,35 @@ def main(argv=None):
       ratios[name] = med / ref
     target = table[name][2]
     extra = (run["state_bytes"] - ref_bytes) / params_bytes
+    accessed = run["accessed"] / runs["optax.adamw", donate]["accessed"]
     lines.append(f"| {name} | {'yes' if donate else 'no'} | {1e3 * med:.2f} | {med / ref:.3f} | "
                  f"{'<= %.2f' % TARGETS[target] if target else '-'} | "
-                 f"{run['state_bytes'] / 2**20:.2f} | {extra:+.3f} |")
-  lines += ["", NOTES]
+                 f"{run['state_bytes'] / 2**20:.2f} | {extra:+.3f} | "
+                 f"{run['accessed'] / 2**20:.1f} ({accessed:.2f}x) |")
+  lines += ["", NOTES, "", per_leaf_floor(runs, modes, sizes)]
   _report.write_table(lines, os.path.join(args.out, "step_time.md"))
   plot(ratios, table, os.path.join(args.out, "step_time.png"))
+
+
+def per_leaf_floor(runs, modes, sizes):
+  """The per-leaf 2x2 step against 1 + m x (one HVP's cost), m = the number of leaves."""
+  m = 2 * (len(sizes) - 1)
+  parts = []
+  for donate in modes:
+    ratio = lambda name: np.median(runs[name, donate]["times"]) / np.median(
+        runs["optax.adamw", donate]["times"])
+    floor = 1 + m * (ratio("optax.adamw + one HVP (reference)") - 1)
+    parts.append(f"{ratio('(AdamW, Adam) exact 2x2 per_leaf'):.2f}x against "
+                 f"1 + {m} x {ratio('optax.adamw + one HVP (reference)') - 1:.2f} = "
+                 f"{floor:.2f}x ({'donated' if donate else 'not donated'})")
+  return (f"Per-leaf 2x2 ({m} blocks, one Hessian-vector product each): " + "; ".join(parts)
+          + ".")
 
 
 def plot(ratios, table, path):
   plt = _report.pyplot()
   fig, ax = plt.subplots(figsize=(9, 4))
-  names = list(ratios)
+  names = [n for n in ratios if "per_leaf" not in n or "exact" not in n]  # table only: ~20x
   ax.barh(names, [ratios[n] for n in names], color="tab:blue")
   for target, value in TARGETS.items():
     ax.axvline(value, ls="--", color="tab:red" if "exact" in target else "tab:green", lw=1,

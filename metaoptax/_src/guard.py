@@ -79,3 +79,20 @@ def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_g
       meta_state=optax.tree_utils.tree_where(meta_ok, new.meta_state, state.meta_state),
       trace=optax.tree_utils.tree_where(grads_ok, new_trace, state.trace))
   return tree_utils.zeros_unless(grads_ok, delta), _count(new, ~grads_ok, grads_ok & ~meta_ok)
+
+
+def unguarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState,
+                   meta_grad: Any) -> tuple[Any, MetaOptimizeState]:
+  """Runs ``attempt(grads, state, meta_grad)`` without the guard (``skip_nonfinite=False``).
+
+  The gradient and the trace pass through selections on a predicate that always
+  holds (``s == s or s != s``), computed from the meta-gradient, which XLA does
+  not fold: like the guard's selections, they order the reads of the trace and
+  of the params (by the meta-gradient and the backward pass) before the in-place
+  updates of donated buffers, which XLA would otherwise copy first. The values
+  are those of ``attempt(grads, state, meta_grad)``, bit for bit.
+  """
+  total = sum((jnp.sum(x) for x in jax.tree.leaves(meta_grad)), jnp.zeros([]))
+  always = (total == total) | (total != total)
+  return attempt(tree_utils.zeros_unless(always, grads),
+                 state._replace(trace=tree_utils.zeros_unless(always, state.trace)), meta_grad)

@@ -162,7 +162,7 @@ def metaoptimize(
       delta, new_state = guard.guarded_step(attempt, updates, state, meta_grad,
                                             check_new_trace=implementation.CHECKS_NEW_TRACE)
     else:
-      delta, new_state = attempt(updates, state, meta_grad)
+      delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
     return optax.tree_utils.tree_cast_like(delta, params), new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

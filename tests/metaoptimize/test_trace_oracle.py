@@ -53,12 +53,13 @@ CASES = [
     ("adam", "adam", "2x2", "scalar", 1.0, 0.1, False, "log"),
     ("adam", "adam", "l_approx", "per_leaf", 0.9, 0.1, False, "log"),
     ("adam", "adam", "2x2", "per_param", 0.9, 0.0, False, "log"),
-    ("sgd", "sgd", "2x2", "scalar", 1.0, 0.0, False, "log"),
     ("sgd", "sgd", "l_approx", "per_param", 1.0, 0.0, True, "log"),
     ("momentum", "adam", "2x2", "labels", 0.5, 0.1, False, "log"),
     ("rmsprop", "rmsprop", "2x2", "per_leaf", 1.0, 0.1, False, "log"),
     ("amsgrad", "adam", "l_approx", "scalar", 0.0, 0.1, False, "log"),
     ("decayed_adam", "adam", "2x2", "labels", 0.9, 0.0, True, "log"),
+    # (SGD, SGD, 2x2, scalar) once: gamma = 1, the log parametrization and
+    # meta_update_first=False are in the other 2x2 cases.
     ("sgd", "sgd", "2x2", "scalar", 0.7, 0.0, True, "linear"),
     ("lion", "lion", "2x2", "per_leaf", 1.0, 0.1, False, "log"),
     ("momentum", "big_sgd", "2x2", "labels", 1.0, 0.0, True, "log"),

@@ -3,8 +3,8 @@
 Independent of the ``metaoptax`` engine: everything here is recomputed from the
 definition by ``jax.jacfwd`` through an unrolled float64 run.
 
-Step t (t = 0..T-1), on f_t = obj_fn(., batch_t), with a beta-perturbation delta_t in R^m (delta = 0 in the
-primal run):
+Step t (t = 0..T-1), on f_t = obj_fn(., batch_t), with a beta-perturbation
+delta_t in R^m (delta = 0 in the primal run):
   1. beta_t <- beta_t + delta_t
   2. g_t = grad f_t(w_t)
   3. s_t = H_t^T g~_t, with H_t (n x m) a CONSTANT (the oracle's own earlier

@@ -1,6 +1,6 @@
 """Checkpoint and resume of optimizer states mid-run, bit for bit (``metaoptax.checkpoint``).
 
-For every preset (Hessian-free; scalar and weight-wise), every drop-in (per_leaf),
+For every preset (Hessian-free; scalar or weight-wise), every drop-in (per_leaf),
 the exact 2x2 and L variants, IDBD and hypergradient descent: run 8 jitted steps
 uninterrupted; run 4, save ``(params, state)`` with orbax, restore into a freshly
 initialised ``like`` tree, run the last 4 with the same jitted step; params and every
@@ -33,8 +33,14 @@ def _params():
           "v": jax.random.normal(key_v, (3,))}
 
 
-CASES = {f"{name} {blocks}": (lambda f=fn, b=blocks: f(1e-3, blocks=b), False)
-         for name, fn in presets.PRESETS.items() for blocks in ("scalar", "per_param")}
+# Every preset, alternately with scalar and weight-wise blocks (a label layout and
+# the params-shaped beta: the two code paths of metaoptax/_src/blocks.py), so that
+# each meta (Adam, Lion, SGD) meets both layouts; SGD on SGD with both.
+PRESET_BLOCKS = {name: ("scalar", "per_param")[k % 2]
+                 for k, name in enumerate(presets.PRESETS)}
+CASES = {f"{name} {blocks}": (lambda f=presets.PRESETS[name], b=blocks: f(1e-3, blocks=b), False)
+         for name, blocks in [*PRESET_BLOCKS.items(), ("sgd_sgd", "scalar"),
+                              ("sgd_sgd", "per_param")]}
 # The drop-ins with per_leaf blocks only: "scalar" and "per_leaf" are both label
 # layouts (one code path, metaoptax/_src/blocks.py), which the presets' "scalar" covers.
 CASES.update({f"drop-in {name} per_leaf": (lambda f=fn: f(1e-3, blocks="per_leaf"), False)

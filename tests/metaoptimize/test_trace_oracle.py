@@ -108,9 +108,9 @@ def test_trace_equals_bruteforce_sensitivity(case):
     labels, m = labels_for(params, layout)
     alpha0 = 0.05
     ref = oracle.unrolled_metaoptimize(
-        lambda p, batch: loss(p, *batch), batches, params, BASES[base](), METAS[meta](), labels, m, alpha0, gamma,
-        weight_decay=kappa, parametrization=param, approximation=approximation,
-        meta_update_first=first,
+        lambda p, batch: loss(p, *batch), batches, params, BASES[base](), METAS[meta](),
+        labels, m, alpha0, gamma, weight_decay=kappa, parametrization=param,
+        approximation=approximation, meta_update_first=first,
         radius=None if approximation == "hessian_free" else exact.SENSITIVITY_RADIUS)
     pulled = min(float(np.min(c)) for c in ref["pull"]) < 1.0
     assert pulled == (case in PULLED)

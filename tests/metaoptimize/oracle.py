@@ -3,8 +3,8 @@
 Independent of the ``metaoptax`` engine: everything here is recomputed from the
 definition by ``jax.jacfwd`` through an unrolled float64 run.
 
-Step t (t = 0..T-1), with a beta-perturbation delta_t in R^m (delta = 0 in the
-primal run):
+Step t (t = 0..T-1), on f_t = obj_fn(., batch_t), with a beta-perturbation
+delta_t in R^m (delta = 0 in the primal run):
   1. beta_t <- beta_t + delta_t
   2. g_t = grad f_t(w_t)
   3. s_t = H_t^T g~_t, with H_t (n x m) a CONSTANT (the oracle's own earlier
@@ -30,7 +30,10 @@ Trace: per column j, with weights omega_{t,tau} on the perturbations delta_tau,
 Without the trust region (c = 1): omega_{t,0} = gamma^(t-1) and
 omega_{t,tau} = (1-gamma) gamma^(t-tau-1), 1 <= tau < t (gamma=1: dw_t/d delta_0;
 gamma=0: dw_t/d delta_{t-1}). Computed sequentially: H_t comes from the Jacobian
-of a t-step run whose step-3 constants are H_0..H_{t-1} as already computed here.
+of a run whose step-3 constants are H_0..H_{t-1} as already computed here. The run
+is a ``jax.lax.scan`` over the T steps, differentiated by one compiled ``jacfwd``
+called T times (w_t reads neither H_t.. nor delta_t..): still brute-force autodiff
+through the whole run, without a trace recursion.
 """
 import jax
 import jax.numpy as jnp
@@ -65,19 +68,20 @@ def labels_for(params, layout):
     return jax.tree.unflatten(treedef, labs), m
 
 
-def _run(obj_fns, params0, base, meta, labels, beta0, kappa, sigma,
-         approximation, meta_update_first, traces, deltas, num_steps):
-    """Unrolled run of num_steps steps; traces[t] are the constant H_t."""
-    w = params0
-    beta = beta0
-    base_state, meta_state = base.init(params0), meta.init(beta0)
-    ws, betas, sgs = [ravel_pytree(w)[0]], [beta], []
-    for t in range(num_steps):
-        beta = beta + deltas[t]                                     # 1.
-        g = jax.grad(obj_fns[t])(w)                                 # 2.
+def _run(obj_fn, batches, params0, base, meta, labels, beta0, kappa, sigma,
+         approximation, meta_update_first, traces, deltas):
+    """Run of T steps (T = len(deltas)) under ``jax.lax.scan``; traces[t] are the
+    constant H_t. Returns the flat w_t (t=0..T), beta_t (t=0..T), s_t (t=0..T-1) and
+    the final params. A scan, not a Python loop, so that one compiled function serves
+    every t: w_t does not depend on traces[t:] nor on deltas[t:]."""
+    def step(carry, xs):
+        w, beta, base_state, meta_state = carry
+        batch, trace, delta = xs
+        beta = beta + delta                                         # 1.
+        g = jax.grad(obj_fn)(w, batch)                              # 2.
         g_flat = ravel_pytree(g)[0]
         g_meta = g_flat if approximation == "2x2" else jax.lax.stop_gradient(g_flat)
-        s = jax.lax.stop_gradient(traces[t]).T @ g_meta             # 3.
+        s = jax.lax.stop_gradient(trace).T @ g_meta                 # 3.
         u, meta_state = meta.update(s, meta_state, beta)            # 4.
         beta_next = beta + u
         g_base = jax.lax.stop_gradient(g) if approximation == "hessian_free" else g
@@ -85,53 +89,67 @@ def _run(obj_fns, params0, base, meta, labels, beta0, kappa, sigma,
         a = sigma(beta_next if meta_update_first else beta)
         w = jax.tree.map(lambda wi, di, li: wi - a[li] * (di + kappa * wi),
                          w, d, labels)
-        beta = beta_next
-        ws.append(ravel_pytree(w)[0]); betas.append(beta); sgs.append(s)
+        return (w, beta_next, base_state, meta_state), (ravel_pytree(w)[0], beta_next, s)
+
+    carry = (params0, beta0, base.init(params0), meta.init(beta0))
+    (w, _, _, _), (ws, betas, sgs) = jax.lax.scan(step, carry, (batches, traces, deltas))
+    ws = jnp.concatenate([ravel_pytree(params0)[0][None], ws])
+    betas = jnp.concatenate([beta0[None], betas])
     return ws, betas, sgs, w
 
 
-def unrolled_metaoptimize(obj_fns, params0, base, meta, labels, num_blocks,
+def unrolled_metaoptimize(obj_fn, batches, params0, base, meta, labels, num_blocks,
                           init_step_size, gamma, weight_decay=0.0,
                           parametrization="log", approximation="hessian_free",
                           meta_update_first=False, radius=None):
-    """Reference MetaOptimize run over T = len(obj_fns) steps (float64).
+    """Reference MetaOptimize run over T steps (float64), f_t = obj_fn(., batch_t).
 
-    ``radius``: the trust radius of the meta-sensitivity Y (None: none).
-    Returns dict with lists: "w" (flat w_t, t=0..T), "beta" (t=0..T),
+    ``batches``: a pytree of arrays with a leading axis of length T (batch_t is
+    its slice t). ``radius``: the trust radius of the meta-sensitivity Y (None:
+    none). Returns dict with lists: "w" (flat w_t, t=0..T), "beta" (t=0..T),
     "trace" (H_t, n x m, t=0..T), "meta_grad" (s_t, t=0..T-1), "pull"
     (c, per column, t=1..T) and "params" (final params pytree).
     """
     if approximation not in _APPROX:
         raise ValueError(f"unknown approximation {approximation!r}")
     sigma, sigma_inv = _SIGMA[parametrization]
-    T, m = len(obj_fns), int(num_blocks)
+    T, m = jax.tree.leaves(batches)[0].shape[0], int(num_blocks)
     labels = jax.tree.map(lambda l: jnp.asarray(l, jnp.int32), labels)
     flat0 = ravel_pytree(params0)[0]
     n = flat0.shape[0]
     beta0 = jnp.full((m,), sigma_inv(jnp.asarray(init_step_size, flat0.dtype)),
                      flat0.dtype)
-    args = (obj_fns, params0, base, meta, labels, beta0, weight_decay, sigma,
+    args = (obj_fn, batches, params0, base, meta, labels, beta0, weight_decay, sigma,
             approximation, meta_update_first)
 
-    traces, pulls = [jnp.zeros((n, m), flat0.dtype)], []
+    def run(traces, deltas):
+        ws, betas, sgs, w = _run(*args, traces, deltas)
+        return (ws, betas), (ws, betas, sgs, w)
+
+    # Jacobians of every w_t, beta_t (t=0..T) w.r.t. every delta_tau: (T+1, n|m, T, m).
+    # The entries t of ``traces`` not yet known are zeros: w_t and beta_t do not read them.
+    jacobians = jax.jit(jax.jacfwd(run, argnums=1, has_aux=True))
+    zeros = jnp.zeros((T, m), flat0.dtype)
+    traces = np.zeros((T + 1, n, m))
+    pulls = []
     omega = np.ones((1, m))  # omega[tau, j], tau = 0..t
     for t in range(1, T + 1):
-        # t-step run; step-3 constants are the already computed H_0..H_{t-1}
-        wt = lambda dl: (lambda r: (r[0][t], r[1][t]))(_run(*args, traces, dl, t))
-        Jw, Jb = jax.jit(jax.jacfwd(wt))(jnp.zeros((t, m), flat0.dtype))  # (n|m, t, m)
+        # step-3 constants are the already computed H_0..H_{t-1}
+        (Jw, Jb), _ = jacobians(jnp.asarray(traces[:T]), zeros)
+        Jw, Jb = np.asarray(Jw)[t, :, :t], np.asarray(Jb)[t, :, :t]  # (n|m, t, m)
         omega_hat = gamma * omega
         omega_hat[t - 1] += 1 - gamma
-        H = jnp.einsum("itj,tj->ij", Jw, omega_hat)
-        Y = jnp.einsum("itj,tj->ij", Jb, omega_hat)
+        H = np.einsum("itj,tj->ij", Jw, omega_hat)
+        Y = np.einsum("itj,tj->ij", Jb, omega_hat)
         c = np.ones(m)
         if radius is not None:
-            deviation = np.sum(np.abs(np.asarray(Y) - np.eye(m)), axis=0)
+            deviation = np.sum(np.abs(Y - np.eye(m)), axis=0)
             with np.errstate(divide="ignore"):
                 c = np.minimum(1.0, radius / deviation)
-        traces.append(H * c)
+        traces[t] = H * c
         pulls.append(c)
         omega = np.concatenate([c * omega_hat, (1 - c)[None]], axis=0)
 
-    ws, betas, sgs, w = _run(*args, traces, jnp.zeros((T, m), flat0.dtype), T)
-    return {"w": ws, "beta": betas, "trace": traces, "meta_grad": sgs,
-            "pull": pulls, "params": w}
+    _, (ws, betas, sgs, w) = jacobians(jnp.asarray(traces[:T]), zeros)
+    return {"w": list(ws), "beta": list(betas), "trace": list(traces),
+            "meta_grad": list(sgs), "pull": pulls, "params": w}

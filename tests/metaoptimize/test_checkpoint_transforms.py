@@ -1,10 +1,10 @@
 """Checkpoint and resume of optimizer states mid-run, bit for bit (``metaoptax.checkpoint``).
 
-For every preset (Hessian-free; scalar and weight-wise), the exact 2x2 and L variants,
-IDBD and hypergradient descent: run 8 jitted steps uninterrupted; run 4, save
-``(params, state)`` with orbax, restore into a freshly initialised ``like`` tree, run
-the last 4 with the same jitted step; params and every state leaf must be identical
-(``np.array_equal``, no tolerance) and of the same dtype.
+For every preset (Hessian-free; scalar or weight-wise), every drop-in (per_leaf),
+the exact 2x2 and L variants, IDBD and hypergradient descent: run 8 jitted steps
+uninterrupted; run 4, save ``(params, state)`` with orbax, restore into a freshly
+initialised ``like`` tree, run the last 4 with the same jitted step; params and every
+state leaf must be identical (``np.array_equal``, no tolerance) and of the same dtype.
 """
 
 import jax
@@ -33,10 +33,18 @@ def _params():
           "v": jax.random.normal(key_v, (3,))}
 
 
-CASES = {f"{name} {blocks}": (lambda f=fn, b=blocks: f(1e-3, blocks=b), False)
-         for name, fn in presets.PRESETS.items() for blocks in ("scalar", "per_param")}
-CASES.update({f"drop-in {name} {blocks}": (lambda f=fn, b=blocks: f(1e-3, blocks=b), False)
-              for name, fn in DROP_INS.items() for blocks in ("scalar", "per_leaf")})
+# Every preset, alternately with scalar and weight-wise blocks (a label layout and
+# the params-shaped beta: the two code paths of metaoptax/_src/blocks.py), so that
+# each meta (Adam, Lion, SGD) meets both layouts; SGD on SGD with both.
+PRESET_BLOCKS = {name: ("scalar", "per_param")[k % 2]
+                 for k, name in enumerate(presets.PRESETS)}
+CASES = {f"{name} {blocks}": (lambda f=presets.PRESETS[name], b=blocks: f(1e-3, blocks=b), False)
+         for name, blocks in [*PRESET_BLOCKS.items(), ("sgd_sgd", "scalar"),
+                              ("sgd_sgd", "per_param")]}
+# The drop-ins with per_leaf blocks only: "scalar" and "per_leaf" are both label
+# layouts (one code path, metaoptax/_src/blocks.py), which the presets' "scalar" covers.
+CASES.update({f"drop-in {name} per_leaf": (lambda f=fn: f(1e-3, blocks="per_leaf"), False)
+              for name, fn in DROP_INS.items()})
 CASES["adamw_adam 2x2"] = (lambda: presets.adamw_adam(1e-3, approximation="2x2"), True)
 CASES["adamw_adam l_approx per_leaf"] = (
     lambda: presets.adamw_adam(1e-3, approximation="l_approx", blocks="per_leaf"), True)

@@ -13,6 +13,7 @@ Read from the compiled HLO and XLA's memory analysis of a jitted train step
   trace), a few scalars and the base's own moments.
 """
 
+import functools
 import re
 
 import jax
@@ -27,6 +28,7 @@ PARAMS = {"w1": jnp.ones((256, 128)), "b1": jnp.zeros(128), "w2": jnp.ones((128,
 PARAMS_BYTES = sum(x.nbytes for x in jax.tree.leaves(PARAMS))
 BATCH = jnp.ones((8, 256))
 HOST_TRANSFERS = ("send(", "recv(", "infeed(", "outfeed(")
+pytestmark = pytest.mark.xdist_group("compiled_step")  # one worker: the compiled steps are shared
 
 
 def loss(params, x):
@@ -43,8 +45,12 @@ def train_step(opt):
   return step
 
 
-def compiled(opt, donate):
-  step = jax.jit(train_step(opt), donate_argnums=(0, 1) if donate else ())
+@functools.lru_cache(maxsize=None)
+def compiled(name):
+  """The train step of ``OPTIMIZERS[name]`` with donated params and state, compiled
+  once per worker and shared by the module's tests (one xdist group)."""
+  opt = OPTIMIZERS[name]()
+  step = jax.jit(train_step(opt), donate_argnums=(0, 1))
   return step.lower(PARAMS, opt.init(PARAMS), BATCH).compile()
 
 
@@ -62,15 +68,16 @@ HESSIAN_FREE = {
     "HF (Lion, Lion)": lambda: metaoptax.presets.lion_lion(1e-4),
 }
 EXACT = {"exact 2x2 scalar": lambda: metaoptax.presets.adamw_adam(1e-3, approximation="2x2")}
+OPTIMIZERS = {**HESSIAN_FREE, **EXACT, "optax.adamw": lambda: optax.adamw(1e-3)}
 
 
 @pytest.mark.parametrize("name", [*HESSIAN_FREE, *EXACT])
 def test_no_host_callbacks_or_transfers(name):
-  opt = {**HESSIAN_FREE, **EXACT}[name]()
+  opt = OPTIMIZERS[name]()
   state = opt.init(PARAMS)
   jaxpr = jax.make_jaxpr(train_step(opt))(PARAMS, state, BATCH)
   assert not [p for p in primitives(jaxpr.jaxpr) if "callback" in p]
-  text = compiled(opt, donate=True).as_text()
+  text = compiled(name).as_text()
   assert not re.findall(r'custom_call_target="([^"]+)"', text)
   assert not [op for op in HOST_TRANSFERS if op in text]
 
@@ -84,8 +91,8 @@ LION_TEMPORARIES = pytest.mark.xfail(strict=True, reason=(
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=[LION_TEMPORARIES] if "Lion" in n else []) for n in HESSIAN_FREE])
 def test_hessian_free_step_is_in_place_and_adds_one_trace(name):
-  reference = compiled(optax.adamw(1e-3), donate=True).memory_analysis()
-  step = compiled(HESSIAN_FREE[name](), donate=True)
+  reference = compiled("optax.adamw").memory_analysis()
+  step = compiled(name)
   memory = step.memory_analysis()
   # in place: every output byte aliases a donated input
   assert memory.alias_size_in_bytes >= memory.output_size_in_bytes - 1024

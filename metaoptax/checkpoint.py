@@ -47,13 +47,9 @@ _FORMAT = 1
 _COUNT = "num_leaves"  # always written, so even an empty tree makes a valid checkpoint
 
 
-def _is_key(x) -> bool:
-  return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _describe(path, leaf) -> list:
   """``[path, kind, shape, dtype]`` of one leaf, as recorded in the checkpoint."""
-  if _is_key(leaf):
+  if multihost.is_prng_key(leaf):
     kind = "key"
   elif isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)):
     kind = "array"
@@ -103,7 +99,7 @@ def save(directory: str | os.PathLike, pytree: Any, *, overwrite: bool = False) 
 
 def _target(leaf) -> Any:
   """What orbax should restore for one leaf of ``like`` (a shape, dtype and sharding)."""
-  if _is_key(leaf):
+  if multihost.is_prng_key(leaf):
     leaf = jax.random.key_data(leaf)
   if isinstance(leaf, jax.Array):
     return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)

@@ -90,7 +90,7 @@ def _fingerprint(tree: Any) -> str:
   A collective if a leaf is sharded over several processes (see :func:`run`)."""
   digest = hashlib.sha256(str(jax.tree.structure(tree)).encode())
   for leaf in jax.tree.leaves(multihost.gathered(tree)):
-    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    if multihost.is_prng_key(leaf):
       leaf = jax.random.key_data(leaf)
     leaf = np.asarray(leaf)
     digest.update(f"{leaf.dtype}{leaf.shape}".encode())

@@ -29,12 +29,13 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
-def _is_key(x: Any) -> bool:
+def is_prng_key(x: Any) -> bool:
+  """Whether ``x`` is an array of typed PRNG keys (stored and moved as its key data)."""
   return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _put_leaf(x: Any, sharding: Sharding) -> jax.Array:
-  if _is_key(x):
+  if is_prng_key(x):
     return jax.random.wrap_key_data(_put_leaf(jax.random.key_data(x), sharding),
                                     impl=jax.random.key_impl(x))
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
@@ -64,7 +65,7 @@ def _spread(x: Any) -> bool:
 def _gather_leaf(x: jax.Array) -> Any:
   """A leaf whose sharding is not a NamedSharding: gathered to a host array."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  if _is_key(x):
+  if is_prng_key(x):
     return jax.random.wrap_key_data(
         np.asarray(multihost_utils.process_allgather(jax.random.key_data(x), tiled=True)),
         impl=jax.random.key_impl(x))

@@ -12,11 +12,15 @@ from metaoptax._src.progress import Progress
 from metaoptax.metaoptimize import ClimbState
 from metaoptax.metaoptimize import ExactTrace
 from metaoptax.metaoptimize import HessianFreeTrace
+from metaoptax.metaoptimize import HyperparamTrace
 from metaoptax.metaoptimize import IDBDState
+from metaoptax.metaoptimize import LearnedHessianFreeTrace
 from metaoptax.metaoptimize import MetaOptimizeState
+from metaoptax.metaoptimize import MetaParams
 from metaoptax.metaoptimize import adamw
 from metaoptax.metaoptimize import climb
 from metaoptax.metaoptimize import hypergradient_descent
+from metaoptax.metaoptimize import hyperparameters
 from metaoptax.metaoptimize import idbd
 from metaoptax.metaoptimize import lion
 from metaoptax.metaoptimize import metaoptimize

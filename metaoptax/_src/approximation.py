@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from metaoptax._src import learned
 from metaoptax._src.blocks import BlockLayout
 
 
@@ -52,32 +53,52 @@ class StepConfig:
   beta_bounds: tuple[float, float]  # beta is clipped to this range
   meta_update_first: bool  # the base step uses beta_{t+1} (IDBD's ordering)
   approximation: str  # "hessian_free", "l_approx" or "2x2"
+  learn: tuple[str, ...] = ()  # hyperparameters learned beside the step sizes
 
-  def step_sizes(self, beta: Any) -> Any:
+  # The meta-parameters are beta, or learned.MetaParams(beta, {name: phi}) when
+  # hyperparameters are learned (learn non-empty); the methods take either.
+
+  def step_sizes(self, meta_params: Any) -> Any:
     """``alpha = sigma(beta)``."""
+    beta, _ = learned.split(meta_params)
     return jax.tree.map(jnp.exp, beta) if self.log_parametrization else beta
 
-  def meta_step(self, meta_grad: Any, meta_state: Any, beta: Any) -> tuple[Any, Any]:
+  def decay(self, meta_params: Any) -> Any:
+    """``kappa``: the learned weight decay, or the constant one."""
+    _, hyperparams = learned.split(meta_params)
+    if learned.WEIGHT_DECAY in hyperparams:
+      return learned.to_value(learned.WEIGHT_DECAY, hyperparams[learned.WEIGHT_DECAY])
+    return self.weight_decay
+
+  def base_state_for(self, meta_params: Any, base_state: Any) -> Any:
+    """The base state with the learned base hyperparameters injected."""
+    return learned.inject(base_state, learned.split(meta_params)[1])
+
+  def meta_step(self, meta_grad: Any, meta_state: Any, meta_params: Any) -> tuple[Any, Any]:
     """``(beta_{t+1}, meta_state_{t+1})``: the meta update on ``s``, then the clip."""
-    meta_updates, new_meta_state = self.meta.update(meta_grad, meta_state, beta)
-    new_beta = jax.tree.map(lambda b: jnp.clip(b, *self.beta_bounds).astype(b.dtype),
-                            optax.apply_updates(beta, meta_updates))
-    return new_beta, new_meta_state
+    meta_updates, new_meta_state = self.meta.update(meta_grad, meta_state, meta_params)
+    new = optax.apply_updates(meta_params, meta_updates)
+    beta, hyperparams = learned.split(new)
+    beta = jax.tree.map(lambda b: jnp.clip(b, *self.beta_bounds).astype(b.dtype), beta)
+    if isinstance(new, learned.MetaParams):
+      return learned.MetaParams(beta, learned.clip(hyperparams)), new_meta_state
+    return beta, new_meta_state
 
   def step_beta(self, beta: Any, new_beta: Any) -> Any:
     """The meta-parameters the base step uses: ``beta_t``, or ``beta_{t+1}`` first."""
     return new_beta if self.meta_update_first else beta
 
-  def weight_change(self, layout: BlockLayout, beta: Any, direction: Any,
+  def weight_change(self, layout: BlockLayout, meta_params: Any, direction: Any,
                     wide_params: Any) -> Any:
     """``Delta = -alpha_b * (d + kappa * w)``, in the widened params' dtypes."""
-    alpha = layout.expand(self.step_sizes(beta), like=wide_params)
-    decay = not (isinstance(self.weight_decay, (int, float)) and self.weight_decay == 0)
+    alpha = layout.expand(self.step_sizes(meta_params), like=wide_params)
+    kappa = self.decay(meta_params)
+    decay = not (isinstance(kappa, (int, float)) and kappa == 0)
 
     def leaf(a, d, w):
       d = d.astype(w.dtype)
       if decay:
-        d = d + self.weight_decay * w
+        d = d + kappa.astype(w.dtype) * w if hasattr(kappa, "astype") else d + kappa * w
       # d / (-1 / a) == -a * d up to rounding (and == -d / (1 / a) exactly).
       # Written as a division, XLA (which does not duplicate a division into a
       # second consumer) writes Delta once and the Hessian-free trace update and

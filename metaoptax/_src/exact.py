@@ -10,7 +10,8 @@ of the meta-parameters, meta state, weights and base state. The sensitivities
   Z_{t+1} = \partial F \,\big(\gamma Z_t + (1-\gamma) E\big),
   \qquad Y^\beta_0 = I,\ \text{everything else } 0,
 
-one column per block, evaluated by ``jax.linearize`` of :math:`F` and its
+one column per block (then one per learned hyperparameter, the meta-parameters
+being the tree ``(beta, {name: phi})``), evaluated by ``jax.linearize`` of :math:`F` and its
 linear map applied to each column (in turn for a few columns, under ``jax.vmap``
 for many). Inside :math:`F` the gradient
 is the one the user passed in, declared (``jax.custom_jvp``) to have the
@@ -87,7 +88,7 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
   base_floats, base_split = tree_utils.split_floats(state.base_state)
   meta_floats, meta_split = tree_utils.split_floats(state.meta_state)
   wide_params = tree_utils.widen(params)
-  m = layout.num_blocks
+  m = num_meta_params(beta)  # the blocks, then the learned hyperparameters
   gradient = _gradient_with_hvp_tangent(obj_fn)
   # "2x2": s depends on w through the gradient, with H held fixed (the
   # approximation drops dF/dH). "l_approx": s is held fixed: the value given,
@@ -103,11 +104,12 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
     new_beta, new_meta = config.meta_step(
         meta_grad_at(g), tree_utils.merge_floats(meta_floats, meta_split), beta)
     # The base runs in float32 or wider, like its state (metaoptimize's "Precision").
+    used = config.step_beta(beta, new_beta)
     direction, new_base = config.base.update(
-        tree_utils.widen(g), tree_utils.merge_floats(base_floats, base_split), wide_params,
-        **extra_args)
-    delta = config.weight_change(layout, config.step_beta(beta, new_beta), direction,
-                                 wide_params)
+        tree_utils.widen(g),
+        config.base_state_for(used, tree_utils.merge_floats(base_floats, base_split)),
+        wide_params, **extra_args)
+    delta = config.weight_change(layout, used, direction, wide_params)
     outputs = (
         new_beta,
         tree_utils.split_floats(new_meta)[0],

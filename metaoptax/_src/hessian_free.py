@@ -33,11 +33,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import tree_utils
+from metaoptax._src import learned, tree_utils
 from metaoptax._src.approximation import StepConfig
 from metaoptax._src.blocks import BlockLayout
 from metaoptax._src.dependence import dependent_outputs
-from metaoptax._src.state import HessianFreeTrace, MetaOptimizeState
+from metaoptax._src.state import (HessianFreeTrace, HyperparamTrace, LearnedHessianFreeTrace,
+                                  MetaOptimizeState)
 
 #: The trace ``h' = c h + Delta`` holds the update additively: it becomes
 #: non-finite only with the update itself, which the next meta-gradient shows.
@@ -45,45 +46,78 @@ CHECKS_NEW_TRACE = False
 
 
 def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_state: Any,
-               meta_state: Any, beta: Any) -> HessianFreeTrace:
-  """``h_0 = 0``, and zero sensitivities for the base-state leaves that read the params."""
-  del layout, meta_state, beta
+               meta_state: Any, meta_params: Any) -> HessianFreeTrace | LearnedHessianFreeTrace:
+  """``h_0 = 0``, and zero sensitivities for the base-state leaves that read the params
+  (and, with learned hyperparameters, zero columns for them)."""
+  del layout, meta_state
   zero_grads = jax.tree.map(jnp.zeros_like, wide_params)
   reading = params_reading_leaves(config.base.update, zero_grads, base_state, wide_params)
   floats, _ = tree_utils.split_floats(base_state)
-  return HessianFreeTrace(
+  trace = HessianFreeTrace(
       weights=jax.tree.map(jnp.zeros_like, wide_params),
       base_state=tuple(jnp.zeros_like(floats[i]) for i in reading))
+  _, hyperparams = learned.split(meta_params)
+  if not hyperparams:
+    return trace
+  dependent = hyperparam_dependent_leaves(config, config.base.update, zero_grads, base_state,
+                                          wide_params, hyperparams)
+  k = len(hyperparams)
+  stacked = lambda x: jnp.broadcast_to(jnp.zeros_like(x)[None], (k,) + jnp.shape(x))
+  return LearnedHessianFreeTrace(trace, HyperparamTrace(
+      weights=jax.tree.map(stacked, wide_params),
+      base_state=tuple(stacked(floats[i]) for i in dependent)))
 
 
-def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any, beta: Any) -> Any:
-  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``.
+def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianFreeTrace,
+                  grads: Any, meta_params: Any) -> Any:
+  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``;
+  for each learned hyperparameter, the full sum of its column times ``g``.
 
   The guard reads ``s`` to detect non-finite gradients and traces, so its
   derivative must stay finite when they are not (see
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
+  beta, hyperparams = learned.split(meta_params)
+  step_trace = trace.step_size if hyperparams else trace
   s = layout.reduce(jax.tree.map(
       lambda h, g: tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)),
-      trace.weights, grads))
-  return optax.tree_utils.tree_cast_like(s, beta)
+      step_trace.weights, grads))
+  s = optax.tree_utils.tree_cast_like(s, beta)
+  if not hyperparams:
+    return s
+  k = len(hyperparams)
+  columns = [
+      jnp.sum(tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)[None]),
+              axis=tuple(range(1, h.ndim))).reshape(k)
+      for h, g in zip(jax.tree.leaves(trace.hyperparams.weights), jax.tree.leaves(grads))]
+  total = sum(columns[1:], columns[0]) if columns else jnp.zeros((k,))
+  return learned.MetaParams(s, {name: total[i].astype(phi.dtype)
+                                for i, (name, phi) in enumerate(sorted(hyperparams.items()))})
 
 
 def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
          meta_grad: Any, params: Any, extra_args: dict) -> tuple[Any, MetaOptimizeState]:
-  """One step given ``meta_grad = H^T g``: the meta step, then one jvp of the weight change."""
-  new_beta, new_meta_state = config.meta_step(meta_grad, state.meta_state, state.meta_params)
+  """One step given ``meta_grad = H^T g``: the meta step, then one jvp of the weight change
+  (and, with learned hyperparameters, one linearization applied to each of their columns)."""
+  new_meta, new_meta_state = config.meta_step(meta_grad, state.meta_state, state.meta_params)
+  used = config.step_beta(state.meta_params, new_meta)
+  hyperparams = learned.split(used)[1]
   base_update = lambda g, s, p: config.base.update(g, s, p, **extra_args)
+  base_state = config.base_state_for(used, state.base_state)
   wide_grads, wide_params = tree_utils.widen(grads), tree_utils.widen(params)
-  reading = params_reading_leaves(base_update, wide_grads, state.base_state, wide_params)
-  if len(reading) != len(state.trace.base_state):
+  reading = params_reading_leaves(base_update, wide_grads, base_state, wide_params)
+  step_trace = state.trace.step_size if hyperparams else state.trace
+  if len(reading) != len(step_trace.base_state):
     raise ValueError("The base state's dependence on the params changed between init "
                      "and update (different extra arguments?).")
-  change = _weight_change(config, layout, base_update, wide_grads, state.base_state, reading)
+  change = _weight_change(config, layout, base_update, wide_grads, base_state, reading)
   delta, new_trace, new_base_state = _trace_step(
-      config, change, wide_params, state.base_state, reading,
-      config.step_beta(state.meta_params, new_beta), state.trace)
-  return delta, state._replace(base_state=new_base_state, meta_params=new_beta,
+      config, change, wide_params, base_state, reading, used, step_trace)
+  if hyperparams:
+    new_trace = LearnedHessianFreeTrace(new_trace, _hyperparam_trace_step(
+        config, layout, base_update, wide_grads, wide_params, base_state, used,
+        state.trace.hyperparams))
+  return delta, state._replace(base_state=new_base_state, meta_params=new_meta,
                                meta_state=new_meta_state, trace=new_trace)
 
 
@@ -153,8 +187,81 @@ def _trace_step(config: StepConfig, change: Callable, wide_params: Any, base_sta
         lambda w, x: change(w, x, beta), primals[:2], (carried, carried_state), has_aux=True)
     delta_dot = optax.tree_utils.tree_add(delta_dot, delta)
   else:
-    ones = jax.tree.map(jnp.ones_like, beta)
+    step_sizes, hyperparams = learned.split(beta)
+    ones = jax.tree.map(jnp.ones_like, step_sizes)  # along the step sizes only
+    if hyperparams:
+      ones = learned.MetaParams(ones, jax.tree.map(jnp.zeros_like, hyperparams))
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         change, primals, (carried, carried_state, ones), has_aux=True)
   new_trace = HessianFreeTrace(optax.tree_utils.tree_add(carried, delta_dot), state_dot)
   return delta, new_trace, new_base_state
+
+
+def hyperparam_dependent_leaves(config: StepConfig, base_update: Callable, grads: Any,
+                                base_state: Any, params: Any, hyperparams: dict
+                                ) -> tuple[int, ...]:
+  """Float leaves of the base state whose sensitivity to a learned hyperparameter can be
+  non-zero: those computed from the hyperparameters or the params, or from such leaves."""
+  floats, split = tree_utils.split_floats(base_state)
+
+  def new_floats(p, phi, *fl):
+    state = learned.inject(tree_utils.merge_floats(fl, split), phi)
+    return tree_utils.split_floats(base_update(grads, state, p)[1])[0]
+
+  dependent: set[int] = set()
+  while True:
+    sources = [0, 1] + [2 + i for i in sorted(dependent)]
+    found = {i for i, d in enumerate(
+        dependent_outputs(new_floats, [params, hyperparams, *floats], sources)) if d}
+    if found <= dependent:
+      return tuple(sorted(dependent))
+    dependent |= found
+
+
+def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update: Callable,
+                           grads: Any, wide_params: Any, base_state: Any, used: Any,
+                           trace: HyperparamTrace) -> HyperparamTrace:
+  r"""The columns of the learned hyperparameters :math:`\phi_k` (gradient held fixed):
+
+  .. math::
+
+    H^w_k \leftarrow \gamma H^w_k + \partial\Delta\,(\gamma H^w_k, \gamma H^x_k, e_k),
+    \qquad H^x_k \leftarrow \partial\tilde x'\,(\gamma H^w_k, \gamma H^x_k, e_k),
+
+  the paper's eq. 15 for a meta-parameter that the meta step does not read
+  (:math:`\partial\phi'/\partial\phi = I`, :math:`\partial\phi'/\partial x = 0`
+  under the Hessian-free approximation). :math:`\tilde x` are the base-state
+  leaves that depend on the hyperparameters or the params (Adam's moments for
+  ``b1``/``b2``); one ``jax.linearize``, its linear map applied to each column.
+  """
+  beta, hyperparams = learned.split(used)
+  dependent = hyperparam_dependent_leaves(config, base_update, grads, base_state, wide_params,
+                                          hyperparams)
+  if len(dependent) != len(trace.base_state):
+    raise ValueError("The base state's dependence on the learned hyperparameters changed "
+                     "between init and update (different extra arguments?).")
+  floats, split = tree_utils.split_floats(base_state)
+
+  def change(w, dependent_floats, phi):
+    leaves = list(floats)
+    for i, x in zip(dependent, dependent_floats):
+      leaves[i] = x
+    state = learned.inject(tree_utils.merge_floats(leaves, split), phi)
+    direction, new_state = base_update(grads, state, w)
+    meta_params = learned.MetaParams(beta, phi)
+    delta = config.weight_change(layout, meta_params, direction, w)
+    new_floats = tree_utils.split_floats(new_state)[0]
+    return delta, tuple(new_floats[i] for i in dependent)
+
+  primals = (wide_params, tuple(floats[i] for i in dependent), hyperparams)
+  _, linear = jax.linearize(change, *primals)
+  gamma = config.gamma
+  carried = optax.tree_utils.tree_scale(gamma, trace.weights)
+  carried_state = optax.tree_utils.tree_scale(gamma, trace.base_state)
+  names = sorted(hyperparams)
+  outs = []
+  for k, name in enumerate(names):
+    unit = {n: jnp.asarray(n == name, phi.dtype) for n, phi in hyperparams.items()}
+    outs.append(linear(*jax.tree.map(lambda t: t[k], (carried, carried_state)), unit))
+  d_delta, d_state = jax.tree.map(lambda *c: jnp.stack(c), *outs)
+  return HyperparamTrace(optax.tree_utils.tree_add(carried, d_delta), d_state)

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from metaoptax._src import learned
+
 
 class HessianFreeTrace(NamedTuple):
   """The compressed Hessian-free trace: ``h[i] = H[i, b(i)]``, params-shaped.
@@ -22,6 +24,25 @@ class HessianFreeTrace(NamedTuple):
 
   weights: Any  # h, params-shaped
   base_state: tuple  # sensitivities of params-reading base-state float leaves
+
+
+class HyperparamTrace(NamedTuple):
+  r"""Hessian-free sensitivities to the learned hyperparameters, one column each.
+
+  Every field has a leading axis of size ``K`` (the learned hyperparameters, in
+  the sorted order of their names); column ``k`` is :math:`dw/d\phi_k`, not
+  compressed: a hyperparameter acts on every weight.
+  """
+
+  weights: Any  # params-shaped leaves with a leading K axis
+  base_state: tuple  # the same for the base-state float leaves that depend on them
+
+
+class LearnedHessianFreeTrace(NamedTuple):
+  """The Hessian-free trace when hyperparameters are learned beside the step sizes."""
+
+  step_size: HessianFreeTrace  # the compressed trace of the step sizes
+  hyperparams: HyperparamTrace  # one column per learned hyperparameter
 
 
 class ExactTrace(NamedTuple):
@@ -84,8 +105,22 @@ def step_sizes(state: Any) -> Any:
   """
   s = _the_state(state)
   return jax.tree.map(
-      lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b), s.meta_params
+      lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b), learned.split(s.meta_params)[0]
   )
+
+
+def hyperparameters(state: Any) -> dict:
+  """Current values of the hyperparameters learned beside the step sizes.
+
+  Args:
+    state: a :class:`MetaOptimizeState`, or any optimizer state that contains
+      exactly one, of a ``metaoptimize(..., learn=names)``.
+
+  Returns:
+    ``{name: value}`` (scalars), ``{}`` when nothing but the step sizes is learned.
+  """
+  _, hyperparams = learned.split(_the_state(state).meta_params)
+  return {k: learned.to_value(k, phi) for k, phi in hyperparams.items()}
 
 
 def sensitivity_trace(state: Any) -> Any:
@@ -93,9 +128,11 @@ def sensitivity_trace(state: Any) -> Any:
 
   Hessian-free: a params-shaped tree ``h`` with ``h[i] = H[i, b(i)]``.
   Exact variants: a params-shaped tree whose leaves have a leading axis of size
-  ``m``, one column ``H[:, j]`` per block.
+  ``m``, one column ``H[:, j]`` per block (then one per learned hyperparameter).
+  With learned hyperparameters, the Hessian-free step sizes' trace ``h``.
   """
-  return _the_state(state).trace.weights
+  t = _the_state(state).trace
+  return (t.step_size if isinstance(t, LearnedHessianFreeTrace) else t).weights
 
 
 def trace(state: Any) -> Any:

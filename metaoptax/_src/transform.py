@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, tree_utils
+from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
 from metaoptax._src.approximation import StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
@@ -32,6 +35,7 @@ def metaoptimize(
     parametrization: str = "log",
     meta_update_first: bool = False,
     skip_nonfinite: bool = True,
+    learn: tuple[str, ...] = (),
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -92,11 +96,22 @@ def metaoptimize(
       finite step whose trace or ``beta`` is not finite is taken with ``beta``
       kept and the trace restarted, counted in ``state.trace_resets``. See
       ``metaoptax._src.guard``. Free for the Hessian-free variant.
+    learn: hyperparameters meta-optimized beside the step sizes, one scalar
+      each: ``"weight_decay"`` (``kappa``; start it > 0), and any numeric
+      argument that ``base`` exposes through ``optax.inject_hyperparams``
+      (``"b1"``, ``"b2"``, ``"decay"``, ``"momentum"``, ...). Values in (0, 1)
+      are learned through their logit, the others through their log; read them
+      with :func:`metaoptax.hyperparameters`. See ``metaoptax._src.learned``.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
     the exact variants also need ``obj_fn`` (``params -> scalar loss`` on the
-    same batch as the gradient). Other extra arguments are passed to ``base``.
+    same batch as the gradient). ``meta_grads`` (optional, params-shaped): the
+    gradient of a held-out objective at ``params``, used in the meta-gradient
+    :math:`s = H^\top g_{val}` in place of the training gradient, which still
+    drives the base step (costs one more gradient, on a validation batch; a
+    non-finite one gives :math:`s = 0` for that step). Other extra arguments
+    are passed to ``base``.
 
   Examples:
     >>> import jax.numpy as jnp, optax, metaoptax
@@ -118,6 +133,7 @@ def metaoptimize(
   """
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization)
+  learn = learned.check_learn(learn)
   log = parametrization == "log"
   lower, upper = (float(b) for b in step_size_bounds)
   config = StepConfig(
@@ -125,7 +141,7 @@ def metaoptimize(
       weight_decay=weight_decay, log_parametrization=log,
       beta_bounds=((math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log
                    else (lower, upper)),
-      meta_update_first=meta_update_first, approximation=approximation)
+      meta_update_first=meta_update_first, approximation=approximation, learn=learn)
   implementation = _IMPLEMENTATIONS[approximation]
 
   def init_fn(params):
@@ -137,13 +153,19 @@ def metaoptimize(
     # The base runs in float32 or wider (its moments too): see "Precision" above.
     wide_params = tree_utils.widen(params)
     base_state = config.base.init(wide_params)
-    meta_state = meta.init(beta)
+    meta_params = beta
+    if learn:
+      dtype = jnp.result_type(*jax.tree.leaves(beta)) if jax.tree.leaves(beta) else jnp.float32
+      meta_params = learned.MetaParams(
+          beta, learned.init_hyperparams(learn, base_state, weight_decay, dtype))
+      base_state = config.base_state_for(meta_params, base_state)
+    meta_state = meta.init(meta_params)
     return MetaOptimizeState(
         base_state=base_state,
-        meta_params=beta,
+        meta_params=meta_params,
         meta_state=meta_state,
         trace=implementation.init_trace(config, layout, wide_params, base_state, meta_state,
-                                        beta),
+                                        meta_params),
         log_parametrization=jnp.asarray(log),
         skipped_steps=jnp.zeros([], jnp.int32),
         trace_resets=jnp.zeros([], jnp.int32),
@@ -153,7 +175,12 @@ def metaoptimize(
     if params is None:
       raise ValueError("metaoptimize needs params: call update(grads, state, params).")
     layout = blocks_lib.resolve(blocks, params)
-    meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
+    meta_grads = extra_args.pop("meta_grads", None)
+    if meta_grads is None:
+      meta_grads = updates
+    else:
+      meta_grads = _held_out(meta_grads, updates, approximation)
+    meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads, state.meta_params)
 
     def attempt(grads, state, meta_grad):
       return implementation.step(config, layout, grads, state, meta_grad, params, extra_args)
@@ -166,6 +193,21 @@ def metaoptimize(
     return optax.tree_utils.tree_cast_like(delta, params), new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def _held_out(meta_grads: Any, grads: Any, approximation: str) -> Any:
+  """Checks a held-out gradient against the gradient; a non-finite one becomes 0."""
+  if approximation == "2x2":
+    raise ValueError(
+        "meta_grads= is not supported by approximation='2x2', whose meta step "
+        "differentiates s = H^T g through the training gradient's Hessian; use "
+        "'l_approx' or 'hessian_free' with a held-out meta-gradient.")
+  if jax.tree.structure(meta_grads) != jax.tree.structure(grads):
+    raise ValueError(
+        "meta_grads must have the structure of the gradient (the gradient of the "
+        f"held-out objective at params); got {jax.tree.structure(meta_grads)}, "
+        f"expected {jax.tree.structure(grads)}.")
+  return tree_utils.zeros_unless(tree_utils.all_finite(meta_grads), meta_grads)
 
 
 def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,

@@ -1,8 +1,12 @@
 """Step-size meta-optimization (MetaOptimize) as optax transformations."""
 
 from metaoptax._src.state import ExactTrace
+from metaoptax._src.learned import MetaParams
 from metaoptax._src.state import HessianFreeTrace
+from metaoptax._src.state import HyperparamTrace
+from metaoptax._src.state import LearnedHessianFreeTrace
 from metaoptax._src.state import MetaOptimizeState
+from metaoptax._src.state import hyperparameters
 from metaoptax._src.state import sensitivity_trace
 from metaoptax._src.state import step_sizes
 from metaoptax._src.state import trace  # deprecated alias of sensitivity_trace
@@ -22,11 +26,15 @@ __all__ = (
     "ClimbState",
     "ExactTrace",
     "HessianFreeTrace",
+    "HyperparamTrace",
     "IDBDState",
+    "LearnedHessianFreeTrace",
     "MetaOptimizeState",
+    "MetaParams",
     "adamw",
     "climb",
     "hypergradient_descent",
+    "hyperparameters",
     "idbd",
     "lion",
     "metaoptimize",

@@ -23,7 +23,9 @@ together as a scalar one would. The climb then backs off by the distance it
 rose while the average :math:`\bar s` lagged the meta-gradient
 (:math:`\text{rate}\cdot\rho/(1-\rho)`), and ``meta`` (e.g. Adam on
 :math:`\beta`) takes over, per block. ``meta`` sees every meta-gradient from
-the first step on, so its moments are warm when it takes over.
+the first step on, so its moments are warm when it takes over. Hyperparameters
+learned beside the step sizes (``metaoptimize(..., learn=...)``) do not climb:
+``meta`` moves them from the first step.
 
 The total meta-gradient of MetaOptimize's Hessian-free trace at a small step
 size is :math:`\sum_k \alpha_k\, g_t^\top d_k`-like (the gradient against the
@@ -40,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from metaoptax._src import learned
 from metaoptax._src.hyperparams import concrete_number
 
 
@@ -93,14 +96,18 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
   def update_fn(meta_grads, state, beta=None):
     meta_updates, meta_state = meta.update(meta_grads, state.meta_state, beta)
     dtype = state.average.dtype
-    total = sum((jnp.sum(s.astype(dtype)) for s in jax.tree.leaves(meta_grads)),
+    step_size_grads, _ = learned.split(meta_grads)
+    total = sum((jnp.sum(s.astype(dtype)) for s in jax.tree.leaves(step_size_grads)),
                 jnp.zeros([], dtype))
     average = (decay * state.average + (1 - decay) * total).astype(dtype)
     ends = state.climbing & (average > 0)
     climbing = state.climbing & ~ends
     shift = jnp.where(climbing, rate, jnp.where(ends, -backoff, 0.0))
+    step_size_updates, hyperparam_updates = learned.split(meta_updates)
     updates = jax.tree.map(
-        lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), meta_updates)
+        lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), step_size_updates)
+    if isinstance(meta_updates, learned.MetaParams):  # learned hyperparameters: meta's steps
+      updates = learned.MetaParams(updates, hyperparam_updates)
     return updates, ClimbState(average=average, climbing=climbing,
                                climb_steps=state.climb_steps + climbing.astype(jnp.int32),
                                meta_state=meta_state)

@@ -29,6 +29,7 @@ from typing import Any
 
 import optax
 
+from metaoptax._src import learned
 from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
 from metaoptax._src.hyperparams import check_meta_step_size
 from metaoptax.metaoptimize.climb import climb
@@ -49,10 +50,13 @@ def _meta(meta_step_size, climb_rate):
   return climb(optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=1e-30), rate=climb_rate)
 
 
-def _direction_with_decay(direction, weight_decay, mask):
+def _direction_with_decay(direction, weight_decay, mask, learn=()):
   """``direction`` and the weight decay: inside metaoptimize, or masked in the base."""
   if mask is None:
     return direction, weight_decay
+  if "weight_decay" in learn:
+    raise ValueError("learn=('weight_decay', ...) with a mask is not supported: the masked "
+                     "decay lives in the base. Learn it unmasked, or keep it fixed.")
   return optax.chain(direction, optax.add_decayed_weights(weight_decay, mask)), 0.0
 
 
@@ -93,7 +97,10 @@ def adamw(
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
     gamma: discount :math:`\gamma` of the sensitivity trace (0.99: ~100 steps).
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``step_size_bounds``, ...).
+      ``approximation``, ``step_size_bounds``, ``learn`` ...). ``learn`` may name
+      ``b1``, ``b2``, ``eps`` and ``weight_decay`` (:func:`lion`: ``b1``, ``b2``,
+      ``weight_decay``; :func:`sgd`: ``momentum``, ``weight_decay``), each then
+      meta-optimized from the value given here.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``.
@@ -105,9 +112,10 @@ def adamw(
     >>> state = opt.init(params)
     >>> updates, state = opt.update({"w": jnp.array([0.1, -0.2, 0.3])}, state, params)
   """
+  learn = learned.check_learn(kwargs.get("learn", ()))
   direction, decay = _direction_with_decay(
-      optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
-                          nesterov=nesterov), weight_decay, mask)
+      learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
+                        mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
                       init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
                       **kwargs)
@@ -137,8 +145,10 @@ def lion(
     >>> import metaoptax
     >>> opt = metaoptax.lion()
   """
+  learn = learned.check_learn(kwargs.get("learn", ()))
   direction, decay = _direction_with_decay(
-      optax.scale_by_lion(b1=b1, b2=b2, mu_dtype=mu_dtype), weight_decay, mask)
+      learned.learnable(optax.scale_by_lion, learn, b1=b1, b2=b2, mu_dtype=mu_dtype),
+      weight_decay, mask, learn)
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
                       init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
                       **kwargs)
@@ -167,9 +177,15 @@ def sgd(
     >>> import metaoptax
     >>> opt = metaoptax.sgd(momentum=0.9)
   """
+  learn = learned.check_learn(kwargs.get("learn", ()))
+  if "momentum" in learn:
+    if momentum is None:
+      raise ValueError("learn=('momentum', ...) needs a starting momentum, e.g. momentum=0.9.")
+    learn = tuple("decay" if k == "momentum" else k for k in learn)  # optax.trace's name
+    kwargs["learn"] = learn
   direction = (optax.identity() if momentum is None else
-               optax.trace(decay=momentum, nesterov=nesterov,
-                           accumulator_dtype=accumulator_dtype))
+               learned.learnable(optax.trace, learn, decay=momentum, nesterov=nesterov,
+                                 accumulator_dtype=accumulator_dtype))
   return metaoptimize(direction, _meta(meta_step_size, climb_rate),
                       init_step_size=init_step_size, weight_decay=weight_decay, gamma=gamma,
                       **kwargs)

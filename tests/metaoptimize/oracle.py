@@ -68,8 +68,20 @@ def labels_for(params, layout):
     return jax.tree.unflatten(treedef, labs), m
 
 
+def hyperparam_value(name, phi):
+    """A learned hyperparameter's value: sigmoid(phi) for those in (0, 1), else exp(phi)."""
+    unit = name in ("b1", "b2", "decay", "momentum")
+    return 1.0 / (1.0 + jnp.exp(-phi)) if unit else jnp.exp(phi)
+
+
+def hyperparam_phi(name, value):
+    """Inverse of ``hyperparam_value``."""
+    unit = name in ("b1", "b2", "decay", "momentum")
+    return np.log(value) - np.log1p(-value) if unit else np.log(value)
+
+
 def _run(obj_fn, batches, params0, base, meta, labels, beta0, kappa, sigma,
-         approximation, meta_update_first, traces, deltas):
+         approximation, meta_update_first, traces, deltas, names=(), base_factory=None):
     """Run of T steps (T = len(deltas)) under ``jax.lax.scan``; traces[t] are the
     constant H_t. Returns the flat w_t (t=0..T), beta_t (t=0..T), s_t (t=0..T-1) and
     the final params. A scan, not a Python loop, so that one compiled function serves
@@ -85,9 +97,14 @@ def _run(obj_fn, batches, params0, base, meta, labels, beta0, kappa, sigma,
         u, meta_state = meta.update(s, meta_state, beta)            # 4.
         beta_next = beta + u
         g_base = jax.lax.stop_gradient(g) if approximation == "hessian_free" else g
-        d, base_state = base.update(g_base, base_state, w)          # 5.
-        a = sigma(beta_next if meta_update_first else beta)
-        w = jax.tree.map(lambda wi, di, li: wi - a[li] * (di + kappa * wi),
+        used = beta_next if meta_update_first else beta
+        m = used.shape[0] - len(names)  # beta = (log step sizes, learned phi)
+        values = {n: hyperparam_value(n, used[m + k]) for k, n in enumerate(names)}
+        kap = values.pop("weight_decay", kappa)
+        step_base = base_factory(**values) if names else base
+        d, base_state = step_base.update(g_base, base_state, w)     # 5.
+        a = sigma(used[:m])
+        w = jax.tree.map(lambda wi, di, li: wi - a[li] * (di + kap * wi),
                          w, d, labels)
         return (w, beta_next, base_state, meta_state), (ravel_pytree(w)[0], beta_next, s)
 
@@ -101,7 +118,8 @@ def _run(obj_fn, batches, params0, base, meta, labels, beta0, kappa, sigma,
 def unrolled_metaoptimize(obj_fn, batches, params0, base, meta, labels, num_blocks,
                           init_step_size, gamma, weight_decay=0.0,
                           parametrization="log", approximation="hessian_free",
-                          meta_update_first=False, radius=None):
+                          meta_update_first=False, radius=None, hyperparams=None,
+                          base_factory=None):
     """Reference MetaOptimize run over T steps (float64), f_t = obj_fn(., batch_t).
 
     ``batches``: a pytree of arrays with a leading axis of length T (batch_t is
@@ -109,6 +127,12 @@ def unrolled_metaoptimize(obj_fn, batches, params0, base, meta, labels, num_bloc
     none). Returns dict with lists: "w" (flat w_t, t=0..T), "beta" (t=0..T),
     "trace" (H_t, n x m, t=0..T), "meta_grad" (s_t, t=0..T-1), "pull"
     (c, per column, t=1..T) and "params" (final params pytree).
+
+    ``hyperparams``: ``{name: start value}`` of hyperparameters learned beside
+    the step sizes, appended to beta in sorted order as ``phi`` (logit for
+    b1/b2/decay/momentum, else log); ``"weight_decay"`` replaces ``weight_decay``,
+    the others are passed to ``base_factory(**values)``, a fresh base built at
+    every step from the current values (``base`` gives its initial state).
     """
     if approximation not in _APPROX:
         raise ValueError(f"unknown approximation {approximation!r}")
@@ -119,11 +143,16 @@ def unrolled_metaoptimize(obj_fn, batches, params0, base, meta, labels, num_bloc
     n = flat0.shape[0]
     beta0 = jnp.full((m,), sigma_inv(jnp.asarray(init_step_size, flat0.dtype)),
                      flat0.dtype)
+    names = tuple(sorted(hyperparams or {}))
+    if names:
+        phi0 = [hyperparam_phi(n, hyperparams[n]) for n in names]
+        beta0 = jnp.concatenate([beta0, jnp.asarray(phi0, flat0.dtype)])
+        m += len(names)
     args = (obj_fn, batches, params0, base, meta, labels, beta0, weight_decay, sigma,
             approximation, meta_update_first)
 
     def run(traces, deltas):
-        ws, betas, sgs, w = _run(*args, traces, deltas)
+        ws, betas, sgs, w = _run(*args, traces, deltas, names, base_factory)
         return (ws, betas), (ws, betas, sgs, w)
 
     # Jacobians of every w_t, beta_t (t=0..T) w.r.t. every delta_tau: (T+1, n|m, T, m).

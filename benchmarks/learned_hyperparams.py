@@ -13,11 +13,15 @@ Two tasks, 3 seeds each, mean ± std at every budget checkpoint:
    - (c) ``metaoptax.adamw(learn=("b1", "b2", "weight_decay"))`` with
      ``meta_grads`` = the gradient on a held-out minibatch of 128 (one more
      gradient per step);
-   - (d) as (c) with the step size and weight decay only;
+   - (d) as (c), with ``held_out="hyperparams"``: the step size follows the
+     training loss, the hyperparameters the held-out loss;
+   - (e) as (d) with the weight decay only;
    - AdamW at a grid of constant rates x weight decays, the best chosen by its
      final test accuracy (optimistic for the baseline), and schedule-free AdamW at
      its default rate. Every metaoptax variant runs at its defaults (untuned).
-2. **Ridge regression** with a known optimal penalty: ``y = X w* + noise``,
+2. **The blockwise task**: the suite's 6-layer MLP 40-128-...-10 on the same split,
+   one step size per layer (``blocks=``), 20,000 steps; the same methods.
+3. **Ridge regression** with a known optimal penalty: ``y = X w* + noise``,
    ``n=200`` training and 200 held-out samples, ``d=100``. The training loss
    ``|Xw - y|^2 / 2n`` with decoupled decay ``kappa`` has the fixed point of ridge
    regression with penalty ``lambda = kappa``; the grid's best ``lambda``
@@ -50,14 +54,15 @@ sys.path.insert(0, str(HERE))
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from suite_tasks import blockwise  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import models  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import mnist1d  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SEEDS = 3
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 HELD_OUT = 400
-GRID_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
-GRID_DECAYS = (1e-4, 0.1)
+GRID_RATES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+GRID_DECAYS = (1e-4, 0.1, 1.0)
 RIDGE = dict(n=200, d=100, noise=1.0, steps=20_000, kappa0=1e-3)
 
 
@@ -73,16 +78,20 @@ def _xent(params, x, y):
   return jnp.mean(-jnp.sum(jax.nn.one_hot(y, 10) * jax.nn.log_softmax(models.mlp(params, x)), -1))
 
 
-def mnist1d_methods():
-  """name -> (make(h), held_out, values of h or None, learned)."""
+def mnist1d_methods(**kw):
+  """name -> (make(h), held_out, values of h or None, learned); ``kw`` for the drop-ins."""
   grid = [(r, wd) for wd in GRID_DECAYS for r in GRID_RATES]
   return {
-      "(a) step size": (lambda h: metaoptax.adamw(), False, None, True),
-      "(b) + b1, b2": (lambda h: metaoptax.adamw(learn=("b1", "b2")), False, None, True),
+      "(a) step size": (lambda h: metaoptax.adamw(**kw), False, None, True),
+      "(b) + b1, b2": (lambda h: metaoptax.adamw(learn=("b1", "b2"), **kw), False, None, True),
       "(c) + b1, b2, weight decay, held-out s": (
-          lambda h: metaoptax.adamw(learn=("b1", "b2", "weight_decay")), True, None, True),
-      "(d) + weight decay, held-out s": (
-          lambda h: metaoptax.adamw(learn=("weight_decay",)), True, None, True),
+          lambda h: metaoptax.adamw(learn=("b1", "b2", "weight_decay"), **kw), True, None, True),
+      "(d) + b1, b2, weight decay, held-out s for them only": (
+          lambda h: metaoptax.adamw(learn=("b1", "b2", "weight_decay"), held_out="hyperparams",
+                                    **kw), True, None, True),
+      "(e) + weight decay, held-out s for it only": (
+          lambda h: metaoptax.adamw(learn=("weight_decay",), held_out="hyperparams", **kw),
+          True, None, True),
       "AdamW grid": (lambda h: optax.inject_hyperparams(optax.adamw)(
           learning_rate=h[0], weight_decay=h[1]), False, grid, False),
       "schedule-free AdamW (default rate)": (
@@ -90,7 +99,9 @@ def mnist1d_methods():
   }
 
 
-def run_mnist1d(steps, chunk, seeds, progress):
+def run_mnist1d(steps, chunk, seeds, progress, sizes=mnist1d.SIZES, task="MNIST-1D", only=None,
+                **kw):
+  """Every method of :func:`mnist1d_methods` on the MLP ``sizes``; ``kw`` to the drop-ins."""
   x, y, xv, yv, xt, yt = mnist1d_data()
   batch = mnist1d.BATCH
 
@@ -101,7 +112,9 @@ def run_mnist1d(steps, chunk, seeds, progress):
             "hyper": s}
 
   results = {}
-  for name, (make, held_out, values, learned) in mnist1d_methods().items():
+  for name, (make, held_out, values, learned) in mnist1d_methods(**kw).items():
+    if only and not any(o in name for o in only):
+      continue
     sf = name.startswith("schedule-free")
     hs = [None] if values is None else values
     runs = [(h, seed) for h in hs for seed in range(seeds)]
@@ -122,7 +135,7 @@ def run_mnist1d(steps, chunk, seeds, progress):
       return e["test"], e["train_loss"], e["val_loss"], info
 
     def init(key, h):
-      p = models.init_mlp(jax.random.fold_in(key, 0), mnist1d.SIZES)
+      p = models.init_mlp(jax.random.fold_in(key, 0), sizes)
       s = opt_of(h).init(p)
       return p, s, record(p, s)
 
@@ -148,7 +161,7 @@ def run_mnist1d(steps, chunk, seeds, progress):
     data_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 1), steps // chunk))(keys)
     compiled = jax.jit(jax.vmap(chunk_fn)).lower(p, s, data_keys[:, 0], h_arr).compile()
     recs = [jax.device_get(first)]
-    bar = progress(total=steps, desc=f"MNIST-1D {name}")
+    bar = progress(total=steps, desc=f"{task} {name}")
     start = time.perf_counter()
     for i in range(steps // chunk):
       p, s, rec = compiled(p, s, data_keys[:, i], h_arr)
@@ -168,17 +181,17 @@ def run_mnist1d(steps, chunk, seeds, progress):
   return steps_axis, results
 
 
-def mnist1d_report(steps_axis, results, steps):
+def mnist1d_report(steps_axis, results, steps, title):
   grid = {k: v for k, v in results.items() if v["family"] == "grid"}
-  best = max(grid, key=lambda k: np.mean(grid[k]["test"][:, -1]))
+  best = max(grid, key=lambda k: np.mean(grid[k]["test"][:, -1])) if grid else None
   cps = [int(round(f * (len(steps_axis) - 1))) for f in FRACTIONS]
-  lines = [f"## MNIST-1D ({steps} steps; 3,600 train / 400 held out / 1,000 test)", "",
+  lines = [f"## {title} ({steps} steps; 3,600 train / 400 held out / 1,000 test)", "",
            f"Best constant AdamW of the grid (by final test accuracy): **{best}**.", "",
            "test accuracy:", "",
            "| method | " + " | ".join(f"@{steps_axis[c]} ({int(f * 100)} %)"
                                       for c, f in zip(cps, FRACTIONS)) + " |",
            "|---|" + "---|" * len(cps)]
-  rows = [k for k, v in results.items() if v["family"] == "method"] + [best]
+  rows = [k for k, v in results.items() if v["family"] == "method"] + ([best] if best else [])
   for k in rows:
     t = results[k]["test"]
     lines.append(f"| {k} | " + " | ".join(f"{t[:, c].mean():.3f} ± {t[:, c].std():.3f}"
@@ -192,12 +205,14 @@ def mnist1d_report(steps_axis, results, steps):
   lines += ["", "learned values at the end (mean over seeds): step size, b1, b2, weight decay;"
             " wall time of the 3 seeds:", "", "| method | α | b1 | b2 | κ | seconds |",
             "|---|---|---|---|---|---|"]
-  for k in rows[:-1]:
+  for k in rows:
     info = results[k]["info"][:, -1]
     if np.all(np.isnan(info)):
       continue
     vals = [f"{v:.3g}" if np.isfinite(v) else "—" for v in np.nanmean(info, 0)]
     lines.append(f"| {k} | " + " | ".join(vals) + f" | {results[k]['seconds']:.0f} |")
+  if not grid:
+    return lines, best
   lines += ["", "Every AdamW of the grid, final test accuracy:", "",
             "| rate \\ weight decay | " + " | ".join(f"{wd:g}" for wd in GRID_DECAYS) + " |",
             "|---|" + "---|" * len(GRID_DECAYS)]
@@ -317,23 +332,34 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", default=str(HERE / "out" / "learned_hyperparams"))
   parser.add_argument("--quick", action="store_true", help="a smoke run (short budgets)")
-  parser.add_argument("--tasks", nargs="+", default=["mnist1d", "ridge"])
+  parser.add_argument("--tasks", nargs="+", default=["mnist1d", "blockwise", "ridge"])
+  parser.add_argument("--methods", nargs="+", default=None,
+                      help="run only the methods whose names contain one of these")
+  parser.add_argument("--steps", type=int, default=None, help="override the MNIST-1D budget")
   args = parser.parse_args(argv)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   commit = _report.git_commit()
-  steps, chunk = (400, 200) if args.quick else (40_000, 1000)
+  steps, chunk = (400, 200) if args.quick else (args.steps or 40_000, 1000)
   ridge_steps = 500 if args.quick else RIDGE["steps"]
   lines = ["# Learned hyperparameters and held-out meta-gradients", "",
            f"Commit `{commit}`; {SEEDS} seeds, mean ± std. Command: "
            f"`python benchmarks/learned_hyperparams.py{' --quick' if args.quick else ''}`.", ""]
   summary = {"commit": commit}
-  if "mnist1d" in args.tasks:
-    steps_axis, results = run_mnist1d(steps, chunk, SEEDS, tqdm)
-    table, best = mnist1d_report(steps_axis, results, steps)
+  tasks = {"mnist1d": ("MNIST-1D MLP 40-100-100-10", steps, {}),
+           "blockwise": ("MNIST-1D 6-layer MLP, one step size per layer",
+                         steps // 2, dict(sizes=blockwise.SIZES, blocks=blockwise.layer_labels()))}
+  for task, (title, task_steps, kw) in tasks.items():
+    if task not in args.tasks:
+      continue
+    kw = dict(kw)
+    sizes = kw.pop("sizes", mnist1d.SIZES)
+    steps_axis, results = run_mnist1d(task_steps, chunk, SEEDS, tqdm, sizes=sizes, task=task,
+                                      only=args.methods, **kw)
+    table, best = mnist1d_report(steps_axis, results, task_steps, title)
     lines += table + [""]
-    mnist1d_plot(steps_axis, results, best, out / "learned_hyperparams_mnist1d.png")
-    summary["mnist1d"] = {k: {"test_final": v["test"][:, -1].tolist()} for k, v in results.items()}
+    mnist1d_plot(steps_axis, results, best, out / f"learned_hyperparams_{task}.png")
+    summary[task] = {k: {"test_final": v["test"][:, -1].tolist()} for k, v in results.items()}
   if "ridge" in args.tasks:
     grid, ridge = run_ridge(ridge_steps, tqdm)
     lines += ridge_report(ridge, ridge_steps) + [""]

@@ -59,13 +59,12 @@ def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_s
   _, hyperparams = learned.split(meta_params)
   if not hyperparams:
     return trace
-  dependent = hyperparam_dependent_leaves(config, config.base.update, zero_grads, base_state,
-                                          wide_params, hyperparams)
-  k = len(hyperparams)
-  stacked = lambda x: jnp.broadcast_to(jnp.zeros_like(x)[None], (k,) + jnp.shape(x))
+  zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
+  columns = hyperparam_dependent_leaves(config.base.update, zero_grads, base_state, wide_params,
+                                        hyperparams)
   return LearnedHessianFreeTrace(trace, HyperparamTrace(
-      weights=jax.tree.map(stacked, wide_params),
-      base_state=tuple(stacked(floats[i]) for i in dependent)))
+      weights=tuple(zeros(wide_params) for _ in columns),
+      base_state=tuple(tuple(zeros(floats[i]) for i in leaves) for leaves in columns)))
 
 
 def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianFreeTrace,
@@ -85,14 +84,14 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianF
   s = optax.tree_utils.tree_cast_like(s, beta)
   if not hyperparams:
     return s
-  k = len(hyperparams)
-  columns = [
-      jnp.sum(tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)[None]),
-              axis=tuple(range(1, h.ndim))).reshape(k)
-      for h, g in zip(jax.tree.leaves(trace.hyperparams.weights), jax.tree.leaves(grads))]
-  total = sum(columns[1:], columns[0]) if columns else jnp.zeros((k,))
-  return learned.MetaParams(s, {name: total[i].astype(phi.dtype)
-                                for i, (name, phi) in enumerate(sorted(hyperparams.items()))})
+  def dot(column):
+    products = [jnp.sum(tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)))
+                for h, g in zip(jax.tree.leaves(column), jax.tree.leaves(grads))]
+    return sum(products[1:], products[0]) if products else jnp.zeros([])
+
+  return learned.MetaParams(s, {
+      name: dot(column).astype(hyperparams[name].dtype)
+      for name, column in zip(sorted(hyperparams), trace.hyperparams.weights)})
 
 
 def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
@@ -197,25 +196,31 @@ def _trace_step(config: StepConfig, change: Callable, wide_params: Any, base_sta
   return delta, new_trace, new_base_state
 
 
-def hyperparam_dependent_leaves(config: StepConfig, base_update: Callable, grads: Any,
-                                base_state: Any, params: Any, hyperparams: dict
-                                ) -> tuple[int, ...]:
-  """Float leaves of the base state whose sensitivity to a learned hyperparameter can be
-  non-zero: those computed from the hyperparameters or the params, or from such leaves."""
+def hyperparam_dependent_leaves(base_update: Callable, grads: Any, base_state: Any,
+                                params: Any, hyperparams: dict) -> tuple[tuple[int, ...], ...]:
+  """For each learned hyperparameter (sorted by name): the float leaves of the base state
+  whose sensitivity to it can be non-zero, those computed from it or the params, or
+  (transitively) from such leaves. A jaxpr walk at trace time."""
   floats, split = tree_utils.split_floats(base_state)
+  names = sorted(hyperparams)
 
-  def new_floats(p, phi, *fl):
-    state = learned.inject(tree_utils.merge_floats(fl, split), phi)
+  def new_floats(p, *phis_and_floats):
+    phi = dict(zip(names, phis_and_floats[:len(names)]))
+    state = learned.inject(tree_utils.merge_floats(phis_and_floats[len(names):], split), phi)
     return tree_utils.split_floats(base_update(grads, state, p)[1])[0]
 
-  dependent: set[int] = set()
-  while True:
-    sources = [0, 1] + [2 + i for i in sorted(dependent)]
-    found = {i for i, d in enumerate(
-        dependent_outputs(new_floats, [params, hyperparams, *floats], sources)) if d}
-    if found <= dependent:
-      return tuple(sorted(dependent))
-    dependent |= found
+  columns = []
+  for k in range(len(names)):
+    dependent: set[int] = set()
+    while True:
+      sources = [0, 1 + k] + [1 + len(names) + i for i in sorted(dependent)]
+      found = {i for i, d in enumerate(dependent_outputs(
+          new_floats, [params, *(hyperparams[n] for n in names), *floats], sources)) if d}
+      if found <= dependent:
+        break
+      dependent |= found
+    columns.append(tuple(sorted(dependent)))
+  return tuple(columns)
 
 
 def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update: Callable,
@@ -230,38 +235,36 @@ def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update:
 
   the paper's eq. 15 for a meta-parameter that the meta step does not read
   (:math:`\partial\phi'/\partial\phi = I`, :math:`\partial\phi'/\partial x = 0`
-  under the Hessian-free approximation). :math:`\tilde x` are the base-state
-  leaves that depend on the hyperparameters or the params (Adam's moments for
-  ``b1``/``b2``); one ``jax.linearize``, its linear map applied to each column.
+  under the Hessian-free approximation). :math:`\tilde x_k` are the base-state
+  leaves that depend on :math:`\phi_k` or the params (Adam's first moment for
+  ``b1``); one ``jax.jvp`` per column.
   """
   beta, hyperparams = learned.split(used)
-  dependent = hyperparam_dependent_leaves(config, base_update, grads, base_state, wide_params,
-                                          hyperparams)
-  if len(dependent) != len(trace.base_state):
+  columns = hyperparam_dependent_leaves(base_update, grads, base_state, wide_params,
+                                        hyperparams)
+  if tuple(map(len, columns)) != tuple(map(len, trace.base_state)):
     raise ValueError("The base state's dependence on the learned hyperparameters changed "
                      "between init and update (different extra arguments?).")
   floats, split = tree_utils.split_floats(base_state)
-
-  def change(w, dependent_floats, phi):
-    leaves = list(floats)
-    for i, x in zip(dependent, dependent_floats):
-      leaves[i] = x
-    state = learned.inject(tree_utils.merge_floats(leaves, split), phi)
-    direction, new_state = base_update(grads, state, w)
-    meta_params = learned.MetaParams(beta, phi)
-    delta = config.weight_change(layout, meta_params, direction, w)
-    new_floats = tree_utils.split_floats(new_state)[0]
-    return delta, tuple(new_floats[i] for i in dependent)
-
-  primals = (wide_params, tuple(floats[i] for i in dependent), hyperparams)
-  _, linear = jax.linearize(change, *primals)
   gamma = config.gamma
-  carried = optax.tree_utils.tree_scale(gamma, trace.weights)
-  carried_state = optax.tree_utils.tree_scale(gamma, trace.base_state)
-  names = sorted(hyperparams)
-  outs = []
-  for k, name in enumerate(names):
+  new_weights, new_states = [], []
+  for name, leaves, h, hx in zip(sorted(hyperparams), columns, trace.weights, trace.base_state):
+
+    def change(w, column_floats, phi, leaves=leaves):
+      state_floats = list(floats)
+      for i, x in zip(leaves, column_floats):
+        state_floats[i] = x
+      state = learned.inject(tree_utils.merge_floats(state_floats, split), phi)
+      direction, new_state = base_update(grads, state, w)
+      delta = config.weight_change(layout, learned.MetaParams(beta, phi), direction, w)
+      new_floats = tree_utils.split_floats(new_state)[0]
+      return delta, tuple(new_floats[i] for i in leaves)
+
+    carried = optax.tree_utils.tree_scale(gamma, h)
     unit = {n: jnp.asarray(n == name, phi.dtype) for n, phi in hyperparams.items()}
-    outs.append(linear(*jax.tree.map(lambda t: t[k], (carried, carried_state)), unit))
-  d_delta, d_state = jax.tree.map(lambda *c: jnp.stack(c), *outs)
-  return HyperparamTrace(optax.tree_utils.tree_add(carried, d_delta), d_state)
+    _, (d_delta, d_state) = jax.jvp(
+        change, (wide_params, tuple(floats[i] for i in leaves), hyperparams),
+        (carried, optax.tree_utils.tree_scale(gamma, hx), unit))
+    new_weights.append(optax.tree_utils.tree_add(carried, d_delta))
+    new_states.append(d_state)
+  return HyperparamTrace(tuple(new_weights), tuple(new_states))

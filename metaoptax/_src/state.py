@@ -29,13 +29,15 @@ class HessianFreeTrace(NamedTuple):
 class HyperparamTrace(NamedTuple):
   r"""Hessian-free sensitivities to the learned hyperparameters, one column each.
 
-  Every field has a leading axis of size ``K`` (the learned hyperparameters, in
-  the sorted order of their names); column ``k`` is :math:`dw/d\phi_k`, not
-  compressed: a hyperparameter acts on every weight.
+  Tuples of ``K`` entries (the learned hyperparameters, in the sorted order of
+  their names); column ``k`` is :math:`dw/d\phi_k`, not compressed: a
+  hyperparameter acts on every weight. Each column carries the base-state leaves
+  that depend on its hyperparameter (Adam's first moment for ``b1``, the second
+  for ``b2``, none for ``weight_decay``).
   """
 
-  weights: Any  # params-shaped leaves with a leading K axis
-  base_state: tuple  # the same for the base-state float leaves that depend on them
+  weights: tuple  # K params-shaped trees
+  base_state: tuple  # K tuples of the base-state float leaves each column carries
 
 
 class LearnedHessianFreeTrace(NamedTuple):

@@ -20,6 +20,8 @@ _IMPLEMENTATIONS = {"hessian_free": hessian_free, "l_approx": exact, "2x2": exac
 APPROXIMATIONS = tuple(_IMPLEMENTATIONS)
 PARAMETRIZATIONS = ("log", "linear")
 DEFAULT_STEP_SIZE_BOUNDS = (1e-10, 1.0)
+#: The meta-parameters whose meta-gradients use ``meta_grads`` when it is given.
+HELD_OUT = ("all", "hyperparams")
 
 
 def metaoptimize(
@@ -36,6 +38,7 @@ def metaoptimize(
     meta_update_first: bool = False,
     skip_nonfinite: bool = True,
     learn: tuple[str, ...] = (),
+    held_out: str = "all",
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -102,6 +105,11 @@ def metaoptimize(
       (``"b1"``, ``"b2"``, ``"decay"``, ``"momentum"``, ...). Values in (0, 1)
       are learned through their logit, the others through their log; read them
       with :func:`metaoptax.hyperparameters`. See ``metaoptax._src.learned``.
+    held_out: which meta-gradients use ``meta_grads`` when ``update`` is given
+      one: ``"all"`` (default), or ``"hyperparams"``: only those of the
+      hyperparameters in ``learn``, while the step sizes follow the training
+      gradient (a regularizer tuned on held-out data, the step size on the
+      training loss).
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -134,6 +142,12 @@ def metaoptimize(
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization)
   learn = learned.check_learn(learn)
+  if held_out not in HELD_OUT:
+    raise ValueError(f"Unknown held_out={held_out!r}; expected one of {HELD_OUT}.")
+  if learned.WEIGHT_DECAY in learn:
+    kappa0 = concrete_number("weight_decay", weight_decay)
+    if kappa0 is not None:
+      learned.to_phi(learned.WEIGHT_DECAY, kappa0)  # raises unless > 0
   log = parametrization == "log"
   lower, upper = (float(b) for b in step_size_bounds)
   config = StepConfig(
@@ -177,10 +191,14 @@ def metaoptimize(
     layout = blocks_lib.resolve(blocks, params)
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:
-      meta_grads = updates
+      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
     else:
       meta_grads = _held_out(meta_grads, updates, approximation)
-    meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads, state.meta_params)
+      meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads,
+                                               state.meta_params)
+      if held_out == "hyperparams" and learn:  # the step sizes follow the training loss
+        on_train = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
+        meta_grad = meta_grad._replace(step_size=on_train.step_size)
 
     def attempt(grads, state, meta_grad):
       return implementation.step(config, layout, grads, state, meta_grad, params, extra_args)

@@ -82,7 +82,7 @@ def test_hyperparameter_trace_equals_bruteforce_sensitivity(case):
       if approximation == "hessian_free":
         h = np.asarray(ravel_pytree(metaoptax.sensitivity_trace(state))[0])
         np.testing.assert_allclose(h, H[np.arange(n), flat_labels], rtol=1e-9, atol=1e-12)
-        hyper = np.asarray(flat_columns(state.trace.hyperparams.weights)).T
+        hyper = np.stack([ravel_pytree(c)[0] for c in state.trace.hyperparams.weights], 1)
         np.testing.assert_allclose(hyper, H[:, m:], rtol=1e-9, atol=1e-12)
       else:
         columns = np.asarray(flat_columns(metaoptax.sensitivity_trace(state))).T
@@ -111,9 +111,9 @@ def test_held_out_meta_gradient_is_the_trace_times_the_held_out_gradient():
     g_val = jax.grad(loss)(params, xs[-1], ys[-1])
     updates, state = update(g, state, params, meta_grads=g_val)
     h = state_before.trace.step_size.weights
-    hk = state_before.trace.hyperparams.weights
+    hk = state_before.trace.hyperparams.weights[0]
     s_beta = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(h), jax.tree.leaves(g_val)))
-    s_kappa = sum(jnp.sum(a[0] * b) for a, b in zip(jax.tree.leaves(hk), jax.tree.leaves(g_val)))
+    s_kappa = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(hk), jax.tree.leaves(g_val)))
     np.testing.assert_allclose(state.meta_params.step_size,
                                state_before.meta_params.step_size - 0.1 * s_beta, rtol=1e-5)
     np.testing.assert_allclose(state.meta_params.hyperparams["weight_decay"],
@@ -187,3 +187,40 @@ def test_held_out_gradients_are_refused_by_2x2():
   with pytest.raises(ValueError, match="meta_grads"):
     opt.update(g, opt.init(params), params, obj_fn=lambda q: loss(q, xs[0], ys[0]),
                meta_grads=g)
+
+
+def test_each_column_carries_only_the_state_its_hyperparameter_reaches():
+  """weight_decay: no base state; b1: Adam's first moment (+ its own injected value), not
+  the second; b2: the second moment, not the first."""
+  params, _ = problem()
+  opt = metaoptax.adamw(learn=("b1", "b2", "weight_decay"))
+  trace = opt.init(params).trace.hyperparams
+  n = sum(x.size for x in jax.tree.leaves(params))
+  sizes = [sum(x.size for x in column) for column in trace.base_state]  # b1, b2, weight_decay
+  assert sizes == [n + 1, n + 1, 0]
+
+
+@pytest.mark.parametrize("approximation", ["hessian_free", "l_approx"])
+def test_held_out_for_the_hyperparameters_only(approximation):
+  """held_out="hyperparams": s_beta = H_beta^T g (training), s_phi = H_phi^T g_val."""
+  params, (xs, ys) = problem()
+  kw = dict(init_step_size=0.05, weight_decay=0.0625, learn=("weight_decay",),
+            approximation=approximation)
+  split = metaoptax.metaoptimize(optax.scale_by_adam(), optax.sgd(0.1), held_out="hyperparams",
+                                 **kw)
+  every = metaoptax.metaoptimize(optax.scale_by_adam(), optax.sgd(0.1), **kw)
+  state = split.init(params)
+  obj = lambda q: loss(q, xs[0], ys[0])
+  for t in range(3):
+    g, g_val = jax.grad(loss)(params, xs[t], ys[t]), jax.grad(loss)(params, xs[-1], ys[-1])
+    _, on_train = every.update(g, state, params, obj_fn=obj)
+    _, on_held_out = every.update(g, state, params, obj_fn=obj, meta_grads=g_val)
+    updates, new = split.update(g, state, params, obj_fn=obj, meta_grads=g_val)
+    np.testing.assert_array_equal(new.meta_params.step_size, on_train.meta_params.step_size)
+    np.testing.assert_array_equal(new.meta_params.hyperparams["weight_decay"],
+                                  on_held_out.meta_params.hyperparams["weight_decay"])
+    state, params = new, optax.apply_updates(params, updates)
+  assert not np.array_equal(on_train.meta_params.hyperparams["weight_decay"],
+                            on_held_out.meta_params.hyperparams["weight_decay"])
+  with pytest.raises(ValueError, match="held_out"):
+    metaoptax.metaoptimize(optax.scale_by_adam(), optax.sgd(0.1), held_out="steps", **kw)

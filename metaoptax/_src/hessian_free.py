@@ -57,14 +57,16 @@ def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_s
 
 
 def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any, beta: Any) -> Any:
-  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``.
+  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``
+  (of ``Re(conj(h) * g)`` for complex params: :func:`metaoptax._src.tree_utils.real_product`).
 
   The guard reads ``s`` to detect non-finite gradients and traces, so its
   derivative must stay finite when they are not (see
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
   s = layout.reduce(jax.tree.map(
-      lambda h, g: tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)),
+      lambda h, g: tree_utils.real_product(h, g.astype(h.dtype),
+                                           tree_utils.product_with_finite_derivative),
       trace.weights, grads))
   return optax.tree_utils.tree_cast_like(s, beta)
 

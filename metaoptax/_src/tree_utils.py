@@ -76,16 +76,31 @@ def check_float_params(params: Any, transformation: str) -> None:
   them, and any step size times an integer update rounds to nothing), so an
   optimizer given them would return zero updates forever without a word.
   """
-  bad = [
-      f"{jax.tree_util.keystr(path) or '<root>'} ({jnp.asarray(leaf).dtype})"
-      for path, leaf in jax.tree_util.tree_leaves_with_path(params)
-      if not jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.inexact)
-  ]
+  bad = _leaves_not_of(params, jnp.inexact)
   if bad:
     raise ValueError(
         f"{transformation} needs floating-point params; these leaves are not: "
         f"{', '.join(bad)}. Cast them (e.g. x.astype(jnp.float32)) or keep them "
         "out of the optimized tree (optax.masked / optax.partition).")
+
+
+def check_real_params(params: Any, transformation: str, reason: str) -> None:
+  """Raises a ``ValueError`` naming every complex params leaf, for a method
+  derived for real weights only (``reason`` says why)."""
+  bad = _leaves_not_of(params, jnp.floating)
+  if bad:
+    raise ValueError(
+        f"{transformation} does not support complex params ({reason}); these leaves are "
+        f"complex: {', '.join(bad)}. Use metaoptax.metaoptimize or a preset, which do.")
+
+
+def _leaves_not_of(params: Any, kind) -> list[str]:
+  """``"path (dtype)"`` of every params leaf whose dtype is not a ``kind``."""
+  return [
+      f"{jax.tree_util.keystr(path) or '<root>'} ({jnp.asarray(leaf).dtype})"
+      for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+      if not jnp.issubdtype(jnp.asarray(leaf).dtype, kind)
+  ]
 
 
 def all_finite(tree: Any) -> jax.Array:

@@ -269,17 +269,16 @@ def test_state_stable_across_dtypes(name):
   dtypes = (jnp.float16, jnp.bfloat16, jnp.float64, jnp.complex128)
   problems = [parabola(dtype) for dtype in dtypes]
 
-  @jax.jit
-  def two_steps(ws, states):
-    for _ in range(2):
-      new = []
-      for (_, _, objective), w, state in zip(problems, ws, states):
-        value, grads = descent_direction(objective, w)
-        updates, state = jax.lax.cond(value > -1, lambda: opt.update(grads, state, w),
-                                      lambda: (w, state))
-        new.append((optax.apply_updates(w, updates), state))
-      ws, states = (tuple(x) for x in zip(*new))
-    return ws, states
+  def step(carry, _):
+    new = []
+    for (_, _, objective), w, state in zip(problems, *carry):
+      value, grads = descent_direction(objective, w)
+      updates, state = jax.lax.cond(value > -1, lambda: opt.update(grads, state, w),
+                                    lambda: (w, state))
+      new.append((optax.apply_updates(w, updates), state))
+    return tuple(tuple(x) for x in zip(*new)), None
+
+  two_steps = jax.jit(lambda ws, states: jax.lax.scan(step, (ws, states), None, length=2)[0])
 
   ws = tuple(initial for initial, _, _ in problems)
   states = tuple(opt.init(w) for w in ws)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metaoptax._src import sharding
+from metaoptax._src import sharding, tree_utils
 
 BLOCK_NAMES = ("scalar", "per_leaf", "per_param")
 
@@ -68,12 +68,13 @@ class BlockLayout:
 
   # beta trees ---------------------------------------------------------------
   def init_beta(self, value: float, params: Any) -> Any:
-    """A beta tree filled with ``value`` (float32 or wider, per leaf).
+    """A beta tree filled with ``value`` (float32 or wider, per leaf; real for
+    complex params: complex64 -> float32).
 
     Weight-wise, each leaf is made ``full_like`` its params leaf, so it is
     sharded like it (eagerly too, not only under ``jit``).
     """
-    dtypes = state_dtypes(params)
+    dtypes = [tree_utils.real_dtype(d) for d in state_dtypes(params)]
     if self.labels is None:
       leaves = [jnp.full_like(p, value, d) for p, d in zip(jax.tree.leaves(params), dtypes)]
       return jax.tree.unflatten(self.treedef, leaves)

@@ -305,13 +305,16 @@ def basis(beta: Any) -> Any:
 
 
 def _columns_dot(columns: Any, tree: Any, beta: Any, product: Callable = jnp.multiply) -> Any:
-  """``[<H[:, j], x>]_j`` for the columns ``H[:, j]`` of a trace, laid out like ``beta``."""
+  """``[<H[:, j], x>]_j`` for the columns ``H[:, j]`` of a trace, laid out like ``beta``
+  (the real part of the conjugate inner product for complex params:
+  :func:`metaoptax._src.tree_utils.real_product`)."""
   m = num_meta_params(beta)
   # Elementwise products summed over the weight axes (not a tensordot, whose
   # sharded contraction needs an output sharding on explicit meshes): on a mesh
   # each device reduces its shard, then one all-reduce of m numbers.
   products = [
-      jnp.sum(product(h, x.astype(h.dtype)[None]), axis=tuple(range(1, h.ndim))).reshape(m)
+      jnp.sum(tree_utils.real_product(h, x.astype(h.dtype)[None], product),
+              axis=tuple(range(1, h.ndim))).reshape(m)
       for h, x in zip(jax.tree.leaves(columns), jax.tree.leaves(tree))
   ]
   s = sum(products[1:], products[0]) if products else jnp.zeros((m,))  # no params arrays
@@ -375,6 +378,11 @@ def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:
   caller's ``jax.grad``), and the product's own derivative (third derivatives
   of ``f``) through ``jax.grad(jvp(f))``. Nothing is counted twice
   (tests/metaoptimize/test_unroll_grad.py: reverse, forward and finite differences agree).
+
+  Complex params: ``jax.grad`` of a real function returns the conjugate of the
+  gradient an optax optimizer is given (see
+  :func:`metaoptax._src.tree_utils.real_product`), so the product is conjugated
+  back (a no-op on real params).
   """
 
   @jax.custom_jvp
@@ -385,7 +393,7 @@ def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:
   @gradient.defjvp
   def gradient_jvp(primals, tangents):
     (w, g), (v, g_dot) = primals, tangents
-    hvp = jax.grad(lambda u: jax.jvp(obj_fn, (u,), (v,))[1])(w)
+    hvp = jax.tree.map(jnp.conj, jax.grad(lambda u: jax.jvp(obj_fn, (u,), (v,))[1])(w))
     return g, jax.tree.map(lambda a, b: a + b.astype(a.dtype), hvp, g_dot)
 
   return gradient

@@ -69,7 +69,8 @@ def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_s
 
 def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianFreeTrace,
                   grads: Any, meta_params: Any) -> Any:
-  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``;
+  """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``
+  (of ``Re(conj(h) * g)`` for complex params: :func:`metaoptax._src.tree_utils.real_product`);
   for each learned hyperparameter, the full sum of its column times ``g``.
 
   The guard reads ``s`` to detect non-finite gradients and traces, so its
@@ -79,13 +80,16 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianF
   beta, hyperparams = learned.split(meta_params)
   step_trace = trace.step_size if hyperparams else trace
   s = layout.reduce(jax.tree.map(
-      lambda h, g: tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)),
+      lambda h, g: tree_utils.real_product(h, g.astype(h.dtype),
+                                           tree_utils.product_with_finite_derivative),
       step_trace.weights, grads))
   s = optax.tree_utils.tree_cast_like(s, beta)
   if not hyperparams:
     return s
+
   def dot(column):
-    products = [jnp.sum(tree_utils.product_with_finite_derivative(h, g.astype(h.dtype)))
+    products = [jnp.sum(tree_utils.real_product(h, g.astype(h.dtype),
+                                                tree_utils.product_with_finite_derivative))
                 for h, g in zip(jax.tree.leaves(column), jax.tree.leaves(grads))]
     return sum(products[1:], products[0]) if products else jnp.zeros([])
 

@@ -1,5 +1,6 @@
 """Pytree helpers that ``optax.tree_utils`` lacks: widening to float32, finiteness,
-float-leaf splitting for forward-mode sensitivities."""
+float-leaf splitting for forward-mode sensitivities, the real inner product of
+complex params."""
 
 from __future__ import annotations
 
@@ -14,28 +15,92 @@ def wide_dtype(dtype) -> jnp.dtype:
   return jnp.result_type(jnp.float32, dtype)
 
 
+def real_dtype(dtype) -> jnp.dtype:
+  """The real dtype of ``dtype``'s precision: complex64 -> float32, complex128 -> float64."""
+  return jnp.finfo(dtype).dtype
+
+
+def real_product(h: jax.Array, g: jax.Array, product: Any = jnp.multiply) -> jax.Array:
+  r"""The terms :math:`\operatorname{Re}(\bar h \odot g)` of the real inner product of two
+  params-shaped arrays; ``product(h, g)`` itself, unchanged, when both are real.
+
+  A learned step size is real, and so is its meta-gradient
+  :math:`s = \mathrm d f(w_{t+1}) / \mathrm d\beta` even when the weights are
+  complex. Write :math:`w = a + ib` and the loss :math:`f(a, b)` (real). The
+  trace is :math:`H = \mathrm dw/\mathrm d\beta = \mathrm da/\mathrm d\beta + i\,
+  \mathrm db/\mathrm d\beta` (complex), and the gradient given to an optax
+  optimizer for complex params is :math:`g = \partial f/\partial a + i\,\partial f/\partial b`:
+  the conjugate of ``jax.grad(f)(w)``, which is
+  :math:`\partial f/\partial a - i\,\partial f/\partial b`; descending along
+  :math:`-g` is gradient descent on the real pair :math:`(a, b)` (optax's alias
+  tests conjugate the gradient the same way). The chain rule over the real
+  coordinates gives
+
+  .. math::
+
+    s = \sum_i \frac{\partial f}{\partial a_i}\frac{\mathrm d a_i}{\mathrm d\beta}
+      + \frac{\partial f}{\partial b_i}\frac{\mathrm d b_i}{\mathrm d\beta}
+      = \sum_i \operatorname{Re} h_i \operatorname{Re} g_i + \operatorname{Im} h_i
+        \operatorname{Im} g_i
+      = \operatorname{Re} \sum_i \bar h_i\, g_i,
+
+  the real part of the conjugate inner product :math:`\langle h, g\rangle =
+  h^{\mathsf H} g`: exactly the meta-gradient of the same problem written with
+  separate real and imaginary float arrays. It is real-bilinear in
+  :math:`(h, g)`, so forward mode differentiates it as it stands.
+
+  Args:
+    h: a trace leaf (or a batch of trace columns).
+    g: a gradient leaf (or its tangent), broadcastable against ``h``.
+    product: the elementwise product to use (e.g.
+      :func:`product_with_finite_derivative`).
+
+  Returns:
+    The real elementwise terms, in the real dtype of ``h``'s precision.
+  """
+  if jnp.iscomplexobj(h) or jnp.iscomplexobj(g):
+    return jnp.real(product(jnp.conj(h), g))
+  return product(h, g)
+
+
 def widen(tree: Any) -> Any:
-  """Casts every floating leaf to float32 or wider."""
+  """Casts every floating leaf to float32 or wider (complex64 stays complex64)."""
   return jax.tree.map(lambda x: x.astype(wide_dtype(x.dtype)), tree)
 
 
 def check_float_params(params: Any, transformation: str) -> None:
-  """Raises a ``ValueError`` naming every params leaf that is not floating-point.
+  """Raises a ``ValueError`` naming every params leaf that is not floating-point
+  (real or complex).
 
   Integer and boolean leaves have no gradient to follow (``jax.grad`` refuses
   them, and any step size times an integer update rounds to nothing), so an
   optimizer given them would return zero updates forever without a word.
   """
-  bad = [
-      f"{jax.tree_util.keystr(path) or '<root>'} ({jnp.asarray(leaf).dtype})"
-      for path, leaf in jax.tree_util.tree_leaves_with_path(params)
-      if not jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.inexact)
-  ]
+  bad = _leaves_not_of(params, jnp.inexact)
   if bad:
     raise ValueError(
         f"{transformation} needs floating-point params; these leaves are not: "
         f"{', '.join(bad)}. Cast them (e.g. x.astype(jnp.float32)) or keep them "
         "out of the optimized tree (optax.masked / optax.partition).")
+
+
+def check_real_params(params: Any, transformation: str, reason: str) -> None:
+  """Raises a ``ValueError`` naming every complex params leaf, for a method
+  derived for real weights only (``reason`` says why)."""
+  bad = _leaves_not_of(params, jnp.floating)
+  if bad:
+    raise ValueError(
+        f"{transformation} does not support complex params ({reason}); these leaves are "
+        f"complex: {', '.join(bad)}. Use metaoptax.metaoptimize or a preset, which do.")
+
+
+def _leaves_not_of(params: Any, kind) -> list[str]:
+  """``"path (dtype)"`` of every params leaf whose dtype is not a ``kind``."""
+  return [
+      f"{jax.tree_util.keystr(path) or '<root>'} ({jnp.asarray(leaf).dtype})"
+      for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+      if not jnp.issubdtype(jnp.asarray(leaf).dtype, kind)
+  ]
 
 
 def all_finite(tree: Any) -> jax.Array:

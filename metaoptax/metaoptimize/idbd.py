@@ -78,6 +78,9 @@ def idbd(
 
   def init_fn(params):
     tree_utils.check_float_params(params, "idbd")
+    tree_utils.check_real_params(
+        params, "idbd", "its diagonal-Hessian trace and rectifier 1 - alpha * c are "
+        "defined for real linear units")
     widened = tree_utils.widen(params)
     return IDBDState(
         log_step_sizes=jax.tree.map(

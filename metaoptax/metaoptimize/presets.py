@@ -31,7 +31,9 @@ from metaoptax._src.transform import metaoptimize
 INIT_STEP_SIZE = 1e-6
 #: Default meta step size :math:`\eta` of the meta optimizer.
 META_STEP_SIZE = 1e-3
-#: Default decoupled weight decay :math:`\kappa` of the AdamW-type bases.
+#: Default decoupled weight decay :math:`\kappa` of the AdamW-type bases: the paper's
+#: 0.1, not optax's ``adamw`` default 1e-4 (which the drop-ins ``metaoptax.adamw``
+#: and ``metaoptax.lion`` take, 1e-3 for Lion).
 WEIGHT_DECAY = 0.1
 
 

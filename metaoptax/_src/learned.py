@@ -151,8 +151,8 @@ def init_hyperparams(names: tuple[str, ...], base_state: Any, weight_decay: Any,
             f"optax.inject_hyperparams(optax.scale_by_adam)(b1=0.9, b2=0.999), and "
             f"learn only its numeric arguments, or 'weight_decay'.")
       start = found[0]
-    try:
-      start = float(start)
+    try:  # real: inject_hyperparams stores them in the params' dtype, complex too
+      start = float(jnp.real(start))
     except jax.errors.ConcretizationTypeError:
       out[name] = _traced_phi(name, start, dtype)
       continue
@@ -161,7 +161,7 @@ def init_hyperparams(names: tuple[str, ...], base_state: Any, weight_decay: Any,
 
 
 def _traced_phi(name: str, value: Any, dtype: Any) -> jax.Array:
-  value = jnp.asarray(value, dtype)
+  value = jnp.real(value).astype(dtype)
   return jnp.log(value) - jnp.log1p(-value) if domain(name) == "logit" else jnp.log(value)
 
 

@@ -98,6 +98,10 @@ CASES = {  # every approximation and layout; the exact ones with few columns (sl
     "hessian_free-scalar-momentum": (metaoptimize(optax.trace(0.9), "hessian_free"), "scalar"),
     "hessian_free-per_param-momentum": (metaoptimize(optax.trace(0.9), "hessian_free"),
                                         "per_param"),
+    # learned hyperparameters: the params' trajectory follows their values
+    "hessian_free-scalar-momentum-learn": (metaoptimize(
+        optax.inject_hyperparams(optax.trace)(decay=0.9), "hessian_free",
+        learn=("decay", "weight_decay")), "scalar"),
     "l_approx-per_leaf-sgd": (metaoptimize(optax.identity(), "l_approx"), "per_leaf"),
     "2x2-scalar-momentum": (metaoptimize(optax.trace(0.9), "2x2"), "scalar"),
     "hypergradient_descent": (lambda blocks: metaoptax.hypergradient_descent(

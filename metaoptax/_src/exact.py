@@ -357,7 +357,7 @@ def _zero_nan(tree: Any) -> Any:
   wipe a whole column. Give Adam-type transformations ``eps_root > 0`` (inside
   the square root; the presets use 1e-30) so their derivative stays finite.
   """
-  return jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), x), tree)
+  return tree_utils.nan_to_zero(tree)
 
 
 def _gradient_with_hvp_tangent(obj_fn: Callable) -> Callable:

@@ -269,6 +269,10 @@ def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update:
     _, (d_delta, d_state) = jax.jvp(
         change, (wide_params, tuple(floats[i] for i in leaves), hyperparams),
         (carried, optax.tree_utils.tree_scale(gamma, hx), unit))
+    # NaN -> 0: Adam's sqrt(v) has an infinite derivative at v = 0, where a weight's
+    # gradient has been exactly 0 (a dead ReLU unit): its direction is 0 whatever b2,
+    # so its sensitivity is 0, but forward mode gives inf * 0 (see exact._zero_nan).
+    d_delta, d_state = tree_utils.nan_to_zero((d_delta, d_state))
     new_weights.append(optax.tree_utils.tree_add(carried, d_delta))
     new_states.append(d_state)
   return HyperparamTrace(tuple(new_weights), tuple(new_states))

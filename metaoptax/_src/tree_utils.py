@@ -138,6 +138,12 @@ def _product_with_finite_derivative_jvp(primals, tangents):
   return a * b, a_dot * finite_or_zero(b) + finite_or_zero(a) * b_dot
 
 
+def nan_to_zero(tree: Any) -> Any:
+  """NaN entries -> 0 (infinite ones kept): a tangent that is NaN where an update is not
+  differentiable, e.g. ``sqrt(v)`` at ``v = 0`` times a zero tangent."""
+  return jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.zeros_like(x), x), tree)
+
+
 def zeros_unless(pred: jax.Array, tree: Any) -> Any:
   """``tree`` where ``pred`` holds, zeros of the same shapes otherwise."""
   return jax.tree.map(lambda x: jnp.where(pred, x, jnp.zeros_like(x)), tree)

@@ -224,3 +224,19 @@ def test_held_out_for_the_hyperparameters_only(approximation):
                             on_held_out.meta_params.hyperparams["weight_decay"])
   with pytest.raises(ValueError, match="held_out"):
     metaoptax.metaoptimize(optax.scale_by_adam(), optax.sgd(0.1), held_out="steps", **kw)
+
+
+def test_learning_b2_with_a_weight_whose_gradient_is_always_zero():
+  """A dead unit (g = 0, so v = 0): forward mode gives inf * 0 = NaN in the b2 column of
+  sqrt(v)'s derivative; its sensitivity is 0, and the trace must not restart."""
+  params = {"w": jnp.array([1.0, -2.0, 0.5])}
+  opt = metaoptax.adamw(1e-2, learn=("b1", "b2"))
+  step = jax.jit(lambda p, s: opt.update({"w": p["w"] * jnp.array([1.0, 1.0, 0.0])}, s, p))
+  state = opt.init(params)
+  for _ in range(5):
+    updates, state = step(params, state)
+    params = optax.apply_updates(params, updates)
+  assert int(state.trace_resets) == 0 and int(state.skipped_steps) == 0
+  b2_column = state.trace.hyperparams.weights[1]["w"]
+  assert bool(jnp.all(jnp.isfinite(b2_column))) and float(b2_column[2]) == 0.0
+  assert float(jnp.abs(b2_column[0])) > 0

@@ -44,3 +44,21 @@ def git_commit(short: bool = False) -> str:
     return commit + (" (with uncommitted changes)" if dirty else "")
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
+
+
+def task_arguments(description: str, tasks, out):
+  """The task benchmarks' command line: ``--tasks``, ``--quick``, ``--seeds``, ``--out``."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument("--tasks", nargs="+", default=list(tasks), choices=tasks)
+  parser.add_argument("--quick", action="store_true", help="smoke-run budgets, not results")
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--out", type=pathlib.Path, default=out)
+  return parser
+
+
+def progress_bars():
+  """``tqdm.tqdm`` for one bar per run, cleared when the run ends."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import tqdm  # pylint: disable=g-import-not-at-top
+  return functools.partial(tqdm.tqdm, leave=False, dynamic_ncols=True, mininterval=1.0)

@@ -26,7 +26,6 @@ Writes ``lr_free.md``, ``lr_free.json`` and ``lr_free_<task>.png`` into ``--out`
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import pathlib
@@ -259,17 +258,10 @@ OUT = HERE / "results" / "lr_free"
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-  parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--seeds", type=int, default=3)
-  parser.add_argument("--out", type=pathlib.Path, default=OUT)
-  args = parser.parse_args(argv)
+  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT).parse_args(argv)
   out = args.out
   out.mkdir(parents=True, exist_ok=True)
-  import functools  # pylint: disable=g-import-not-at-top
-  import tqdm  # pylint: disable=g-import-not-at-top
-  progress = functools.partial(tqdm.tqdm, leave=False, dynamic_ncols=True, mininterval=1.0)
+  progress = _report.progress_bars()
   commit = _report.git_commit()
   results = []
   for task in args.tasks:

@@ -21,8 +21,18 @@ every :math:`\beta`, so the decision is one number whatever the block layout:
 weight-wise step sizes, whose individual meta-gradients are noisy, climb
 together as a scalar one would. The climb then backs off by the distance it
 rose while the average :math:`\bar s` lagged the meta-gradient
-(:math:`\text{rate}\cdot\rho/(1-\rho)`), and ``meta`` (e.g. Adam on
-:math:`\beta`) takes over, per block. ``meta`` sees every meta-gradient from
+(:math:`\text{rate}\cdot\rho/(1-\rho)`), and by :math:`\ln(\text{backoff})`
+more, and ``meta`` (e.g. Adam on :math:`\beta`) takes over, per block.
+
+Why a ``backoff`` beyond the lag: a direction whose steps are not normalized
+(SGD) becomes unstable along a stiff direction of curvature :math:`\lambda` once
+:math:`\alpha > 2/\lambda`, and that mode grows by :math:`|1-\alpha\lambda|`
+per step from a seed far below the gradient's scale. It dominates the meta-gradient
+only after :math:`k \approx \sqrt{\ln(1/\text{seed})/\text{rate}}` steps, when
+:math:`\alpha` is already :math:`e^{\text{rate}\,k}` times above the limit (4x
+on Rosenbrock's valley at ``rate = 0.1``): stepping back by the lag alone leaves it
+unstable, and the run diverges. Adam and Lion bound each step by :math:`\alpha`,
+so an overshoot costs a few noisy steps and ``backoff = 1`` suits them. ``meta`` sees every meta-gradient from
 the first step on, so its moments are warm when it takes over. Hyperparameters
 learned beside the step sizes (``metaoptimize(..., learn=...)``) do not climb:
 ``meta`` moves them from the first step.
@@ -36,6 +46,7 @@ ends at once and ``meta`` behaves as it would alone.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -56,7 +67,7 @@ class ClimbState(NamedTuple):
 
 
 def climb(meta: optax.GradientTransformation, rate: float = 0.05,
-          decay: float = 0.9) -> optax.GradientTransformation:
+          decay: float = 0.9, backoff: float = 1.0) -> optax.GradientTransformation:
   r"""Raises every ``beta`` by ``rate`` per step until the meta-gradient turns; then ``meta``.
 
   Args:
@@ -65,6 +76,8 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
       step sizes grow 10x every 46 steps).
     decay: ``rho``, the decay of the average of the total meta-gradient whose
       sign ends the climb.
+    backoff: factor (>= 1) by which the step sizes are divided when the climb
+      ends, on top of the averaging lag (``1``: the lag alone).
 
   Returns:
     An ``optax.GradientTransformation`` acting on ``beta`` with the
@@ -85,7 +98,12 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
     if number is not None and not 0 <= number < (1 if name == "decay" else float("inf")):
       raise ValueError(f"{name} must be in [0, {'1' if name == 'decay' else 'inf'}), "
                        f"got {value!r}.")
-  backoff = rate * decay / (1.0 - decay)
+  number = concrete_number("backoff", backoff)
+  if number is not None and not 1 <= number < float("inf"):
+    raise ValueError(f"backoff must be in [1, inf), got {backoff!r}.")
+  # a Python float when concrete: backoff = 1 changes no bit of the lag's step back
+  step_back = rate * decay / (1.0 - decay) + (math.log(number) if number is not None
+                                              else jnp.log(backoff))
 
   def init_fn(beta):
     # The average in beta's precision (float32, or float64 for float64 params).
@@ -102,7 +120,7 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
     average = (decay * state.average + (1 - decay) * total).astype(dtype)
     ends = state.climbing & (average > 0)
     climbing = state.climbing & ~ends
-    shift = jnp.where(climbing, rate, jnp.where(ends, -backoff, 0.0))
+    shift = jnp.where(climbing, rate, jnp.where(ends, -step_back, 0.0))
     step_size_updates, hyperparam_updates = learned.split(meta_updates)
     updates = jax.tree.map(
         lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), step_size_updates)

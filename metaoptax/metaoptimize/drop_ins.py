@@ -16,8 +16,16 @@ scalar step size by default). Two things differ from the paper-faithful
   meta-gradient loses the signal that anneals the step size;
 * optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``).
 
-After the climb, Adam on :math:`\log\alpha` (meta step ``meta_step_size``)
-tracks the step size for the rest of the run, as in the paper.
+After the climb, the paper's meta optimizer for the base tracks
+:math:`\log\alpha` for the rest of the run (meta step ``meta_step_size``): Adam
+for :func:`adamw` and :func:`sgd`, Lion for :func:`lion` (the paper's (Lion, Lion)
+pair). Lion's sign steps oscillate about a minimum with an amplitude of
+:math:`\alpha`, so the meta-gradient changes sign from step to step with a small
+positive mean; Adam's step (:math:`\eta` times mean over RMS) then shrinks to a
+few percent of :math:`\eta` and the step size hardly anneals, while Lion on
+:math:`\log\alpha` moves it by :math:`\pm\eta` per step after the sign of its
+momentum, and anneals it by :math:`e^{-1}` every :math:`1/\eta` steps once the run
+oscillates.
 
 Use these when you want an optimizer without a learning rate; use
 :mod:`metaoptax.presets` to reproduce the paper's settings.
@@ -31,7 +39,7 @@ import optax
 
 from metaoptax._src import learned
 from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
-from metaoptax._src.hyperparams import check_meta_step_size
+from metaoptax.metaoptimize import presets
 from metaoptax.metaoptimize.climb import climb
 from metaoptax._src.transform import metaoptimize
 
@@ -41,13 +49,21 @@ INIT_STEP_SIZE = 1e-6
 META_STEP_SIZE = 1e-3
 #: Rise of ``log(alpha)`` per step during the climb (10x every 23 steps).
 CLIMB_RATE = 0.1
+#: Extra factor by which :func:`adamw` and :func:`lion` divide ``alpha`` when the
+#: climb ends (1: the averaging lag alone; their steps are bounded by ``alpha``).
+CLIMB_BACKOFF = 1.0
+#: :func:`sgd`'s climb: slower (10x every 77 steps), and ``alpha`` divided by 10
+#: at its end. SGD's steps are not normalized: an overshoot of the stability limit
+#: grows exponentially (see :func:`metaoptax.climb`).
+SGD_CLIMB_RATE = 0.03
+SGD_CLIMB_BACKOFF = 10.0
 #: Discount of the sensitivity trace: a horizon of ~100 steps (the paper uses 1).
 GAMMA = 0.99
 
 
-def _meta(meta_step_size, climb_rate):
-  check_meta_step_size("meta_step_size", meta_step_size)
-  return climb(optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=1e-30), rate=climb_rate)
+def _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_adam):
+  """The climb, then ``follow(meta_step_size)`` on ``beta``."""
+  return climb(follow(meta_step_size), rate=climb_rate, backoff=climb_backoff)
 
 
 def _direction_with_decay(direction, weight_decay, mask, learn=()):
@@ -74,6 +90,7 @@ def adamw(
     nesterov: bool = False,
     meta_step_size: float = META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
+    climb_backoff: float = CLIMB_BACKOFF,
     gamma: float = GAMMA,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
@@ -95,6 +112,8 @@ def adamw(
     mask: as in ``optax.adamw``: which params are decayed.
     meta_step_size: Adam's step on :math:`\log\alpha` after the climb.
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
+    climb_backoff: factor by which :math:`\alpha` is divided when the climb
+      ends, beyond the averaging lag (:func:`metaoptax.climb`).
     gamma: discount :math:`\gamma` of the sensitivity trace (0.99: ~100 steps).
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
       ``approximation``, ``step_size_bounds``, ``learn`` ...). ``learn`` may name
@@ -116,7 +135,7 @@ def adamw(
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
-  return metaoptimize(direction, _meta(meta_step_size, climb_rate),
+  return metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
                       init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
                       **kwargs)
 
@@ -132,14 +151,16 @@ def lion(
     *,
     meta_step_size: float = META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
+    climb_backoff: float = CLIMB_BACKOFF,
     gamma: float = GAMMA,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Lion without a learning rate: a drop-in for ``optax.lion``.
 
   :math:`w_{t+1} = w_t - \alpha_t(\operatorname{sign}(b_1 m_t + (1-b_1) g_t) + \kappa w_t)`,
-  :math:`\alpha_t` learned as in :func:`adamw`. Arguments as in ``optax.lion``
-  and :func:`adamw`.
+  :math:`\alpha_t` learned as in :func:`adamw`, except that Lion, not Adam, moves
+  :math:`\log\alpha_t` after the climb (see the module's docstring). Arguments as
+  in ``optax.lion`` and :func:`adamw`.
 
   Examples:
     >>> import metaoptax
@@ -149,7 +170,8 @@ def lion(
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_lion, learn, b1=b1, b2=b2, mu_dtype=mu_dtype),
       weight_decay, mask, learn)
-  return metaoptimize(direction, _meta(meta_step_size, climb_rate),
+  meta = _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_lion)
+  return metaoptimize(direction, meta,
                       init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
                       **kwargs)
 
@@ -163,7 +185,8 @@ def sgd(
     *,
     weight_decay: float = 0.0,
     meta_step_size: float = META_STEP_SIZE,
-    climb_rate: float = CLIMB_RATE,
+    climb_rate: float = SGD_CLIMB_RATE,
+    climb_backoff: float = SGD_CLIMB_BACKOFF,
     gamma: float = GAMMA,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
@@ -171,7 +194,11 @@ def sgd(
 
   A drop-in for ``optax.sgd``: :math:`w_{t+1} = w_t - \alpha_t (d_t + \kappa w_t)`
   with :math:`d_t = g_t`, or the momentum trace :math:`m_t = \mu m_{t-1} + g_t`
-  (``optax.trace``); :math:`\alpha_t` learned as in :func:`adamw`.
+  (``optax.trace``); :math:`\alpha_t` learned as in :func:`adamw`, except for a
+  more careful climb: 0.3 of the rate, and :math:`\alpha` divided by
+  ``climb_backoff = 10`` when it ends (SGD's steps are not normalized, and an
+  overshoot of the stability limit :math:`2/\lambda_{\max}` diverges; on
+  Rosenbrock's valley the climb at :func:`adamw`'s settings ends 4-6x above it).
 
   Examples:
     >>> import metaoptax
@@ -186,7 +213,7 @@ def sgd(
   direction = (optax.identity() if momentum is None else
                learned.learnable(optax.trace, learn, decay=momentum, nesterov=nesterov,
                                  accumulator_dtype=accumulator_dtype))
-  return metaoptimize(direction, _meta(meta_step_size, climb_rate),
+  return metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
                       init_step_size=init_step_size, weight_decay=weight_decay, gamma=gamma,
                       **kwargs)
 

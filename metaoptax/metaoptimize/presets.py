@@ -42,12 +42,14 @@ WEIGHT_DECAY = 0.1
 EPS_ROOT = 1e-30
 
 
-def _meta_adam(meta_step_size):
+def meta_adam(meta_step_size):
+  """Adam on ``beta``, the paper's meta optimizer (also the drop-ins' after the climb)."""
   check_meta_step_size("meta_step_size", meta_step_size)
   return optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=EPS_ROOT)
 
 
-def _meta_lion(meta_step_size):
+def meta_lion(meta_step_size):
+  """Lion on ``beta``, without weight decay (also ``metaoptax.lion``'s after the climb)."""
   check_meta_step_size("meta_step_size", meta_step_size)
   # optax.lion decays its params by default; on beta that would pull log alpha to 0.
   return optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0.0)
@@ -62,7 +64,7 @@ def _meta_sgd(meta_step_size):
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
-  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), _meta_adam(meta_step_size),
+  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -70,7 +72,7 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
-  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), _meta_lion(meta_step_size),
+  return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -78,7 +80,7 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.99, **kwargs):
   """(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta."""
-  return metaoptimize(optax.scale_by_lion(b1=b1, b2=b2), _meta_lion(meta_step_size),
+  return metaoptimize(optax.scale_by_lion(b1=b1, b2=b2), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -86,7 +88,7 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, decay=0.999, eps=1e-8, **kwargs):
   """(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``."""
-  return metaoptimize(optax.scale_by_rms(decay=decay, eps=eps), _meta_adam(meta_step_size),
+  return metaoptimize(optax.scale_by_rms(decay=decay, eps=eps), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -94,7 +96,7 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
 def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       weight_decay=WEIGHT_DECAY, momentum=0.9, **kwargs):
   """(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction."""
-  return metaoptimize(optax.trace(decay=momentum), _meta_adam(meta_step_size),
+  return metaoptimize(optax.trace(decay=momentum), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -110,7 +112,7 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
              weight_decay=0.0, **kwargs):
   """(SGD, Adam): plain gradient direction, Adam on ``beta``."""
-  return metaoptimize(optax.identity(), _meta_adam(meta_step_size),
+  return metaoptimize(optax.identity(), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
@@ -118,7 +120,7 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
   """(AMSGrad, Adam): Adam with the running maximum of ``v``."""
-  return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), _meta_adam(meta_step_size),
+  return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 

@@ -127,14 +127,15 @@ def rosenbrock(p):
 
 
 def run(opt, loss, params, steps):
+  """Final loss, final state and the largest step size of the run."""
   def body(carry, _):
     p, s = carry
     u, s = opt.update(jax.grad(loss)(p), s, p, obj_fn=lambda q: loss(q))
-    return (optax.apply_updates(p, u), s), None
+    return (optax.apply_updates(p, u), s), jnp.max(metaoptax.step_sizes(s)[0])
 
-  (params, state), _ = jax.jit(
+  (params, state), alphas = jax.jit(
       lambda p, s: jax.lax.scan(body, (p, s), None, length=steps))(params, opt.init(params))
-  return float(loss(params)), state
+  return float(loss(params)), state, float(jnp.max(alphas))
 
 
 CONVERGENCE = [v for v in VARIANTS if v[1] == "hessian_free"] + [("adamw_adam", "2x2")]
@@ -143,35 +144,30 @@ CONVERGENCE = [v for v in VARIANTS if v[1] == "hessian_free"] + [("adamw_adam", 
 @pytest.mark.parametrize("name,approximation", CONVERGENCE,
                          ids=[f"{n}-{a}" for n, a in CONVERGENCE])
 def test_converges_on_quadratic_from_tiny_step_size(name, approximation):
-  final, state = run(make(name, approximation, weight_decay=0.0), quadratic,
-                     {"w": jnp.zeros(10)}, 20_000)
+  final, _, peak = run(make(name, approximation, weight_decay=0.0), quadratic,
+                       {"w": jnp.zeros(10)}, 20_000)
   initial = float(quadratic({"w": jnp.zeros(10)}))  # 76.7
   assert final < 1e-3 * initial, final
-  assert float(metaoptax.step_sizes(state)[0]) > 1e-4  # climbed >= 2 orders
+  # climbed >= 2 orders (metaoptax.lion anneals it again once the run oscillates)
+  assert peak > 1e-4, peak
 
 
 @pytest.mark.parametrize("name,approximation", [
     pytest.param(*v, marks=pytest.mark.xfail(
         strict=True, reason="SGD on beta is scale-dependent: from 1e-6 it stalls at "
         "eta=1e-3 and diverges at eta>=1e-2 (measured); use an Adam or Lion meta."))
-    if v[0] == "sgd_sgd" else pytest.param(*v, marks=pytest.mark.xfail(
-        strict=False, reason="plain SGD with the climb (metaoptax.sgd): on Rosenbrock's valley "
-        "(curvature ~1e3) the iterate can diverge within the few steps that the running mean "
-        "of the meta-gradient needs to turn once alpha passes 2/L; whether it does depends on "
-        "float32 rounding (measured: inf under XLA's default CPU optimization, 3.8e-10 "
-        "without LLVM's passes)"))
-    if v == ("sgd", "hessian_free") else v for v in CONVERGENCE],
+    if v[0] == "sgd_sgd" else v for v in CONVERGENCE],
     ids=[f"{n}-{a}" for n, a in CONVERGENCE])
 def test_converges_on_rosenbrock_from_tiny_step_size(name, approximation):
-  final, _ = run(make(name, approximation, weight_decay=0.0), rosenbrock,
-                 {"w": jnp.array([-1.0, 1.0])}, 20_000)
+  final, _, _ = run(make(name, approximation, weight_decay=0.0), rosenbrock,
+                    {"w": jnp.array([-1.0, 1.0])}, 20_000)
   assert final < 0.1, final  # from 4.0, through the curved valley
 
 
 def test_bf16_params_train():
   params = {"w": jnp.zeros(10, jnp.bfloat16)}
   loss = lambda p: quadratic({"w": p["w"].astype(jnp.float32)})
-  final, state = run(metaoptax.presets.adamw_adam(1e-4, weight_decay=0.0), loss, params, 5000)
+  final, state, _ = run(metaoptax.presets.adamw_adam(1e-4, weight_decay=0.0), loss, params, 5000)
   assert final < 0.05 * float(loss(params)), final
   assert metaoptax.sensitivity_trace(state)["w"].dtype == jnp.float32
   assert state.meta_params.dtype == jnp.float32

@@ -3,11 +3,14 @@
 Oracles:
 * ``climb`` against a plain-Python re-implementation of its rule on scripted
   meta-gradients (exact equality of every update, float32);
-* with the meta step and the climb frozen (``meta_step_size=0, climb_rate=0``),
+* with the meta step and the climb frozen (``meta_step_size=0, climb_rate=0,
+  climb_backoff=1``),
   each drop-in equals its optax namesake at that learning rate, step for step
   (rtol 1e-6, 30 steps on a small MLP), with and without a weight-decay mask;
 * derivatives through an unrolled run (float64) against central differences.
 """
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -16,18 +19,20 @@ import optax
 import pytest
 
 import metaoptax
+from metaoptax.metaoptimize import drop_ins
 from tests import conftest as unroll_lib
 
 
-def reference_climb(meta_grads, rate, decay, inner_updates):
+def reference_climb(meta_grads, rate, decay, inner_updates, backoff=1.0):
   """Plain-Python rule: + rate while the running mean of sum(s) <= 0; at the first
-  step it is > 0, - rate * decay / (1 - decay); afterwards the inner meta's update."""
+  step it is > 0, - rate * decay / (1 - decay) - log(backoff); afterwards the inner
+  meta's update."""
   average, climbing, out = 0.0, True, []
   for s, inner in zip(meta_grads, inner_updates):
     average = decay * average + (1 - decay) * float(np.sum(s))
     if climbing and average > 0:
       climbing = False
-      out.append(np.full_like(inner, -rate * decay / (1 - decay)))
+      out.append(np.full_like(inner, -rate * decay / (1 - decay) - math.log(backoff)))
     elif climbing:
       out.append(np.full_like(inner, rate))
     else:
@@ -35,14 +40,15 @@ def reference_climb(meta_grads, rate, decay, inner_updates):
   return out
 
 
-def test_climb_equals_its_rule_on_scripted_meta_gradients():
+@pytest.mark.parametrize("backoff", [1.0, 10.0])
+def test_climb_equals_its_rule_on_scripted_meta_gradients(backoff):
   rng = np.random.default_rng(0)
   # Three blocks: climbing while the total is negative, then a turn, then noise.
   meta_grads = ([rng.normal(-1.0, 0.3, 3).astype(np.float32) for _ in range(12)]
                 + [np.full(3, 4.0, np.float32)] * 3
                 + [rng.normal(0.0, 1.0, 3).astype(np.float32) for _ in range(10)])
   inner = optax.adam(1e-2)
-  tx = metaoptax.climb(inner, rate=0.07, decay=0.8)
+  tx = metaoptax.climb(inner, rate=0.07, decay=0.8, backoff=backoff)
   beta = jnp.zeros(3)
   state, inner_state = tx.init(beta), inner.init(beta)
   got, inner_updates = [], []
@@ -51,7 +57,7 @@ def test_climb_equals_its_rule_on_scripted_meta_gradients():
     v, inner_state = inner.update(jnp.asarray(s), inner_state, beta)
     got.append(np.asarray(u))
     inner_updates.append(np.asarray(v))
-  want = reference_climb(meta_grads, 0.07, 0.8, inner_updates)
+  want = reference_climb(meta_grads, 0.07, 0.8, inner_updates, backoff)
   for t, (g, w) in enumerate(zip(got, want)):
     np.testing.assert_allclose(g, w, rtol=1e-6, atol=0, err_msg=f"step {t}")
   assert not bool(state.climbing)
@@ -59,7 +65,8 @@ def test_climb_equals_its_rule_on_scripted_meta_gradients():
 
 
 def test_climb_rejects_bad_hyperparameters():
-  for kwargs in ({"rate": -0.1}, {"decay": 1.0}, {"rate": float("nan")}, {"decay": -0.5}):
+  for kwargs in ({"rate": -0.1}, {"decay": 1.0}, {"rate": float("nan")}, {"decay": -0.5},
+                 {"backoff": 0.5}, {"backoff": float("nan")}, {"backoff": float("inf")}):
     with pytest.raises(ValueError):
       metaoptax.climb(optax.adam(1e-3), **kwargs)
 
@@ -89,7 +96,7 @@ def run_steps(opt, steps=30):
 
 
 MASK = {"w1": True, "b1": False, "w2": True, "b2": False}
-FROZEN = dict(meta_step_size=0.0, climb_rate=0.0)
+FROZEN = dict(meta_step_size=0.0, climb_rate=0.0, climb_backoff=1.0)
 EQUIVALENT = {
     "adamw": (lambda: metaoptax.adamw(3e-3, weight_decay=0.1, **FROZEN),
               lambda: optax.adamw(3e-3, weight_decay=0.1)),
@@ -121,13 +128,14 @@ def test_frozen_drop_in_equals_its_optax_namesake(case):
 
 @pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])
 def test_drop_in_climbs_from_1e_8(name):
-  """From 1e-8 the step size rises ~e^0.1 per step until the climb ends, then stays
-  within a factor 10 of where it ended; the loss falls well below the start."""
+  """From 1e-8 log(alpha) rises by the climb rate per step (0.1; 0.03 for sgd) until the
+  climb ends, 4 to 25 above where it started; the loss falls well below the start."""
   opt = getattr(metaoptax, name)(1e-8, **({"momentum": 0.9} if name == "sgd" else {}))
-  params, state = run_steps(opt, steps=300)
+  rate = drop_ins.SGD_CLIMB_RATE if name == "sgd" else drop_ins.CLIMB_RATE
+  params, state = run_steps(opt, steps=int(30 / rate))
   climb_state = state.meta_state
   assert not bool(climb_state.climbing)
-  assert 40 <= int(climb_state.climb_steps) <= 250
+  assert 4 <= int(climb_state.climb_steps) * rate <= 25
   x = jax.random.normal(jax.random.key(2), (256, 4))
   assert float(mlp_loss(params, x)) < 0.5 * float(mlp_loss(mlp_params(), x))
 

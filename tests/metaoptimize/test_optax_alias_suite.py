@@ -23,7 +23,8 @@ in one compiled ``lax.scan``; the presets take optax's ``weight_decay=1e-4``
 instead of the paper's 0.1, which moves the minimum of ``f + kappa/2 |w|^2``
 away from optax's target (the drop-ins have optax's defaults already); the
 ``jax.jit``-less and ``pmap`` variants are left out (the step is the same
-function). ``metaoptimize`` keeps its state in float32 or wider
+function); ``metaoptax.sgd`` converges both plain (its default) and with
+``momentum=0.9`` (optax's parametrization of ``sgd``). ``metaoptimize`` keeps its state in float32 or wider
 (its "Precision"), so where optax expects a state in the params' dtype (bfloat16
 params, no explicit dtype), float32 is expected here.
 
@@ -57,6 +58,8 @@ def _kwargs(name):
 OPTIMIZERS = {name: functools.partial(factory, **_kwargs(name))
               for name, factory in {**PRESETS, **DROP_INS}.items()}
 NAMES = sorted(OPTIMIZERS)
+# optax's own alias test runs sgd with momentum 0.9: converge as it does, too
+OPTIMIZERS["sgd_momentum_0.9"] = functools.partial(DROP_INS["sgd"], momentum=0.9)
 
 
 def parabola(dtype):
@@ -96,27 +99,19 @@ _SGD_META = (
 _GD_COMPLEX_ROSENBROCK = (
     "plain gradient descent cannot solve the complex Rosenbrock function in 10,000 steps "
     "at any step size: with a fixed step (optax.sgd, steps 5e-4 to 3e-3) the best end "
-    "point (step 1e-3) is still 0.03 outside optax's tolerance, and larger steps "
-    "oscillate in the stiff direction")
+    "point (step 1.1e-3) is still 0.005 outside optax's tolerance (1e-3: 0.03), and "
+    "larger steps oscillate in the stiff direction")
 _HESSIAN_FREE_EDGE = (
     "the Hessian-free trace drops the curvature term of the sensitivity recursion, and on "
     "Rosenbrock's valley floor its meta-gradient balances at alpha = 2.11e-3, above the "
     "stability limit 2/lambda_max = 2.0e-3: a period-2 oscillation ends 0.06-0.1 away "
     "(approximation='l_approx', the exact Hessian, settles at 1.99e-3 and converges to 2e-4)")
-_LION_DROP_IN = (
-    "metaoptax.lion: Lion's sign steps oscillate about the minimum with an amplitude of "
-    "alpha, and the meta-gradient of that oscillation changes sign from step to step: "
-    "Adam on log(alpha) (its step is eta * mean/RMS of s) lowers it by 5e-5 per step, "
-    "0.05 of its meta step, so alpha goes only from 0.33 to 0.2 in 9,000 steps; ends "
-    "0.16-0.18 away (float32), 0.07-0.15 (complex64). The same with gamma = 1 or 0.999 "
-    "and with approximation='l_approx' (0.12-0.28 away); the paper's lion_lion (Lion on "
-    "log(alpha): steps of +-eta) converges")
-_CLIMB_OVERSHOOT = (
-    "metaoptax.sgd: the climb (x10 in alpha every 23 steps) passes Rosenbrock's stability "
-    "limit 2/200 = 0.01 (the curvature along w[1]) before the running mean of the "
-    "meta-gradient turns, reaches ~0.036, backs off to 0.0147, still unstable: the iterate "
-    "overflows within ~10 steps and every later step is skipped (non-finite gradient)")
-
+_PLAIN_GD_COMPLEX_ROSENBROCK = (
+    "metaoptax.sgd without momentum on the complex Rosenbrock function: " + _GD_COMPLEX_ROSENBROCK
+    + "; metaoptax.sgd's careful climb ends with a loss spike (0.77 -> 20 from 1e-6) "
+    "whose meta-gradients fill Adam's second moment, so Adam raises alpha only from "
+    "8.9e-4 to 9.5e-4 in 9,000 steps, below that best fixed step: it ends 0.05 outside. "
+    "With momentum 0.9 (optax's own test of sgd) it converges from 1e-8 ... 1e-2")
 EXPECTED_FAILURES = {
     ("adamw_lion", "parabola", "float32", 1e-6): _LION_META,
     ("adamw_lion", "parabola", "complex64", 1e-6): _LION_META,
@@ -127,14 +122,8 @@ EXPECTED_FAILURES = {
     ("sgd_adam", "rosenbrock", "float32", 1e-6): _HESSIAN_FREE_EDGE,
     ("sgd_adam", "rosenbrock", "complex64", 1e-3): _GD_COMPLEX_ROSENBROCK,
     ("sgd_adam", "rosenbrock", "complex64", 1e-6): _GD_COMPLEX_ROSENBROCK,
-    ("lion", "parabola", "float32", 1e-3): _LION_DROP_IN,
-    ("lion", "parabola", "float32", 1e-6): _LION_DROP_IN,
-    ("lion", "parabola", "complex64", 1e-3): _LION_DROP_IN,
-    ("lion", "parabola", "complex64", 1e-6): _LION_DROP_IN,
-    ("sgd", "rosenbrock", "float32", 1e-3): _CLIMB_OVERSHOOT,
-    ("sgd", "rosenbrock", "float32", 1e-6): _CLIMB_OVERSHOOT,
-    ("sgd", "rosenbrock", "complex64", 1e-3): _CLIMB_OVERSHOOT,
-    ("sgd", "rosenbrock", "complex64", 1e-6): _CLIMB_OVERSHOOT,
+    ("sgd", "rosenbrock", "complex64", 1e-3): _PLAIN_GD_COMPLEX_ROSENBROCK,
+    ("sgd", "rosenbrock", "complex64", 1e-6): _PLAIN_GD_COMPLEX_ROSENBROCK,
 }
 
 
@@ -164,7 +153,7 @@ def converged(name, target, dtype):
   return np.asarray(final)
 
 
-CONVERGENCE = [(n, t, d, s) for n in NAMES for t in TARGETS for d in ("float32", "complex64")
+CONVERGENCE = [(n, t, d, s) for n in OPTIMIZERS for t in TARGETS for d in ("float32", "complex64")
                for s in STARTS]
 
 

@@ -1,0 +1,155 @@
+"""``metaoptax.lion()`` and ``metaoptax.sgd(momentum=0.9)`` untuned vs their tuned optax namesakes.
+
+    python benchmarks/lion_sgd_drop_ins.py                   # digits and MNIST-1D
+    python benchmarks/lion_sgd_drop_ins.py --tasks digits --quick
+
+For each task (the suite's digits MLP and MNIST-1D MLP, ``benchmarks/suite_tasks/``),
+at ``STEPS`` steps and 3 seeds, the metric of :mod:`lr_free` (digits: train loss −
+floor; MNIST-1D: train loss) at 10, 25, 50 and 100 % of the budget:
+
+* ``optax.lion`` at every rate of ``LION_GRID`` (optax's default weight decay
+  1e-3), ``metaoptax.lion()`` at its defaults, and the same drop-in with Adam
+  instead of Lion on ``log(alpha)`` after the climb (the drop-in before Lion was
+  its meta optimizer);
+* ``optax.sgd(lr, momentum=0.9)`` at every rate of ``SGD_GRID``,
+  ``metaoptax.sgd(momentum=0.9)`` at its defaults, the same with ``adamw``'s climb
+  (``climb_rate=0.1, climb_backoff=1``, the drop-in before its careful climb), and
+  DoG (``optax.contrib.dog``), a parameter-free SGD;
+* prodigy at its defaults, the strongest parameter-free optimizer of the suite.
+
+Writes ``lion_sgd_drop_ins.md`` and ``.json`` into ``--out`` (git-ignored
+``benchmarks/out/`` unless given).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import sys
+
+import numpy as np
+import optax
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import lr_free  # pylint: disable=g-import-not-at-top,wrong-import-position
+import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax.metaoptimize import drop_ins  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+TASKS = ("digits", "mnist1d")
+STEPS = {"digits": 12_000, "mnist1d": 10_000}
+LION_GRID = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
+SGD_GRID = (1e-2, 3e-2, 1e-1, 3e-1, 1.0)
+OUT = HERE / "out"
+
+
+def lion_with_adam_meta() -> optax.GradientTransformation:
+  """``metaoptax.lion()`` with Adam, not Lion, on ``log(alpha)`` after the climb."""
+  meta = metaoptax.climb(metaoptax.presets.meta_adam(drop_ins.META_STEP_SIZE),
+                         rate=drop_ins.CLIMB_RATE, backoff=drop_ins.CLIMB_BACKOFF)
+  return metaoptax.metaoptimize(optax.scale_by_lion(), meta,
+                                init_step_size=drop_ins.INIT_STEP_SIZE, weight_decay=1e-3,
+                                gamma=drop_ins.GAMMA)
+
+
+def grid(name, make, rates) -> runner.Method:
+  return runner.Method(f"{name} grid", "grid", make, values=tuple(rates),
+                       names=tuple((f"{name} {lr:g}", f"lr {lr:g}") for lr in rates))
+
+
+def methods():
+  """(family, methods): the grids first, then the untuned ones."""
+  m = runner.Method
+  return {
+      "lion": [grid("optax.lion", lambda lr: optax.lion(lr), LION_GRID),
+               m("metaoptax.lion()", "metaoptax", lambda _: metaoptax.lion(),
+                 learned_step_size=True),
+               m("metaoptax.lion(), Adam meta", "metaoptax", lambda _: lion_with_adam_meta(),
+                 learned_step_size=True)],
+      "sgd": [grid("optax.sgd(momentum=0.9)", lambda lr: optax.sgd(lr, momentum=0.9), SGD_GRID),
+              m("metaoptax.sgd(momentum=0.9)", "metaoptax",
+                lambda _: metaoptax.sgd(momentum=0.9), learned_step_size=True),
+              m("metaoptax.sgd(momentum=0.9), adamw's climb", "metaoptax",
+                lambda _: metaoptax.sgd(momentum=0.9, climb_rate=drop_ins.CLIMB_RATE,
+                                        climb_backoff=drop_ins.CLIMB_BACKOFF),
+                learned_step_size=True),
+              m("dog", "contrib", lambda _: optax.contrib.dog())],
+      "any": [m("prodigy", "contrib", lambda _: optax.contrib.prodigy())],
+  }
+
+
+def run_task(task, *, quick, seeds, progress):
+  module = importlib.import_module(f"suite_tasks.{task}")
+  problem, config = module.make_problem(), module.CONFIG
+  key, lower_is_better, label = lr_free.METRIC[task]
+  floor = problem.train_loss_floor if key == "train_loss" else 0.0
+  steps = config.quick_steps if quick else STEPS[task]
+  chunk = config.quick_chunk if quick else 500
+  sign = 1 if lower_is_better else -1
+  out = {"task": task, "label": label, "steps": steps, "families": {}}
+  logs = {}
+  for family, ms in methods().items():
+    rows = {}
+    for method in ms:
+      for log in runner.train(problem, method, steps=steps, seeds=seeds, chunk=chunk,
+                              progress=progress):
+        rows[log.method.name] = log
+        logs[log.method.name] = log
+    out["families"][family] = {
+        name: {"metric": [lr_free.at(log, task, floor, f).tolist() for f in lr_free.FRACTIONS],
+               "alpha": (None if log.step_sizes is None else
+                         [float(np.exp(np.log(log.step_sizes[:, int(round(f * (
+                             log.step_sizes.shape[1] - 1)))]).mean()))
+                          for f in lr_free.FRACTIONS])}
+        for name, log in rows.items()}
+    graded = {n: r for n, r in out["families"][family].items() if " grid" not in n}
+    finals = {n: sign * np.mean(r["metric"][-1]) for n, r in graded.items()
+              if n.split()[0].startswith("optax")}
+    if finals:
+      out["families"][family]["best of the grid (final)"] = graded[min(
+          finals, key=lambda n: finals[n] if np.isfinite(finals[n]) else np.inf)]
+  return out
+
+
+def report(results, commit, quick):
+  lines = ["# `metaoptax.lion()` and `metaoptax.sgd(momentum=0.9)` vs tuned optax", "",
+           f"Commit `{commit}`{' (QUICK smoke budgets, not results)' if quick else ''}; "
+           "3 seeds, mean ± std; drop-ins at their defaults (start 1e-6), nothing set. "
+           "Command: `python benchmarks/lion_sgd_drop_ins.py`.", ""]
+  for r in results:
+    fr = [int(f * r["steps"]) for f in lr_free.FRACTIONS]
+    lines += [f"## {r['task']} ({r['steps']} steps; metric: {r['label']})", "",
+              "| method | " + " | ".join(f"@{s}" for s in fr) + " | learned α (10/25/50/100 %) |",
+              "|---" * (len(fr) + 2) + "|"]
+    for family in r["families"].values():
+      for name, row in family.items():
+        alpha = ("" if row["alpha"] is None else
+                 ", ".join(f"{a:.2g}" for a in row["alpha"]))
+        lines.append(f"| {name} | " + " | ".join(lr_free.fmt(v) for v in row["metric"])
+                     + f" | {alpha} |")
+    lines.append("")
+  return lines
+
+
+def main(argv=None):
+  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT).parse_args(argv)
+  args.out.mkdir(parents=True, exist_ok=True)
+  progress = _report.progress_bars()
+  commit = _report.git_commit()
+  results = [run_task(t, quick=args.quick, seeds=args.seeds, progress=progress)
+             for t in args.tasks]
+  (args.out / "lion_sgd_drop_ins.json").write_text(
+      json.dumps({"commit": commit, "results": results}, indent=1))
+  table = _report.write_table(report(results, commit, args.quick),
+                              args.out / "lion_sgd_drop_ins.md")
+  print(f"wrote {args.out / 'lion_sgd_drop_ins.md'} and lion_sgd_drop_ins.json")
+  return table
+
+
+if __name__ == "__main__":
+  main()

@@ -17,8 +17,8 @@ floor; MNIST-1D: train loss) at 10, 25, 50 and 100 % of the budget:
   DoG (``optax.contrib.dog``), a parameter-free SGD;
 * prodigy at its defaults, the strongest parameter-free optimizer of the suite.
 
-Writes ``lion_sgd_drop_ins.md`` and ``.json`` into ``--out`` (git-ignored
-``benchmarks/out/`` unless given).
+Writes ``lion_sgd_drop_ins.md``, ``.json`` and ``lion_sgd_drop_ins_<task>.png`` (the
+curves of both families) into ``--out`` (git-ignored ``benchmarks/out/`` unless given).
 """
 
 from __future__ import annotations
@@ -83,7 +83,21 @@ def methods():
   }
 
 
-def run_task(task, *, quick, seeds, progress):
+def plot(task, label, families, floor, out):
+  """One panel per family: the metric's mean over seeds against the step."""
+  plt = _report.pyplot()
+  fig, axes = plt.subplots(1, len(families), figsize=(6.2 * len(families), 4.6))
+  for ax, (family, logs) in zip(axes, families.items()):
+    for name, log in logs.items():
+      grid = name.split()[0].startswith("optax")
+      ax.plot(log.steps, np.nanmean(lr_free.values(log, task, floor), 0), label=name,
+              lw=1.0 if grid else 2.0, ls=":" if grid else ("-" if "metaoptax" in name else "--"))
+    ax.set(xlabel="step", ylabel=label, yscale="log", title=f"{task}: {family} (mean of seeds)")
+    ax.legend(fontsize=7)
+  _report.save_figure(fig, out / f"lion_sgd_drop_ins_{task}.png")
+
+
+def run_task(task, *, quick, seeds, progress, out_dir):
   module = importlib.import_module(f"suite_tasks.{task}")
   problem, config = module.make_problem(), module.CONFIG
   key, lower_is_better, label = lr_free.METRIC[task]
@@ -94,12 +108,11 @@ def run_task(task, *, quick, seeds, progress):
   out = {"task": task, "label": label, "steps": steps, "families": {}}
   logs = {}
   for family, ms in methods().items():
-    rows = {}
+    rows = logs.setdefault(family, {})
     for method in ms:
       for log in runner.train(problem, method, steps=steps, seeds=seeds, chunk=chunk,
                               progress=progress):
         rows[log.method.name] = log
-        logs[log.method.name] = log
     out["families"][family] = {
         name: {"metric": [lr_free.at(log, task, floor, f).tolist() for f in lr_free.FRACTIONS],
                "alpha": (None if log.step_sizes is None else
@@ -113,6 +126,8 @@ def run_task(task, *, quick, seeds, progress):
     if finals:
       out["families"][family]["best of the grid (final)"] = graded[min(
           finals, key=lambda n: finals[n] if np.isfinite(finals[n]) else np.inf)]
+  prodigy = logs.pop("any")
+  plot(task, label, {f: {**rows, **prodigy} for f, rows in logs.items()}, floor, out_dir)
   return out
 
 
@@ -141,13 +156,14 @@ def main(argv=None):
   args.out.mkdir(parents=True, exist_ok=True)
   progress = _report.progress_bars()
   commit = _report.git_commit()
-  results = [run_task(t, quick=args.quick, seeds=args.seeds, progress=progress)
+  results = [run_task(t, quick=args.quick, seeds=args.seeds, progress=progress, out_dir=args.out)
              for t in args.tasks]
   (args.out / "lion_sgd_drop_ins.json").write_text(
       json.dumps({"commit": commit, "results": results}, indent=1))
   table = _report.write_table(report(results, commit, args.quick),
                               args.out / "lion_sgd_drop_ins.md")
-  print(f"wrote {args.out / 'lion_sgd_drop_ins.md'} and lion_sgd_drop_ins.json")
+  print(f"wrote {args.out / 'lion_sgd_drop_ins.md'}, lion_sgd_drop_ins.json and "
+        "lion_sgd_drop_ins_<task>.png")
   return table
 
 

@@ -13,8 +13,9 @@ floor; MNIST-1D: train loss) at 10, 25, 50 and 100 % of the budget:
   its meta optimizer);
 * ``optax.sgd(lr, momentum=0.9)`` at every rate of ``SGD_GRID``,
   ``metaoptax.sgd(momentum=0.9)`` at its defaults, the same with ``adamw``'s climb
-  (``climb_rate=0.1, climb_backoff=1``, the drop-in before its careful climb), and
-  DoG (``optax.contrib.dog``), a parameter-free SGD;
+  and horizon (``climb_rate=0.1, climb_backoff=1, gamma=0.99``: the drop-in before
+  its careful climb and the paper's ``gamma``), and DoG (``optax.contrib.dog``), a
+  parameter-free SGD;
 * prodigy at its defaults, the strongest parameter-free optimizer of the suite.
 
 Writes ``lion_sgd_drop_ins.md``, ``.json`` and ``lion_sgd_drop_ins_<task>.png`` (the
@@ -74,9 +75,10 @@ def methods():
       "sgd": [grid("optax.sgd(momentum=0.9)", lambda lr: optax.sgd(lr, momentum=0.9), SGD_GRID),
               m("metaoptax.sgd(momentum=0.9)", "metaoptax",
                 lambda _: metaoptax.sgd(momentum=0.9), learned_step_size=True),
-              m("metaoptax.sgd(momentum=0.9), adamw's climb", "metaoptax",
+              m("metaoptax.sgd(momentum=0.9), adamw's climb and gamma", "metaoptax",
                 lambda _: metaoptax.sgd(momentum=0.9, climb_rate=drop_ins.CLIMB_RATE,
-                                        climb_backoff=drop_ins.CLIMB_BACKOFF),
+                                        climb_backoff=drop_ins.CLIMB_BACKOFF,
+                                        gamma=drop_ins.GAMMA),
                 learned_step_size=True),
               m("dog", "contrib", lambda _: optax.contrib.dog())],
       "any": [m("prodigy", "contrib", lambda _: optax.contrib.prodigy())],

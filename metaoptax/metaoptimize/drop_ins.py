@@ -3,13 +3,13 @@ r"""Learning-rate-free drop-ins for ``optax.adamw``, ``optax.lion`` and ``optax.
 Each takes the arguments of its optax namesake, except that ``learning_rate``
 becomes ``init_step_size``, a starting point that need not be tuned: the step
 size is meta-optimized while training runs (MetaOptimize, Hessian-free, one
-scalar step size by default). Two things differ from the paper-faithful
-:mod:`metaoptax.presets`:
+scalar step size by default). They differ from the paper-faithful
+:mod:`metaoptax.presets` in:
 
 * a fast start, :func:`metaoptax.climb`: every :math:`\log\alpha` rises by
   ``climb_rate`` per step until the total meta-gradient turns positive, so a
   start many orders of magnitude below a good step size costs tens to a few
-  hundred steps instead of thousands;
+  hundred steps instead of thousands (:func:`sgd` climbs more carefully);
 * a finite horizon for :func:`adamw` and :func:`lion`, ``gamma = 0.99``: the
   Hessian-free trace forgets displacements older than ~100 steps. With the paper's
   ``gamma = 1`` it is the whole displacement since the start, a random walk once the

@@ -64,24 +64,42 @@ def check_schedule(log_every: int, checkpoint_every: int,
     raise ValueError("checkpoint_every needs a checkpoint_dir.")
 
 
+def _cache_key(build: Callable, args: tuple, kwargs: dict) -> tuple | None:
+  key = (build, args, tuple(sorted(kwargs.items())))
+  try:
+    hash(key)
+  except TypeError:
+    return None
+  return key
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_build(build: Callable, args: tuple, kwargs: tuple) -> Callable:
+  return build(*args, **dict(kwargs))
+
+
 @functools.lru_cache(maxsize=64)
 def _cached_jit(build: Callable, args: tuple, kwargs: tuple) -> Callable:
-  return jax.jit(build(*args, **dict(kwargs)))
+  return jax.jit(_cached_build(build, args, kwargs))
+
+
+def built(build: Callable[..., Callable], *args, **kwargs) -> Callable:
+  """``build(*args, **kwargs)``, the same object for equal arguments.
+
+  ``jax.jit`` keeps its traces and executables per function object, so every
+  ``jax.jit`` of the returned step (a driver's run, its resumption, a user's own
+  loop over ``jax.jit(build_*_step(...))``) shares one compilation. With an
+  unhashable argument the step is built for this call only.
+  """
+  key = _cache_key(build, args, kwargs)
+  return build(*args, **kwargs) if key is None else _cached_build(*key)
 
 
 def jitted(build: Callable[..., Callable], *args, **kwargs) -> Callable:
-  """``jax.jit(build(*args, **kwargs))``, one compiled step for equal arguments.
-
-  Calls with equal (hashable) arguments, e.g. a run and its resumption, share
-  the compiled function; with an unhashable argument it is compiled for this
-  call only.
-  """
-  kwargs = tuple(sorted(kwargs.items()))
-  try:
-    hash((build, args, kwargs))
-  except TypeError:
-    return jax.jit(build(*args, **dict(kwargs)))
-  return _cached_jit(build, args, kwargs)
+  """``jax.jit(build(*args, **kwargs))``, one compiled step for equal arguments (the
+  jit of :func:`built`'s step, so it shares its compilations)."""
+  key = _cache_key(build, args, kwargs)
+  return jax.jit(build(*args, **kwargs)) if key is None else _cached_jit(*key)
 
 
 def _fingerprint(tree: Any) -> str:

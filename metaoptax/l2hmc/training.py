@@ -345,8 +345,9 @@ def build_training_step(
                                    {"chain_axis": "data_axis="})
   data_axis = rename("build_training_step", data_axis, None, old, "chain_axis", "data_axis")
   _check_dim(target, config)
-  return _build_step(target.logdensity_fn, config, training, optimizer or default_optimizer(),
-                     mesh, hashable_axis(data_axis))
+  # one step object per configuration: its jit shares train's compilation
+  return loop.built(_build_step, target.logdensity_fn, config, training,
+                    optimizer or default_optimizer(), mesh, hashable_axis(data_axis))
 
 
 def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: TrainingConfig,

@@ -134,6 +134,9 @@ def default_meta_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0
                            final_learning_rate: float = 1e-5) -> optax.GradientTransformation:
   r"""Adam with global-norm clipping of the meta-gradient; by default Adam 1e-3, clipping at 1.
 
+  The same object for equal (hashable) arguments, so that runs with it, e.g. every
+  run with the default, share compiled meta steps.
+
   With ``decay_updates`` (the run's meta updates: ``num_iterations * horizon //
   unroll``) the step size follows a warm-up and a cosine decay: linear from 0
   to ``learning_rate`` over ``warmup_updates`` updates :math:`W`, then
@@ -150,6 +153,12 @@ def default_meta_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0
     warmup_updates: meta updates of the linear warm-up (with ``decay_updates``).
     final_learning_rate: the step size at the end of the decay.
   """
+  return loop.built(_default_meta_optimizer, learning_rate, max_norm, decay_updates,
+                    warmup_updates, final_learning_rate)
+
+
+def _default_meta_optimizer(learning_rate, max_norm, decay_updates, warmup_updates,
+                            final_learning_rate) -> optax.GradientTransformation:
   if decay_updates is None:
     if warmup_updates:
       raise ValueError("warmup_updates needs decay_updates (the schedule's length).")
@@ -235,9 +244,17 @@ def build_meta_step(
                        {**_FLAT_FIELDS, "batch_axis": "data_axis="})
   data_axis = rename("build_meta_step", data_axis, None, old, "batch_axis", "data_axis")
   training = _training_config("build_meta_step", training, old)
+  # one step object per configuration: its jit shares meta_train's compilation
+  return loop.built(_build_meta_step, config, family, training,
+                    meta_optimizer or default_meta_optimizer(), mesh, hashable_axis(data_axis))
+
+
+def _build_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTrainingConfig,
+                     meta_optimizer: optax.GradientTransformation,
+                     mesh: jax.sharding.Mesh | None, data_axis: str | tuple[str, ...] | None):
+  """:func:`build_meta_step` of a checked configuration."""
   tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights, masking = training
   parallel = data_parallel(mesh, data_axis, tasks_per_step, "tasks_per_step")
-  meta_optimizer = meta_optimizer or default_meta_optimizer()
   weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
 
   def task_losses_of(net, tasks, params, states):
@@ -394,8 +411,8 @@ def meta_train(
   if init_state is None:
     init_state = init_meta_training(config, meta_optimizer=meta_optimizer)
   parallel = data_parallel(mesh, data_axis, training.tasks_per_step, "tasks_per_step")
-  meta_step = loop.jitted(build_meta_step, config, family, training,
-                          meta_optimizer=meta_optimizer, mesh=mesh, data_axis=data_axis)
+  meta_step = loop.jitted(_build_meta_step, config, family, training, meta_optimizer, mesh,
+                          data_axis)
   selection = (None if validation is None else
                validation_selection(config, validation, num_iterations))
   run = loop.run(meta_step, init_state, num_iterations=num_iterations,

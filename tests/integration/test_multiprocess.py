@@ -22,6 +22,9 @@ differ):
   checkpoint bit for bit on 2 processes, and to 1e-6 in one process; the last
   checkpoint restores bit for bit in one process on another mesh (the chains
   over 4 devices of one axis).
+* The reference also runs the L2O and L2HMC cases on one device, without a
+  mesh: the 4-device runs equal them to 1e-6 (the tasks and the chains split
+  over the mesh, the network and the parameters replicated).
 
 Measured: every case bit for bit except the L2O network (2e-9); about a minute
 of wall time on 2 CPU cores, 30 s of CPU time per process.
@@ -191,6 +194,24 @@ def test_l2hmc_training_with_chains_split_across_processes(records):
     assert r[name] < LOOP_TOL, (name, r)
 
 
+def test_l2o_meta_training_on_the_mesh_matches_one_device(records):
+  r = records["one_device"]
+  assert r["task_devices"] == 4 and r["task_spec"] == "P('tasks',)", r
+  assert r["task_shards"] == [[2]] and r["net_replicated"], r  # 8 tasks, 2 per device
+  assert r["l2o_skipped"][0] == r["l2o_skipped"][1] > 0 and r["l2o_same_nan"], r
+  # float32 sums over tasks in another order: agreement to a few ulps of O(1) values
+  assert r["l2o_loss_diff"] < LOOP_TOL and r["l2o_param_diff"] < LOOP_TOL, r
+
+
+def test_l2hmc_training_on_the_mesh_matches_one_device(records):
+  r = records["one_device"]
+  assert r["chain_spec"] == "P('chains',)" and r["chain_shards"] == [[4, 2]], r  # 8 chains,
+  assert r["params_replicated"] and r["l2hmc_skipped"] == [0, 0], r  # 4 per "chains" device
+  # float32 means over chains summed in another order
+  for name in ("loss", "acceptance", "params", "opt_state", "chains"):
+    assert r[f"l2hmc_{name}_diff"] < LOOP_TOL, (name, r)
+
+
 def test_checkpoints_written_once_resume_and_restore_on_another_topology(records):
   r = _case(records, "checkpoint")
   # one orbax checkpoint per checkpointed iteration, nothing left half-written
@@ -246,17 +267,21 @@ def _metaoptimize(name, mesh):
   return multihost.gathered((params, state)), processes, values
 
 
-def _l2o(mesh, progress):
-
+@functools.lru_cache(maxsize=None)  # one family object: the runs share compiled steps
+def _l2o_problem():
   base = l2o.tasks.ellipse()  # tasks with b[0] > 1.2 have a NaN loss: some batches' updates
   family = base._replace(name="poisoned", loss=lambda task, x: jnp.where(  # are skipped
       task["b"][0] > 1.2, jnp.nan, 1.0) * base.loss(task, x))
-  config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
+  return (family, l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4),
+          l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True))
+
+
+def _l2o(mesh, progress):
+  family, config, training = _l2o_problem()
   return l2o.meta_train(
-      config, family, l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2,
-                                             log_loss=True),
-      num_iterations=L2O_ITERATIONS, init_state=l2o.init_meta_training(config, seed=5),
-      mesh=mesh, data_axis="tasks", progress=progress, log_every=2)
+      config, family, training, num_iterations=L2O_ITERATIONS,
+      init_state=l2o.init_meta_training(config, seed=5), mesh=mesh,
+      data_axis=None if mesh is None else "tasks", progress=progress, log_every=2)
 
 
 @functools.lru_cache(maxsize=None)  # one target function: a resumed run reuses the compiled step
@@ -269,7 +294,7 @@ def _l2hmc_problem():
 def _l2hmc(mesh, **kwargs):
   target, config, training = _l2hmc_problem()
   return l2hmc.train(target, config, training, num_iterations=L2HMC_ITERATIONS, mesh=mesh,
-                     data_axis="chains", progress=None, **kwargs)
+                     data_axis=None if mesh is None else "chains", progress=None, **kwargs)
 
 
 def _meshes():
@@ -338,6 +363,46 @@ def _worker(process_id: int, port: str, workdir: str) -> None:
   multihost.barrier("saved")
 
 
+def _relative(a: dict, b: dict) -> float:
+  """max |a - b| relative to max(1, max |a|), over the leaves (``_flat`` dicts)."""
+  return max([0.0] + [float(np.max(np.abs(a[k].astype(np.float64) - b[k])))
+                      / max(1.0, float(np.max(np.abs(a[k])))) for k in a if a[k].size])
+
+
+def _one_device(task_mesh, l2o_result, l2hmc_result) -> dict:
+  """The L2O and L2HMC runs of the reference (4 devices) against the same runs on one
+  device, without a mesh; where the tasks and the chains were."""
+  family, config, training = _l2o_problem()
+  one = _l2o(None, None)
+  step = jax.jit(l2o.build_meta_step(config, family, training, mesh=task_mesh,
+                                     data_axis="tasks"))  # meta_train's compiled step
+  task_losses = step(l2o_result.state)[1].task_losses
+  hmc = _l2hmc(None)
+  many = l2hmc_result.state
+  chains = many.chains.position
+  everywhere = lambda tree: all(x.sharding.is_fully_replicated and len(x.sharding.device_set) == 4
+                                for x in jax.tree.leaves(tree))
+  return {
+      "l2o_loss_diff": float(np.nanmax(np.abs(one.losses - l2o_result.losses))),
+      "l2o_same_nan": bool(np.array_equal(np.isnan(one.losses), np.isnan(l2o_result.losses))),
+      "l2o_param_diff": _relative(_flat(one.params), _flat(l2o_result.params)),
+      "l2o_skipped": [one.skipped_updates, l2o_result.skipped_updates],
+      "task_spec": str(task_losses.sharding.spec),
+      "task_shards": sorted({tuple(s.data.shape) for s in task_losses.addressable_shards}),
+      "task_devices": len(task_losses.sharding.device_set),
+      "net_replicated": everywhere((l2o_result.state.params, l2o_result.state.opt_state)),
+      "l2hmc_loss_diff": float(np.max(np.abs(hmc.losses - l2hmc_result.losses))),
+      "l2hmc_acceptance_diff": float(np.max(np.abs(hmc.acceptance - l2hmc_result.acceptance))),
+      **{f"l2hmc_{field}_diff": _relative(_flat(getattr(hmc.state, field)),
+                                           _flat(getattr(many, field)))
+         for field in ("params", "opt_state", "chains")},
+      "l2hmc_skipped": [hmc.skipped_updates, l2hmc_result.skipped_updates],
+      "chain_spec": str(chains.sharding.spec),
+      "chain_shards": sorted({tuple(s.data.shape) for s in chains.addressable_shards}),
+      "params_replicated": everywhere((many.params, many.opt_state)),
+  }
+
+
 def _reference(workdir: str) -> None:
   """The same cases in one process on the same mesh; compares with the pair's results."""
   assert jax.process_count() == 1 and jax.device_count() == 4, jax.devices()
@@ -351,6 +416,8 @@ def _reference(workdir: str) -> None:
   cpu["l2o"], clock = time.process_time() - clock, time.process_time()
   one = _l2hmc(chain_mesh)
   cpu["l2hmc"], clock = time.process_time() - clock, time.process_time()
+  records = {"one_device": _one_device(task_mesh, result, one)}
+  cpu["one device"], clock = time.process_time() - clock, time.process_time()
 
   path = os.path.join(workdir, "pair.npz")  # written last by the pair
   while not os.path.exists(path):
@@ -362,11 +429,6 @@ def _reference(workdir: str) -> None:
     return {k[len(prefix):]: v for k, v in pair.items() if k.startswith(prefix)
             and k[len(prefix):].isdigit()}
 
-  def relative(a, b):  # max |a - b| relative to max(1, max |a|), over the leaves
-    return max([0.0] + [float(np.max(np.abs(a[k].astype(np.float64) - b[k])))
-                        / max(1.0, float(np.max(np.abs(a[k])))) for k in a if a[k].size])
-
-  records = {}
   for name in METAOPTIMIZE:
     tree, _, start = metaoptimize[name]
     want, got = _flat(tree), leaves(f"metaoptimize/{name}/")
@@ -386,7 +448,7 @@ def _reference(workdir: str) -> None:
   records["l2o"] = {
       "loss_diff": float(np.nanmax(np.abs(losses - result.losses))),
       "same_nan": bool(np.array_equal(np.isnan(losses), np.isnan(result.losses))),
-      "param_diff": relative(leaves("l2o/params/"), _flat(result.params)),
+      "param_diff": _relative(leaves("l2o/params/"), _flat(result.params)),
       "skipped": [result.skipped_updates, int(pair["l2o/skipped"])],
       "nonfinite_losses": int(np.sum(~np.isfinite(losses))),
       "task_processes": int(pair["l2o/task_processes"]),
@@ -397,9 +459,9 @@ def _reference(workdir: str) -> None:
   records["l2hmc"] = {
       "loss_diff": float(np.max(np.abs(pair["l2hmc/losses"] - one.losses))),
       "acceptance_diff": float(np.max(np.abs(pair["l2hmc/acceptance"] - one.acceptance))),
-      "param_diff": relative(leaves("l2hmc/params/"), _flat(one.state.params)),
-      "opt_state_diff": relative(leaves("l2hmc/opt_state/"), _flat(one.state.opt_state)),
-      "chain_diff": relative(leaves("l2hmc/chains/"), _flat(one.state.chains)),
+      "param_diff": _relative(leaves("l2hmc/params/"), _flat(one.state.params)),
+      "opt_state_diff": _relative(leaves("l2hmc/opt_state/"), _flat(one.state.opt_state)),
+      "chain_diff": _relative(leaves("l2hmc/chains/"), _flat(one.state.chains)),
       "skipped": [one.skipped_updates, int(pair["l2hmc/skipped"])],
       "chain_processes": int(pair["l2hmc/chain_processes"]),
       "chain_spec": str(pair["l2hmc/chain_spec"]),
@@ -426,7 +488,7 @@ def _reference(workdir: str) -> None:
       "listing": pair["checkpoint/listing"].tolist(),
       "resumed_identical": bool(pair["checkpoint/resumed_identical"]),
       "restored_identical": all(np.array_equal(got[k], state[k]) for k in got),
-      "continued_diff": relative(state, continued),
+      "continued_diff": _relative(state, continued),
       "restored_spec": str(position.sharding.spec),
       "restored_devices": len(position.sharding.device_set),
       "restored_processes": len({d.process_index for d in position.sharding.device_set}),

@@ -86,6 +86,9 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
     step = jax.jit(l2hmc.build_training_step(TARGET, HMC_CONFIG, HMC_TRAINING))
     state = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)
     run, losses_of, num = _train, (lambda info: info.loss[None]), 6
+  # on the default device, committed, as train places a state without a mesh: the
+  # loop's jit then shares train's compilation (the step is one object per configuration)
+  state = jax.device_put(state, jax.devices()[0])
   losses = []
   for _ in range(num):
     state, info = step(state)

@@ -374,7 +374,9 @@ def _worker():  # pylint: disable=too-many-statements
         error = f"{type(e).__name__}: {e}"[:300]
       return init, states, error, str(traced.jaxpr)
 
-    _, single, _, _ = run(keys, positions)
+    if "l2hmc" not in single_results:  # one single-device run for the three meshes
+      single_results["l2hmc"] = run(keys, positions)[1]
+    single = single_results["l2hmc"]
     with jax.set_mesh(mesh):
       sharded_keys = jax.device_put(keys, NamedSharding(mesh, P(axis)))
       sharded = jax.device_put(positions, NamedSharding(mesh, P(axis, None)))

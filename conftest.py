@@ -13,17 +13,9 @@ that the sharding tests read) still run, so the compiled-step tests see the grap
 a user gets. Set ``METAOPTAX_TEST_FULL_OPTIMIZATION=1`` to test with XLA's default
 optimization instead. The subprocess tests pass ``XLA_FLAGS`` on to their workers
 (``tests/conftest.py: xla_flags``).
-
-A test marked ``full_optimization`` compares bits with a fixture that was written
-under XLA's default optimization (the rounding of fused operations differs
-without LLVM's passes): it runs alone, in a pytest subprocess without the flags.
 """
 
 import os
-import subprocess
-import sys
-
-import pytest
 
 #: XLA flags of the test run: no LLVM optimization on the CPU backend.
 FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
@@ -34,20 +26,3 @@ FULL_OPTIMIZATION = os.environ.get("METAOPTAX_TEST_FULL_OPTIMIZATION") == "1"
 if not FULL_OPTIMIZATION:
   _flags = os.environ.get("XLA_FLAGS", "").split()
   os.environ["XLA_FLAGS"] = " ".join(_flags + [f for f in FAST_COMPILE_FLAGS if f not in _flags])
-
-
-def pytest_pyfunc_call(pyfuncitem):
-  """Runs a ``full_optimization`` test in a subprocess under XLA's defaults."""
-  if FULL_OPTIMIZATION or pyfuncitem.get_closest_marker("full_optimization") is None:
-    return None
-  env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-  env["METAOPTAX_TEST_FULL_OPTIMIZATION"] = "1"
-  env["XLA_FLAGS"] = " ".join(f for f in env["XLA_FLAGS"].split() if f not in FAST_COMPILE_FLAGS)
-  done = subprocess.run(
-      [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", pyfuncitem.nodeid],
-      cwd=pyfuncitem.config.rootpath, env=env, capture_output=True, text=True, timeout=600)
-  summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-  assert done.returncode == 0, f"under XLA's default optimization:\n{done.stdout[-4000:]}"
-  if " skipped" in summary and " passed" not in summary:
-    pytest.skip(f"under XLA's default optimization: {done.stdout[-600:]}")
-  return True

@@ -1,8 +1,8 @@
 """The shared host loop under L2O meta-training and L2HMC training.
 
 Checked against independent references: the results the two drivers gave
-before they shared the loop (``tests/data/training_loop_reference.npz``, bit
-for bit), a hand-written Python loop over the jitted ``build_*_step``, and the
+before they shared the loop (``data/training_loop_reference.npz``, at a
+stated tolerance: it was written on another machine), a hand-written Python loop over the jitted ``build_*_step``, and the
 earlier keyword names (deprecated aliases, same bits). Also: progress reports
 (bar, ``print``, callbacks old and new), the starting point (``init_state`` or
 a checkpoint, a conflict is an error) and the one ``evaluate``.
@@ -54,22 +54,57 @@ def _train(**kwargs):
   return l2hmc.train(TARGET, HMC_CONFIG, HMC_TRAINING, **kwargs)
 
 
-@pytest.mark.full_optimization
-def test_same_bits_as_the_drivers_before_the_shared_loop():
+def _leaves_like(tree, data: bytes) -> list[np.ndarray]:
+  """The fixture's bytes read back as arrays of the leaves' dtypes and shapes."""
+  out, offset = [], 0
+  for leaf in jax.tree.leaves(tree):
+    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+      leaf = jax.random.key_data(leaf)
+    leaf = np.asarray(leaf)
+    out.append(np.frombuffer(data, leaf.dtype, leaf.size, offset).reshape(leaf.shape))
+    offset += leaf.nbytes
+  assert offset == len(data), "the fixture's state has another layout"
+  return out
+
+
+# The fixture was written on another machine under XLA's default optimization.
+# XLA's CPU code depends on the instruction set (vector width, FMA contraction)
+# and on its flags, so the last bits may differ: the comparison is at a stated
+# tolerance (float leaves at RTOL/ATOL; integer leaves, step counters and PRNG
+# key data, exactly). Measured against the fixture: identical under XLA's
+# defaults on an AMD EPYC; under the test run's fast-compile flags (another
+# fusion and rounding of the same math) the L2O state differs by <= 1.8e-7
+# (losses 2.4e-7) and the L2HMC state by <= 2.2e-3 absolute, 4.4e-4 relative
+# (losses 1.3e-4), after 6 training steps. The test runs under those flags, so
+# it shows the tolerance absorbs a change of code generation.
+RTOL, ATOL = 2e-3, 1e-5
+
+
+def _assert_state_close(tree, data: bytes) -> None:
+  got = [np.asarray(jax.random.key_data(leaf) if isinstance(leaf, jax.Array) and
+                    jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
+         for leaf in jax.tree.leaves(tree)]
+  for index, (have, want) in enumerate(zip(got, _leaves_like(tree, data))):
+    if np.issubdtype(want.dtype, np.inexact):
+      np.testing.assert_allclose(have, want, rtol=RTOL, atol=ATOL, err_msg=f"leaf {index}")
+    else:
+      np.testing.assert_array_equal(have, want, err_msg=f"leaf {index}")
+
+
+def test_same_run_as_the_drivers_before_the_shared_loop():
   """The fixture holds the losses and final states of ``meta_train`` and
   ``l2hmc.train`` as they were before they shared one loop (same settings,
-  given then as flat keyword arguments and ``seed=``)."""
+  given then as flat keyword arguments and ``seed=``), written on another
+  machine: compared at RTOL/ATOL, not bit for bit."""
   ref = np.load(REFERENCE)
-  if str(ref["jax_version"]) != jax.__version__:
-    pytest.skip(f"reference written with jax {ref['jax_version']}: bits may differ")
   meta = _meta_train()
-  np.testing.assert_array_equal(meta.losses, ref["l2o_a_losses"])
-  assert _bits(meta.state) == ref["l2o_a_state_bytes"].tobytes()
+  np.testing.assert_allclose(meta.losses, ref["l2o_a_losses"], rtol=RTOL, atol=ATOL)
+  _assert_state_close(meta.state, ref["l2o_a_state_bytes"].tobytes())
   hmc = _train()
-  np.testing.assert_array_equal(hmc.losses, ref["hmc_a_losses"])
-  np.testing.assert_array_equal(hmc.acceptance, ref["hmc_a_acceptance"])
+  np.testing.assert_allclose(hmc.losses, ref["hmc_a_losses"], rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(hmc.acceptance, ref["hmc_a_acceptance"], rtol=RTOL, atol=ATOL)
   assert hmc.state.whitening is None  # (a later field: the warm-up's, None without one)
-  assert _bits(hmc.state) == ref["hmc_a_state_bytes"].tobytes()
+  _assert_state_close(hmc.state, ref["hmc_a_state_bytes"].tobytes())
 
 
 @pytest.mark.parametrize("driver", ["l2o", "l2hmc"])

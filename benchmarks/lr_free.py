@@ -1,36 +1,47 @@
-"""Learning-rate-free: ``metaoptax.adamw()`` untuned vs tuned AdamW, prodigy and schedule-free.
+"""Learning-rate-free: ``metaoptax.adamw()`` untuned against the optimizers a user would tune.
 
-    python benchmarks/lr_free.py                       # the four tasks at full budget
-    python benchmarks/lr_free.py --tasks digits --quick
+    python benchmarks/lr_free.py                          # every task, 3 seeds
+    python benchmarks/lr_free.py --tasks digits cnn1d     # some of them
+    python benchmarks/lr_free.py --tasks digits --quick   # a smoke run (not results)
 
-For each task of the suite (digits, MNIST-1D, the character transformer, the
-blockwise MLP; ``benchmarks/suite_tasks/``), at its full budget and 3 seeds:
+The protocol, on each task at its budget ``T`` (``TASKS``), 3 seeds, scored at 10,
+25, 50 and 100 % of ``T`` on the held-out metric (test accuracy, or test
+bits/char), with the train loss beside it. Every choice among settings (a rate of a
+grid, a design of ours) is made on the *validation* split, never on the test split:
 
-1. ``metaoptax.adamw(1e-6, weight_decay=0.1)``: every other setting at its
-   default (climb rate, meta step), the same weight decay as the AdamW grid.
-2. The baselines of the suite, read from its saved curves
-   (``benchmarks/results/suite/<task>_curves.npz``, measured at the commits of
-   ``summary.md``): AdamW at every rate of the grid, warm-up + cosine at the
-   tuned peak, prodigy and schedule-free AdamW at their defaults, the paper's
-   (AdamW, Adam) preset. Those the suite did not run on a task are run here.
-3. The climb: from every start ``1e-8 ... best rate / 2`` (decades), the first
-   step at which the learned step size reaches half the best constant rate
-   (every step recorded, 3 seeds, ``CLIMB_STEPS`` steps).
+* AdamW at every rate of ``GRID``; "best constant" is, at each checkpoint, the rate
+  with the best mean validation metric there.
+* AdamW with warm-up (5 %) + cosine to 0, tuned *for each budget*: for each
+  fraction ``f`` a separate run of length ``f T`` at every peak of ``GRID``; the
+  peak with the best validation metric at its end.
+* Schedule-free AdamW (``optax.contrib.schedule_free_adamw``, warm-up 5 % of
+  ``T``, evaluated at its averaged weights) at every rate of ``SF_GRID``, the best
+  on validation at each checkpoint.
+* prodigy and D-adaptation AdamW (``optax.contrib``) at their default rate 1.
+* Ours, untuned (``DESIGNS``): ``metaoptax.adamw()`` and the variants of the
+  ablation. The design whose validation metric is best over the tasks is the
+  default; its test figures are reported.
 
-The metric is the issue's per task: digits train loss − floor, MNIST-1D train
-loss (test accuracy reported), the character model's validation bits/char, the
-blockwise MLP's test accuracy. "Best constant" is the grid's rate with the best
-final metric; "best at budget" is the best rate of the grid at that budget.
-Writes ``lr_free.md``, ``lr_free.json`` and ``lr_free_<task>.png`` into ``--out``.
+Every method has the task's decoupled weight decay ``WEIGHT_DECAY``. The tasks
+(``benchmarks/suite_tasks/``): digits MLP, MNIST-1D MLP, the 6-layer MNIST-1D MLP
+(blockwise), a 1-D convnet on MNIST-1D, the suite's small character transformer
+and a 1.3M-parameter character transformer (4 layers, width 160, context 128,
+batch 32), each with a validation split held out of its training data.
+
+The warm-up check (digits): from every start 1e-8 ... 1e-4, the train loss of the
+default at step 500 against the best AdamW of the grid at step 300.
+
+Writes ``lr_free.md``, ``lr_free.json``, ``lr_free_<task>.png`` (held-out metric
+and the learned step size against the tuned schedules) and ``lr_free_warmup.png``
+into ``--out`` (default ``benchmarks/out/lr_free``, git-ignored).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import pathlib
 import sys
-import time
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,241 +54,364 @@ sys.path.insert(0, str(HERE))
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from suite_tasks import methods as M  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import blockwise  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import charlm  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import cnn1d  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import digits  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import mnist1d  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks.runner import Method  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-TASKS = ("digits", "mnist1d", "charlm", "blockwise")
-# (key in the run logs, lower is better, label): the metric of each task.
-METRIC = {"digits": ("train_loss", True, "train loss − floor"),
-          "mnist1d": ("train_loss", True, "train loss"),
-          "charlm": ("test", True, "validation bits/char"),
-          "blockwise": ("test", False, "test accuracy")}
+OUT = HERE / "out" / "lr_free"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
-INIT = 1e-6
-CLIMB_STEPS = 1000
-DROP_IN = "metaoptax.adamw()"
-BASELINES = ("AdamW warm-up+cosine", "prodigy", "schedule_free_adamw", "(AdamW, Adam) scalar")
+CHECKPOINTS = 20  # records per run: every 5 % of the budget
+GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+SF_GRID = (1e-3, 3e-3, 1e-2)
+WEIGHT_DECAY = 0.1
+WARMUP_FRACTION = 0.05
+VALIDATION = 0.2
+WARMUP_STARTS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
 
 
-def drop_in_method(init=INIT) -> runner.Method:
-  return runner.Method(DROP_IN, "metaoptax",
-                       lambda _: metaoptax.adamw(init, weight_decay=M.WEIGHT_DECAY),
-                       learned_step_size=True, info=f"start {init:g}, weight decay 0.1")
+class Task(NamedTuple):
+  make: Callable[[], object]
+  steps: int
+  quick_steps: int
 
 
-def saved_logs(task: str) -> dict:
-  """Every run in the suite's saved curves, by name."""
-  data = np.load(HERE / "results" / "suite" / f"{task}_curves.npz")
-  logs = {}
-  for i, name in enumerate(str(n) for n in data["names"]):
-    logs[name] = runner.RunLog(
-        method=runner.Method(name, "saved", make=None), steps=data[f"{i}_steps"],
-        train_loss=data[f"{i}_train_loss"], test=data[f"{i}_test"],
-        step_sizes=data[f"{i}_step_sizes"] if f"{i}_step_sizes" in data else None,
-        seconds=float(data["seconds"][i]))
-  return logs
+TASKS = {
+    "digits": Task(lambda: digits.make_problem(VALIDATION), 3000, 200),
+    "mnist1d": Task(lambda: mnist1d.make_problem(validation=VALIDATION), 6000, 200),
+    "blockwise": Task(lambda: blockwise.make_problem(VALIDATION), 6000, 200),
+    "cnn1d": Task(cnn1d.make_problem, 3000, 200),
+    "charlm": Task(lambda: charlm.make_problem(charlm.SMALL, held_out_test=True), 5000, 200),
+    "transformer": Task(lambda: charlm.make_problem(charlm.LARGE, held_out_test=True,
+                                                    name="transformer"), 5000, 40),
+}
 
 
-def values(log, task, floor):
-  key, _, _ = METRIC[task]
-  v = getattr(log, key)
-  return v - floor if key == "train_loss" else v
+def _with_average(opt, horizon=0.1):
+  return optax.chain(opt, metaoptax.average_iterates(horizon))
 
 
-def at(log, task, floor, fraction):
-  """The metric of every seed at ``fraction`` of the budget."""
-  v = values(log, task, floor)
-  return v[:, int(round(fraction * (v.shape[1] - 1)))]
+def _averaged(state, params):
+  del params
+  return metaoptax.averaged_params(state)
 
 
-def better_or_within(ours, theirs, lower_is_better):
-  """Better in the mean, or within one seed std (the larger of the two)."""
-  diff = (ours.mean() - theirs.mean()) * (1 if lower_is_better else -1)
-  return bool(np.isfinite(ours.mean()) and diff <= max(ours.std(), theirs.std()))
+#: Ours, untuned: name -> (optimizer, evaluate the averaged weights).
+DESIGNS = {
+    "adamw()": (lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY), False),
+    "adamw() + average": (lambda: _with_average(metaoptax.adamw(weight_decay=WEIGHT_DECAY)),
+                          True),
+    "climb, hold + average": (lambda: _with_average(
+        metaoptax.adamw(weight_decay=WEIGHT_DECAY, meta_step_size=0.0)), True),
+    "gamma=1 + average": (lambda: _with_average(
+        metaoptax.adamw(weight_decay=WEIGHT_DECAY, gamma=1.0)), True),
+}
 
 
-def climb_steps(problem, best_lr, starts, seeds, steps):
-  """First step at which alpha >= best_lr / 2, per start and seed (``steps`` if never)."""
-  keys = jax.random.split(jax.random.key(1000), seeds)
-  hs = jnp.repeat(jnp.log(jnp.asarray(starts, jnp.float32)), seeds)
-  keys = jnp.tile(keys, (len(starts),))
-
-  def one(key, log_a0):
-    opt = metaoptax.adamw(INIT, weight_decay=M.WEIGHT_DECAY)
-    p = problem.init(jax.random.fold_in(key, 0))
-    s = M.set_start(opt.init(p), jnp.exp(log_a0))
-
-    def body(carry, k):
-      p, s = carry
-      u, s = opt.update(jax.grad(problem.loss)(p, problem.batch(k)), s, p)
-      return (optax.apply_updates(p, u), s), metaoptax.step_sizes(s)[0]
-
-    _, alphas = jax.lax.scan(body, (p, s), jax.random.split(jax.random.fold_in(key, 1), steps))
-    return alphas
-
-  alphas = np.asarray(jax.jit(jax.vmap(one))(keys, hs)).reshape(len(starts), seeds, steps)
-  reached = alphas >= best_lr / 2
-  first = np.where(reached.any(-1), reached.argmax(-1) + 1, steps)
-  return first, alphas
+def design_methods() -> list[Method]:
+  return [Method(f"ours: {name}", "metaoptax", lambda _, make=make: make(),
+                 eval_params=_averaged if average else None, learned_step_size=True,
+                 info="untuned")
+          for name, (make, average) in DESIGNS.items()]
 
 
-def run_task(task, *, quick, seeds, progress, out):
-  module = importlib.import_module(f"suite_tasks.{task}")
-  problem, config = module.make_problem(), module.CONFIG
-  key, lower_is_better, label = METRIC[task]
-  floor = problem.train_loss_floor if key == "train_loss" else 0.0
-  steps = config.quick_steps if quick else config.steps
-  chunk = config.quick_chunk if quick else config.chunk
-  kw = dict(steps=steps, seeds=seeds, chunk=chunk, progress=progress)
-  saved = saved_logs(task)
-  if quick:  # smoke run: nothing saved is at this budget; run a small grid
-    grid = {f"AdamW {lr:g}": log for lr, log in zip(
-        (1e-3, 1e-2), runner.train(problem, M.adamw_grid((1e-3, 1e-2)), **kw))}
-    base = {}
-  else:
-    grid = {f"AdamW {lr:g}": saved[f"AdamW {lr:g}"] for lr in M.ADAMW_GRID}
-    base = {n: saved[n] for n in BASELINES if n in saved}
-  missing = [m for m in M.contrib() if m.name in BASELINES and m.name not in base]
-  run_here = [m.name for m in missing]
-  for m in missing:
-    (base[m.name],) = runner.train(problem, m, **kw)
-  sign = 1 if lower_is_better else -1
-  finals = {n: sign * float(np.mean(at(l, task, floor, 1.0))) for n, l in grid.items()}
-  best_name = min(finals, key=lambda n: finals[n] if np.isfinite(finals[n]) else np.inf)
-  best_lr = float(best_name.split()[1])
-  start = time.perf_counter()
-  (ours,) = runner.train(problem, drop_in_method(), **kw)
-  seconds = time.perf_counter() - start
-  starts = [a for a in 10.0 ** np.arange(-8, -1) if a <= best_lr / 2]
-  first, alphas = climb_steps(problem, best_lr, starts, seeds, 200 if quick else CLIMB_STEPS)
+def adamw_grid() -> Method:
+  return Method("AdamW constant", "adamw", lambda lr: optax.adamw(lr, weight_decay=WEIGHT_DECAY),
+                values=GRID, names=tuple((f"AdamW {lr:g}", f"lr {lr:g}") for lr in GRID))
 
-  rows, checks = [], {}
-  budget_best = {}
+
+def cosine_grid(steps: int) -> Method:
+  warmup = max(1, int(WARMUP_FRACTION * steps))
+
+  unit = optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, steps, 0.0)
+
+  def make(peak):  # peak is traced (the grid runs side by side): scale a unit schedule
+    return optax.adamw(lambda t: peak * unit(t), weight_decay=WEIGHT_DECAY)
+
+  return Method(f"AdamW cosine {steps}", "adamw", make, values=GRID,
+                names=tuple((f"cosine {steps} {lr:g}", f"peak {lr:g}") for lr in GRID))
+
+
+def schedule_free_grid(total: int) -> Method:
+  c = optax.contrib
+  warmup = max(1, int(WARMUP_FRACTION * total))
+  return Method("schedule-free AdamW", "contrib",
+                lambda lr: c.schedule_free_adamw(lr, warmup_steps=warmup,
+                                                 weight_decay=WEIGHT_DECAY),
+                eval_params=lambda s, p: c.schedule_free_eval_params(s, p), values=SF_GRID,
+                names=tuple((f"schedule-free {lr:g}", f"lr {lr:g}") for lr in SF_GRID))
+
+
+def contrib_methods() -> list[Method]:
+  c = optax.contrib
+  return [Method("prodigy", "contrib", lambda _: c.prodigy(weight_decay=WEIGHT_DECAY)),
+          Method("D-adaptation", "contrib",
+                 lambda _: c.dadapt_adamw(weight_decay=WEIGHT_DECAY))]
+
+
+def _oriented(x, higher_is_better):
+  """Lower is better; NaN (diverged) is worst."""
+  x = -x if higher_is_better else x
+  return np.where(np.isfinite(x), x, np.inf)
+
+
+def _index(steps, chunk, fraction):
+  return int(round(fraction * steps / chunk))
+
+
+def _cell(log, i):
+  return {"test": log.test[:, i].tolist(), "val": log.val[:, i].tolist(),
+          "train_loss": log.train_loss[:, i].tolist()}
+
+
+def _best(logs, i, higher):
+  """The log with the best mean validation metric at record ``i``."""
+  scores = [float(np.mean(_oriented(l.val[:, i], higher))) for l in logs]
+  return logs[int(np.argmin(scores))]
+
+
+def run_task(name, task, *, quick, seeds, progress):
+  """Every method on one task; returns the scores at each budget and the curves."""
+  problem = task.make()
+  steps = task.quick_steps if quick else task.steps
+  chunk = steps // CHECKPOINTS
+  train = lambda method, n=steps: runner.train(problem, method, steps=n, seeds=seeds,
+                                                chunk=chunk, progress=progress)
+  higher = problem.higher_is_better
+  constant = train(adamw_grid())
+  schedule_free = train(schedule_free_grid(steps))
+  contrib = [log for m in contrib_methods() for log in train(m)]
+  ours = [log for m in design_methods() for log in train(m)]
+  cosine = {f: train(cosine_grid(int(f * steps)), int(f * steps)) for f in FRACTIONS}
+
+  cells = {}
   for f in FRACTIONS:
-    scores = {n: sign * float(np.mean(at(l, task, floor, f))) for n, l in grid.items()}
-    budget_best[f] = min(scores, key=lambda n: scores[n] if np.isfinite(scores[n]) else np.inf)
-  named = {DROP_IN: ours, f"AdamW best constant ({best_lr:g})": grid[best_name], **base}
-  for name, log in named.items():
-    rows.append((name, [at(log, task, floor, f) for f in FRACTIONS]))
-  rows.append(("AdamW best at each budget", [at(grid[budget_best[f]], task, floor, f)
-                                             for f in FRACTIONS]))
+    i = _index(steps, chunk, f)
+    best_cosine = _best(cosine[f], -1, higher)
+    rows = {"AdamW best constant": (_best(constant, i, higher), i),
+            "AdamW warm-up + cosine, tuned for this budget": (best_cosine, -1),
+            "schedule-free AdamW, tuned": (_best(schedule_free, i, higher), i)}
+    rows.update({log.method.name: (log, i) for log in contrib + ours})
+    cells[f] = {label: {**_cell(log, j), "setting": log.method.info or ""}
+                for label, (log, j) in rows.items()}
+  curves = {"steps": constant[0].steps.tolist(),
+            "ours": {log.method.name: {"test": log.test.tolist(), "val": log.val.tolist(),
+                                       "alpha": log.step_sizes[..., 0].tolist()}
+                     for log in ours},
+            "best_constant": {"name": _best(constant, -1, higher).method.name,
+                              "test": _best(constant, -1, higher).test.tolist()},
+            "cosine_full": {"name": _best(cosine[1.0], -1, higher).method.name,
+                            "test": _best(cosine[1.0], -1, higher).test.tolist()}}
+  return {"task": name, "steps": steps, "test_name": problem.test_name,
+          "higher_is_better": higher, "cells": {str(f): c for f, c in cells.items()},
+          "curves": curves}
+
+
+def warmup_check(*, quick, seeds, progress):
+  """Digits: train loss of the default from every start at step 500, against the best
+  AdamW of the grid at step 300 (records every 10 steps)."""
+  problem = digits.make_problem(VALIDATION)
+  steps, chunk = (100, 10) if quick else (600, 10)
+  grid = runner.train(problem, adamw_grid(), steps=steps, seeds=seeds, chunk=chunk,
+                      progress=progress)
+  at = lambda log, step: log.train_loss[:, step // chunk] - problem.train_loss_floor
+  target_step, check_step = (50, 80) if quick else (300, 500)
+  best = min(grid, key=lambda l: float(np.mean(at(l, target_step))))
+  target = float(np.mean(at(best, target_step)))
+
+  def set_start(state, start):
+    is_meta = lambda s: isinstance(s, metaoptax.MetaOptimizeState)
+    return jax.tree.map(lambda s: s._replace(meta_params=jax.tree.map(
+        lambda b: jnp.full_like(b, jnp.log(start)), s.meta_params)) if is_meta(s) else s,
+                        state, is_leaf=is_meta)
+
+  default = DESIGNS[DEFAULT][0]
+  sweep = runner.train(problem, Method(
+      "default, start sweep", "metaoptax", lambda _: default(), learned_step_size=True,
+      values=WARMUP_STARTS, prepare=set_start,
+      names=tuple((f"from {a:g}", f"start {a:g}") for a in WARMUP_STARTS)),
+                       steps=steps, seeds=seeds, chunk=chunk, progress=progress)
+  rows = []
+  for start, log in zip(WARMUP_STARTS, sweep):
+    loss = (log.train_loss - problem.train_loss_floor).mean(0)
+    reached = np.nonzero(loss <= target)[0]
+    rows.append({"start": start, "loss_at_check": float(loss[check_step // chunk]),
+                 "first_step_at_target": int(log.steps[reached[0]]) if reached.size else None,
+                 "alpha": log.step_sizes[..., 0].mean(0).tolist()})
+  return {"target_step": target_step, "check_step": check_step, "best_rate": best.method.info,
+          "target": target, "steps": sweep[0].steps.tolist(), "rows": rows,
+          "grid_loss": {l.method.info: (l.train_loss - problem.train_loss_floor).mean(0).tolist()
+                        for l in grid}}
+
+
+#: The design reported as ``metaoptax.adamw()``'s default (chosen on validation).
+DEFAULT = "adamw() + average"
+
+
+def _fmt(values, higher):
+  v = np.asarray(values, float)
+  digits_ = 3 if higher else 3
+  return f"{np.mean(v):.{digits_}f} ± {np.std(v):.{digits_}f}"
+
+
+def task_table(result) -> list[str]:
+  higher = result["higher_is_better"]
+  steps = result["steps"]
+  head = [f"## {result['task']} ({steps} steps; {result['test_name']}, mean ± std of the seeds)",
+          "", "| method | " + " | ".join(f"{int(f * 100)} % ({int(f * steps)})" for f in FRACTIONS)
+          + " | train loss at 100 % |", "|---|" + "---|" * (len(FRACTIONS) + 1)]
+  cells = result["cells"]
+  labels = list(cells[str(FRACTIONS[0])])
+  winners = {}
   for f in FRACTIONS:
-    o = at(ours, task, floor, f)
-    checks[f"vs best constant @{f:g}"] = better_or_within(o, at(grid[best_name], task, floor, f),
-                                                          lower_is_better)
-    checks[f"vs best at budget @{f:g}"] = better_or_within(
-        o, at(grid[budget_best[f]], task, floor, f), lower_is_better)
-  for n in ("prodigy", "schedule_free_adamw", "AdamW warm-up+cosine"):
-    if n in base:
-      o, t = at(ours, task, floor, 1.0), at(base[n], task, floor, 1.0)
-      checks[f"beats {n} @1"] = bool(sign * (o.mean() - t.mean()) < 0)
-  test_rows = []
-  if key != "test":
-    for name, log in named.items():
-      test_rows.append((name, [log.test[:, int(round(f * (log.test.shape[1] - 1)))]
-                               for f in FRACTIONS]))
-  plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key, out)
-  a = np.exp(np.log(ours.step_sizes).mean((0, 2)))
-  return {"task": task, "label": label, "steps": steps, "best_lr": best_lr,
-          "budget_best": {str(f): budget_best[f] for f in FRACTIONS},
-          "rows": [(n, [v.tolist() for v in vs]) for n, vs in rows],
-          "test_rows": [(n, [v.tolist() for v in vs]) for n, vs in test_rows],
-          "checks": checks, "starts": starts, "climb_first": first.tolist(),
-          "alpha_at": {str(f): float(a[int(round(f * (len(a) - 1)))]) for f in FRACTIONS},
-          "seconds": seconds, "test_name": problem.test_name, "run_here": run_here}
+    c = cells[str(f)]
+    winners[f] = min(labels, key=lambda k: float(np.mean(_oriented(np.asarray(c[k]["test"]),
+                                                                    higher))))
+  lines = []
+  for label in labels:
+    row = []
+    for f in FRACTIONS:
+      c = cells[str(f)][label]
+      text = _fmt(c["test"], higher)
+      if label == winners[f]:
+        text = f"**{text}**"
+      if c["setting"] and not label.startswith("ours") and label not in ("prodigy",
+                                                                          "D-adaptation"):
+        text += f" ({c['setting']})"
+      row.append(text)
+    train_loss = np.mean(cells["1.0"][label]["train_loss"])
+    lines.append(f"| {label} | " + " | ".join(row) + f" | {train_loss:.3g} |")
+  return head + lines + [""]
 
 
-def fmt(v, digits=3):
-  v = np.asarray(v, float)
-  if not np.all(np.isfinite(v)):
-    return "diverged"
-  return f"{v.mean():.{digits}g} ± {v.std():.1g}"
+def target_lines(result, design) -> list[str]:
+  """Whether ``design`` is within one seed std of, or better than, the best of the tuned
+  cosine, tuned schedule-free and prodigy (on test), and not worse than the best constant."""
+  higher = result["higher_is_better"]
+  out = []
+  for f in FRACTIONS:
+    c = result["cells"][str(f)]
+    ours = np.asarray(c[f"ours: {design}"]["test"])
+    rivals = ("AdamW warm-up + cosine, tuned for this budget", "schedule-free AdamW, tuned",
+              "prodigy")
+    best = min(rivals, key=lambda k: float(np.mean(_oriented(np.asarray(c[k]["test"]), higher))))
+    theirs = np.asarray(c[best]["test"])
+    gap = float(np.mean(_oriented(ours, higher)) - np.mean(_oriented(theirs, higher)))
+    within = gap <= max(ours.std(), theirs.std())
+    const = np.asarray(c["AdamW best constant"]["test"])
+    not_worse = float(np.mean(_oriented(ours, higher)) - np.mean(_oriented(const, higher))) <= max(
+        ours.std(), const.std())
+    out.append((f, best, within, not_worse))
+  return out
 
 
-def report(results, commit, quick) -> list[str]:
-  lines = ["# Learning-rate-free: `metaoptax.adamw()` vs tuned AdamW, prodigy, schedule-free", "",
-           f"Commit `{commit}`{' (QUICK smoke budgets, not results)' if quick else ''}; "
-           "3 seeds, mean ± std. `metaoptax.adamw(1e-6, weight_decay=0.1)`, nothing else "
-           "set. Baselines: the suite's saved runs (`results/suite/`, commits in its "
-           "summary.md) unless marked *run here*. Command: `python benchmarks/lr_free.py`.", ""]
+def ablation(results) -> list[str]:
+  """Mean validation metric of each design at each checkpoint, and its rank among them."""
+  lines = ["## Ablation of our designs (validation metric: accuracy ↑ or bits/char ↓)", "",
+           "| task | budget | " + " | ".join(DESIGNS) + " |", "|---|---|" + "---|" * len(DESIGNS)]
   for r in results:
-    fr = [int(f * r["steps"]) for f in FRACTIONS]
-    lines += [f"## {r['task']} ({r['steps']} steps; metric: {r['label']})", "",
-              f"Best constant AdamW rate (final metric): {r['best_lr']:g}; best rate at each "
-              "budget: " + ", ".join(f"{int(float(f) * r['steps'])}: {n.split()[1]}"
-                                     for f, n in r["budget_best"].items()) + ".", "",
-              "| method | " + " | ".join(f"@{s} ({int(f * 100)} %)" for s, f in zip(fr, FRACTIONS))
-              + " |", "|---" * (len(fr) + 1) + "|"]
-    for name, vs in r["rows"]:
-      mark = " (*run here*)" if name in r.get("run_here", ()) else ""
-      lines.append(f"| {name}{mark} | " + " | ".join(fmt(v) for v in vs) + " |")
-    if r["test_rows"]:
-      lines += ["", f"{r['test_name']} (reported):", "",
-                "| method | " + " | ".join(f"@{s}" for s in fr) + " |", "|---" * (len(fr) + 1) + "|"]
-      for name, vs in r["test_rows"]:
-        lines.append(f"| {name} | " + " | ".join(fmt(v, 4) for v in vs) + " |")
-    lines += ["", "Targets (better, or within one seed std): "
-              + "; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in r["checks"].items()) + ".",
-              "", f"Learned α at 10/25/50/100 %: "
-              + ", ".join(f"{v:.2g}" for v in r["alpha_at"].values())
-              + f"; wall time of the drop-in's 3 seeds: {r['seconds']:.0f} s.", "",
-              f"Climb: first step at which α ≥ best rate / 2 = {r['best_lr'] / 2:g} "
-              "(per seed; the cap means never within the window):", "",
-              "| start | seeds |", "|---|---|"]
-    for a, steps in zip(r["starts"], r["climb_first"]):
-      lines.append(f"| {a:g} | {', '.join(str(s) for s in steps)} |")
-    lines.append("")
-  return lines
+    for f in FRACTIONS:
+      c = r["cells"][str(f)]
+      vals = [float(np.mean(c[f"ours: {d}"]["val"])) for d in DESIGNS]
+      best = (np.argmax if r["higher_is_better"] else np.argmin)(vals)
+      cells = [f"**{v:.4f}**" if j == best else f"{v:.4f}" for j, v in enumerate(vals)]
+      lines.append(f"| {r['task']} | {int(f * 100)} % | " + " | ".join(cells) + " |")
+  return lines + [""]
 
 
-def plot(task, problem, label, named, grid, best_lr, starts, alphas, floor, key, out):
+def plot_task(result, out):
   plt = _report.pyplot()
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-  for name, log in named.items():
-    v = values(log, task, floor)
-    ax1.plot(log.steps, np.nanmean(v, 0), lw=2.2 if name == DROP_IN else 1.2,
-             ls="-" if name == DROP_IN else ("--" if "metaoptax" in name or "(" in name[:1]
-                                             else ":"), label=name)
-  ax1.set(xlabel="step", ylabel=label, title=f"{task}: {label} (mean of 3 seeds)")
-  if key == "train_loss":
-    ax1.set_yscale("log")
+  curves = result["curves"]
+  steps = np.asarray(curves["steps"])
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+  for name, c in curves["ours"].items():
+    line, = ax1.plot(steps, np.mean(c["test"], 0), label=name)
+    ax2.plot(steps, np.exp(np.mean(np.log(np.maximum(c["alpha"], 1e-12)), 0)),
+             color=line.get_color(), label=name)
+  for key, style in (("best_constant", ":"), ("cosine_full", "--")):
+    ax1.plot(steps, np.mean(curves[key]["test"], 0), style, color="k",
+             label=curves[key]["name"])
+  peak = float(curves["cosine_full"]["name"].split()[-1])
+  total = result["steps"]
+  warm = max(1, int(WARMUP_FRACTION * total))
+  schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warm, total, 0.0)
+  ax2.plot(steps, [float(schedule(s)) for s in steps], "--", color="k",
+           label=f"tuned cosine (peak {peak:g})")
+  ax1.set(xlabel="step", ylabel=result["test_name"], title=f"{result['task']}: held-out metric")
+  if result["higher_is_better"]:
+    top = max(np.max(np.mean(c["test"], 0)) for c in curves["ours"].values())
+    ax1.set_ylim(top - 0.15, top + 0.02)
+  else:
+    low = min(np.min(np.mean(c["test"], 0)) for c in curves["ours"].values())
+    ax1.set_ylim(low - 0.05, low + 0.8)
+  ax2.set(xlabel="step", ylabel="step size", yscale="log", ylim=(1e-7, 1e-1),
+          title="learned α(t), mean of the seeds")
   ax1.legend(fontsize=7)
-  t = np.arange(1, alphas.shape[-1] + 1)
-  for a0, run in zip(starts, alphas):
-    ax2.plot(t, np.exp(np.log(run).mean(0)), label=f"start {a0:g}")
-  for lr in M.ADAMW_GRID:
-    ax2.axhline(lr, color="gray", lw=0.6, ls="--" if lr == best_lr else ":")
-  ax2.axhline(best_lr / 2, color="k", lw=1, ls="-.", label="best rate / 2")
-  ax2.set(yscale="log", xlabel="step", ylabel="learned α",
-          title=f"the climb: α from every start (grid rates dotted, best dashed)")
-  ax2.legend(fontsize=7, ncol=2)
-  _report.save_figure(fig, out / f"lr_free_{task}.png")
+  ax2.legend(fontsize=7)
+  _report.save_figure(fig, out / f"lr_free_{result['task']}.png")
 
 
-OUT = HERE / "results" / "lr_free"
+def plot_warmup(warm, out):
+  plt = _report.pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  steps = np.asarray(warm["steps"])
+  for info, loss in warm["grid_loss"].items():
+    ax.plot(steps, loss, ":", lw=1, label=f"AdamW {info}")
+  ax.axhline(warm["target"], color="k", lw=0.8,
+             label=f"best AdamW at step {warm['target_step']}")
+  ax.axvline(warm["check_step"], color="grey", lw=0.8)
+  names = [r["start"] for r in warm["rows"]]
+  ax.set(yscale="log", xlabel="step", ylabel="train loss − floor",
+         title=f"warm-up from every start ({', '.join(f'{n:g}' for n in names)})")
+  ax.legend(fontsize=7)
+  _report.save_figure(fig, out / "lr_free_warmup.png")
 
 
 def main(argv=None):
-  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT).parse_args(argv)
-  out = args.out
+  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT)
+  args.add_argument("--no-warmup", action="store_true", help="skip the warm-up check")
+  args = args.parse_args(argv)
+  out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   progress = _report.progress_bars()
   commit = _report.git_commit()
   results = []
-  for task in args.tasks:
-    path = out / f"lr_free_{task}.json"
-    results.append(run_task(task, quick=args.quick, seeds=args.seeds, progress=progress,
-                            out=out))
-    results[-1]["commit"] = commit
-    path.write_text(json.dumps(results[-1], indent=1))
-    print(f"wrote {path}", flush=True)
-  # the report covers every task measured so far (tasks may be run separately)
-  every = [json.loads((out / f"lr_free_{t}.json").read_text()) for t in TASKS
-           if (out / f"lr_free_{t}.json").exists()]
-  commits = sorted({r["commit"] for r in every})
-  table = _report.write_table(report(every, ", ".join(commits), args.quick), out / "lr_free.md")
-  print(f"wrote {out / 'lr_free.md'} and lr_free_<task>.png")
-  return table
+  for name in args.tasks:
+    results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
+                            progress=progress))
+    plot_task(results[-1], out)
+    (out / "lr_free.json").write_text(json.dumps({"commit": commit, "results": results}))
+  warm = None if args.no_warmup else warmup_check(quick=args.quick, seeds=args.seeds,
+                                                  progress=progress)
+  lines = [f"# Learning-rate-free: `metaoptax.adamw()` on held-out metrics", "",
+           f"Commit `{commit}`; {args.seeds} seeds; command: `python benchmarks/lr_free.py "
+           f"--tasks {' '.join(args.tasks)}`" + (" --quick (smoke run, not results)" if
+                                                 args.quick else "") + ".", ""]
+  for r in results:
+    lines += task_table(r)
+  lines += ablation(results)
+  lines += [f"## Targets for the default ({DEFAULT})", "",
+            "| task | budget | strongest rival (test) | within one std or better | "
+            "not worse than the best constant |", "|---|---|---|---|---|"]
+  for r in results:
+    for f, rival, within, not_worse in target_lines(r, DEFAULT):
+      lines.append(f"| {r['task']} | {int(f * 100)} % | {rival} | {'yes' if within else 'NO'}"
+                   f" | {'yes' if not_worse else 'NO'} |")
+  lines.append("")
+  if warm is not None:
+    lines += [f"## Warm-up (digits): train loss − floor of the default at step "
+              f"{warm['check_step']} against the best AdamW ({warm['best_rate']}) at step "
+              f"{warm['target_step']}: {warm['target']:.4g}", "",
+              "| start | loss at the check | first step at the target |", "|---|---|---|"]
+    lines += [f"| {r['start']:g} | {r['loss_at_check']:.4g} | {r['first_step_at_target']} |"
+              for r in warm["rows"]]
+    plot_warmup(warm, out)
+  (out / "lr_free.json").write_text(json.dumps({"commit": commit, "results": results,
+                                                "warmup": warm}))
+  _report.write_table(lines, str(out / "lr_free.md"))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ costs no more than jax and optax.
 
 import importlib as _importlib
 
+from metaoptax._src.averaging import AverageState
+from metaoptax._src.averaging import average_iterates
+from metaoptax._src.averaging import averaged_params
 from metaoptax._src.progress import Progress
 from metaoptax.metaoptimize import ClimbState
 from metaoptax.metaoptimize import ExactTrace
@@ -36,7 +39,7 @@ __version__ = "0.1.0"
 
 _LAZY_SUBPACKAGES = ("checkpoint", "l2hmc", "l2o", "teleport")
 
-__all__ = ("Progress",) + _LAZY_SUBPACKAGES + _METAOPTIMIZE_ALL
+__all__ = ("AverageState", "Progress", "average_iterates", "averaged_params") + _LAZY_SUBPACKAGES + _METAOPTIMIZE_ALL
 
 
 def __getattr__(name: str):

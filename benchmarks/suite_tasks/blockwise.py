@@ -30,10 +30,10 @@ CONFIG = protocol.TaskConfig(
     blocks_label="per layer")
 
 
-def make_problem():
+def make_problem(validation=0.0):
   return mnist1d.make_problem(
       SIZES, name="blockwise", blocks=layer_labels(),
-      block_names=tuple(f"layer {i}" for i in range(len(SIZES) - 1)))
+      block_names=tuple(f"layer {i}" for i in range(len(SIZES) - 1)), validation=validation)
 
 
 def run(*, quick, seeds, out_dir, progress, replot=False):

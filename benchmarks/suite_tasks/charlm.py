@@ -4,10 +4,12 @@ Text: a fixed list of modules under ``sysconfig.get_paths()["stdlib"]`` (read in
 that order, so the data are deterministic for a given Python version), characters
 outside printable ASCII mapped to ``?``; the first 90 % is the train split, the
 last 10 % the validation split. Model: a pre-LayerNorm causal transformer
-(``LAYERS`` layers, width ``WIDTH``, ``HEADS`` heads, context ``CONTEXT``,
-learned positions, untied output head). Minibatches: ``BATCH`` random windows.
-Metric: validation loss in bits per character on fixed windows covering the
-validation split; train loss (nats) on fixed train windows.
+(:class:`Shape`: layers, width, heads, context; learned positions, untied output
+head). Minibatches: ``batch`` random windows. Metric: validation loss in bits per
+character on fixed windows covering the validation split; train loss (nats) on
+fixed train windows. With ``held_out_test=True`` the held-out 10 % is cut in two:
+its first half is the validation split (``"val"``, for choosing settings), its
+second half the test split (``"test"``, reported).
 
 Blockwise step sizes use four layer groups: embeddings / attention / MLP / output.
 """
@@ -15,6 +17,7 @@ Blockwise step sizes use four layer groups: embeddings / attention / MLP / outpu
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 import pathlib
 import sysconfig
 
@@ -29,8 +32,29 @@ FILES = ("textwrap.py", "argparse.py", "functools.py", "string.py", "heapq.py", 
          "fractions.py", "statistics.py", "json/decoder.py", "json/encoder.py",
          "collections/__init__.py", "contextlib.py", "dataclasses.py", "shlex.py")
 VOCAB = 97  # tab, newline, ' ' .. '~'
-WIDTH, LAYERS, HEADS, CONTEXT, BATCH = 32, 2, 2, 32, 8
 EVAL_WINDOWS = 64
+
+
+class Shape(NamedTuple):
+  """The transformer's size and its minibatch."""
+
+  width: int = 32
+  layers: int = 2
+  heads: int = 2
+  context: int = 32
+  batch: int = 8
+
+
+#: The suite's small model (26k parameters).
+SMALL = Shape()
+#: The learning-rate-free protocol's transformer: 4 layers of width 160, context 128,
+#: batch 32 (1.27M parameters).
+LARGE = Shape(width=160, layers=4, heads=4, context=128, batch=32)
+
+
+def num_params(shape: Shape = SMALL) -> int:
+  return sum(x.size for x in jax.tree.leaves(jax.eval_shape(
+      lambda k: init_params(k, shape), jax.random.key(0))))
 GROUPS = ("embeddings", "attention", "MLP", "output")
 
 
@@ -49,24 +73,25 @@ def encode(text: str) -> np.ndarray:
   return out
 
 
-def init_params(key):
-  keys = iter(jax.random.split(key, 4 + 4 * LAYERS))
+def init_params(key, shape: Shape = SMALL):
+  width, layers_, context = shape.width, shape.layers, shape.context
+  keys = iter(jax.random.split(key, 4 + 4 * layers_))
   normal = lambda shape, scale: jax.random.normal(next(keys), shape) * scale
   layers = []
-  for _ in range(LAYERS):
+  for _ in range(layers_):
     layers.append({
-        "attention": {"ln": {"g": jnp.ones(WIDTH), "b": jnp.zeros(WIDTH)},
-                      "qkv": normal((WIDTH, 3 * WIDTH), WIDTH ** -0.5),
-                      "out": normal((WIDTH, WIDTH), (2 * LAYERS * WIDTH) ** -0.5)},
-        "mlp": {"ln": {"g": jnp.ones(WIDTH), "b": jnp.zeros(WIDTH)},
-                "fc1": normal((WIDTH, 4 * WIDTH), WIDTH ** -0.5), "b1": jnp.zeros(4 * WIDTH),
-                "fc2": normal((4 * WIDTH, WIDTH), (2 * LAYERS * 4 * WIDTH) ** -0.5),
-                "b2": jnp.zeros(WIDTH)},
+        "attention": {"ln": {"g": jnp.ones(width), "b": jnp.zeros(width)},
+                      "qkv": normal((width, 3 * width), width ** -0.5),
+                      "out": normal((width, width), (2 * layers_ * width) ** -0.5)},
+        "mlp": {"ln": {"g": jnp.ones(width), "b": jnp.zeros(width)},
+                "fc1": normal((width, 4 * width), width ** -0.5), "b1": jnp.zeros(4 * width),
+                "fc2": normal((4 * width, width), (2 * layers_ * 4 * width) ** -0.5),
+                "b2": jnp.zeros(width)},
     })
-  return {"embed": {"tokens": normal((VOCAB, WIDTH), 0.1), "positions": normal((CONTEXT, WIDTH), 0.02)},
+  return {"embed": {"tokens": normal((VOCAB, width), 0.1), "positions": normal((context, width), 0.02)},
           "layers": layers,
-          "head": {"ln": {"g": jnp.ones(WIDTH), "b": jnp.zeros(WIDTH)},
-                   "w": normal((WIDTH, VOCAB), WIDTH ** -0.5), "b": jnp.zeros(VOCAB)}}
+          "head": {"ln": {"g": jnp.ones(width), "b": jnp.zeros(width)},
+                   "w": normal((width, VOCAB), width ** -0.5), "b": jnp.zeros(VOCAB)}}
 
 
 def group_labels(params):
@@ -83,16 +108,16 @@ def _ln(p, x):
   return (x - mean) * jax.lax.rsqrt(var + 1e-5) * p["g"] + p["b"]
 
 
-def logits_fn(params, tokens):
+def logits_fn(params, tokens, heads=SMALL.heads):
   t = tokens.shape[-1]
+  width = params["embed"]["tokens"].shape[-1]
   x = params["embed"]["tokens"][tokens] + params["embed"]["positions"][:t]
   mask = jnp.tril(jnp.ones((t, t), bool))
+  split_heads = lambda z: z.reshape(*z.shape[:-1], heads, width // heads)
   for layer in params["layers"]:
     a = layer["attention"]
-    q, k, v = jnp.split(_ln(a["ln"], x) @ a["qkv"], 3, -1)
-    heads = lambda z: z.reshape(*z.shape[:-1], HEADS, WIDTH // HEADS)
-    q, k, v = heads(q), heads(k), heads(v)
-    scores = jnp.einsum("...qhd,...khd->...hqk", q, k) / math.sqrt(WIDTH // HEADS)
+    q, k, v = (split_heads(z) for z in jnp.split(_ln(a["ln"], x) @ a["qkv"], 3, -1))
+    scores = jnp.einsum("...qhd,...khd->...hqk", q, k) / math.sqrt(width // heads)
     scores = jnp.where(mask, scores, -1e9)
     att = jnp.einsum("...hqk,...khd->...qhd", jax.nn.softmax(scores, -1), v)
     x = x + att.reshape(*x.shape) @ a["out"]
@@ -102,36 +127,51 @@ def logits_fn(params, tokens):
   return _ln(h["ln"], x) @ h["w"] + h["b"]
 
 
-def nats(params, windows):
-  """Mean next-character cross-entropy (nats) over windows of ``CONTEXT + 1`` codes."""
-  logits = logits_fn(params, windows[..., :-1])
+def nats(params, windows, heads=SMALL.heads):
+  """Mean next-character cross-entropy (nats) over windows of ``context + 1`` codes."""
+  logits = logits_fn(params, windows[..., :-1], heads)
   logp = jax.nn.log_softmax(logits)
   return -jnp.mean(jnp.take_along_axis(logp, windows[..., 1:, None], -1))
 
 
-def make_problem(context=CONTEXT) -> Problem:
+def make_problem(shape: Shape = SMALL, held_out_test: bool = False, name="charlm") -> Problem:
+  context = shape.context
   codes = encode(load_text())
   split = int(0.9 * len(codes))
-  train, val = jnp.asarray(codes[:split]), codes[split:]
+  train, held_out = jnp.asarray(codes[:split]), codes[split:]
   offsets = jnp.arange(context + 1)
-  # Fixed evaluation windows: evenly spaced over each split.
-  val_starts = np.linspace(0, len(val) - context - 2, 4 * EVAL_WINDOWS).astype(np.int32)
-  val_windows = jnp.asarray(val[val_starts[:, None] + np.arange(context + 1)])
-  train_starts = jnp.asarray(np.linspace(0, split - context - 2, EVAL_WINDOWS).astype(np.int32))
-  train_windows = train[train_starts[:, None] + offsets]
+
+  def windows(text, count):
+    """Fixed evaluation windows, evenly spaced over ``text``."""
+    starts = np.linspace(0, len(text) - context - 2, count).astype(np.int32)
+    return jnp.asarray(np.asarray(text)[starts[:, None] + np.arange(context + 1)])
+
+  train_windows = windows(codes[:split], EVAL_WINDOWS)
+  if held_out_test:
+    half = len(held_out) // 2
+    val_windows, test_windows = windows(held_out[:half], 2 * EVAL_WINDOWS), windows(
+        held_out[half:], 2 * EVAL_WINDOWS)
+  else:
+    val_windows = test_windows = windows(held_out, 4 * EVAL_WINDOWS)
+  loss = lambda params, batch: nats(params, batch, shape.heads)
+  bits = lambda params, w: loss(params, w) / math.log(2.0)
 
   def batch(key):
-    starts = jax.random.randint(key, (BATCH,), 0, train.shape[0] - context - 1)
+    starts = jax.random.randint(key, (shape.batch,), 0, train.shape[0] - context - 1)
     return train[starts[:, None] + offsets]
 
   def evaluate(params):
-    return {"train_loss": nats(params, train_windows),
-            "test": nats(params, val_windows) / math.log(2.0)}
+    out = {"train_loss": loss(params, train_windows), "test": bits(params, test_windows)}
+    if held_out_test:
+      out["val"] = bits(params, val_windows)
+    return out
 
+  init = lambda key: init_params(key, shape)
   return Problem(
-      name="charlm", init=init_params, loss=nats, batch=batch, evaluate=evaluate,
-      test_name="validation bits/char", higher_is_better=False, train_loss_floor=0.0,
-      blocks=group_labels(jax.eval_shape(init_params, jax.random.key(0))), block_names=GROUPS)
+      name=name, init=init, loss=loss, batch=batch, evaluate=evaluate,
+      test_name="test bits/char" if held_out_test else "validation bits/char",
+      higher_is_better=False, train_loss_floor=0.0,
+      blocks=group_labels(jax.eval_shape(init, jax.random.key(0))), block_names=GROUPS)
 
 
 CONFIG = protocol.TaskConfig(

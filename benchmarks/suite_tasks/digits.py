@@ -33,11 +33,17 @@ def load_split():
   return (x_train - mean) / std, y_train, (x_test - mean) / std, y_test
 
 
-def make_problem() -> Problem:
+def make_problem(validation=0.0) -> Problem:
+  """The task; ``validation > 0`` holds out that fraction of the train split (``"val"``)."""
   x_train, y_train, x_test, y_test = load_split()
+  held_out = None
+  if validation:
+    x_train, y_train, x_val, y_val = models.split_validation(x_train, y_train, validation)
+    held_out = (jnp.asarray(x_val), jnp.asarray(y_val))
   loss, batch, evaluate = models.classifier_problem_fns(
       models.mlp, jnp.asarray(x_train), jnp.asarray(y_train), jnp.asarray(x_test),
-      jnp.asarray(y_test), batch_size=BATCH, label_smoothing=LABEL_SMOOTHING)
+      jnp.asarray(y_test), batch_size=BATCH, label_smoothing=LABEL_SMOOTHING,
+      validation=held_out)
   return Problem(
       name="digits", init=lambda k: models.init_mlp(k, SIZES), loss=loss, batch=batch,
       evaluate=evaluate, test_name="test accuracy", higher_is_better=True,

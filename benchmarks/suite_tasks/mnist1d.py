@@ -27,10 +27,17 @@ def load_data():
           np.asarray(data["x_test"], np.float32), np.asarray(data["y_test"], np.int32))
 
 
-def make_problem(sizes=SIZES, name="mnist1d", blocks="per_leaf", block_names=None) -> Problem:
-  x_train, y_train, x_test, y_test = (jnp.asarray(a) for a in load_data())
+def make_problem(sizes=SIZES, name="mnist1d", blocks="per_leaf", block_names=None,
+                 validation=0.0) -> Problem:
+  """The task; ``validation > 0`` holds out that fraction of the train split (``"val"``)."""
+  x_train, y_train, x_test, y_test = load_data()
+  held_out = None
+  if validation:
+    x_train, y_train, x_val, y_val = models.split_validation(x_train, y_train, validation)
+    held_out = (jnp.asarray(x_val), jnp.asarray(y_val))
+  x_train, y_train, x_test, y_test = (jnp.asarray(a) for a in (x_train, y_train, x_test, y_test))
   loss, batch, evaluate = models.classifier_problem_fns(
-      models.mlp, x_train, y_train, x_test, y_test, batch_size=BATCH)
+      models.mlp, x_train, y_train, x_test, y_test, batch_size=BATCH, validation=held_out)
   return Problem(
       name=name, init=lambda k: models.init_mlp(k, sizes), loss=loss, batch=batch,
       evaluate=evaluate, test_name="test accuracy", higher_is_better=True,

@@ -23,10 +23,12 @@ def mlp(params, x):
 
 
 def classifier_problem_fns(logits_fn, x_train, y_train, x_test, y_test, *, batch_size,
-                           label_smoothing=0.0, num_classes=10):
+                           label_smoothing=0.0, num_classes=10, validation=None):
   """(loss, batch, evaluate) of a classifier on device arrays.
 
-  ``evaluate`` gives the mean train loss on the full train set and the test accuracy.
+  ``evaluate`` gives the mean train loss on the full train set and the test
+  accuracy; with ``validation=(x_val, y_val)`` also the validation accuracy
+  (``"val"``), on which methods are selected.
   """
 
   def loss(params, batch):
@@ -41,8 +43,11 @@ def classifier_problem_fns(logits_fn, x_train, y_train, x_test, y_test, *, batch
     return x_train[idx], y_train[idx]
 
   def evaluate(params):
-    acc = jnp.mean(jnp.argmax(logits_fn(params, x_test), -1) == y_test)
-    return {"train_loss": loss(params, (x_train, y_train)), "test": acc}
+    accuracy = lambda x, y: jnp.mean(jnp.argmax(logits_fn(params, x), -1) == y)
+    out = {"train_loss": loss(params, (x_train, y_train)), "test": accuracy(x_test, y_test)}
+    if validation is not None:
+      out["val"] = accuracy(*validation)
+    return out
 
   return loss, batch, evaluate
 
@@ -53,3 +58,12 @@ def smoothed_label_floor(label_smoothing, num_classes=10):
   p_true = 1 - label_smoothing + label_smoothing / num_classes
   p_other = label_smoothing / num_classes
   return -p_true * math.log(p_true) - (num_classes - 1) * p_other * math.log(p_other)
+
+
+def split_validation(x, y, fraction, seed=0):
+  """``(x_train, y_train, x_val, y_val)``: a fixed random ``fraction`` of ``(x, y)`` held out."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  order = np.random.default_rng(seed).permutation(len(x))
+  n_val = int(round(fraction * len(x)))
+  val, train = order[:n_val], order[n_val:]
+  return x[train], y[train], x[val], y[val]

@@ -59,6 +59,7 @@ class RunLog(NamedTuple):
   test: np.ndarray  # (seeds, n)
   step_sizes: np.ndarray | None  # (seeds, n, m) or None
   seconds: float  # wall time of the training steps for all seeds (compile excluded)
+  val: np.ndarray | None = None  # (seeds, n): the validation metric, where the problem has one
 
 
 def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
@@ -92,7 +93,7 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
     metrics = problem.evaluate(eval_params(s, p))
     sizes = (jnp.atleast_1d(metaoptax.step_sizes(s)) if method.learned_step_size
              else jnp.zeros((0,)))
-    return metrics["train_loss"], metrics["test"], sizes
+    return metrics["train_loss"], metrics["test"], sizes, metrics.get("val", metrics["test"])
 
   def init(key, h):
     p = problem.init(key)
@@ -132,7 +133,8 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
     bar.set_postfix_str(f"loss {np.nanmean(rec[0]):.4g}")
   seconds = time.perf_counter() - start
   bar.close()
-  losses, tests, sizes = (np.stack([np.asarray(r[j]) for r in records], 1) for j in range(3))
+  losses, tests, sizes, vals = (np.stack([np.asarray(r[j]) for r in records], 1)
+                                for j in range(4))
   logs = []
   for v in range(k):
     rows = slice(v * seeds, (v + 1) * seeds)
@@ -142,5 +144,5 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
     logs.append(RunLog(
         method=m, steps=np.arange(steps // chunk + 1) * chunk, train_loss=losses[rows],
         test=tests[rows], step_sizes=sizes[rows] if method.learned_step_size else None,
-        seconds=seconds / k))
+        seconds=seconds / k, val=vals[rows]))
   return logs

@@ -1,0 +1,98 @@
+r"""Iterate averaging: an average of the weights whose horizon grows with the run.
+
+A step-size schedule anneals to cut the noise of the last iterates; an average of
+the iterates does the same without shrinking the step (Polyak-Ruppert averaging;
+the schedule-free view of Defazio et al. 2024, "The Road Less Scheduled",
+https://arxiv.org/abs/2405.15682). :func:`average_iterates` keeps
+
+.. math::
+
+  \bar w_t = \bar w_{t-1} + \frac{w_t - \bar w_{t-1}}{c\,t + 1},
+
+an exponential moving average whose horizon :math:`c\,t` is the fraction
+:math:`c` (``horizon``) of the steps taken so far: it forgets the early iterates
+at any run length, without knowing the budget. The training steps use the
+iterates :math:`w_t`; :func:`averaged_params` gives :math:`\bar w_t`, the weights to
+evaluate, as ``optax.contrib.schedule_free_eval_params`` does for schedule-free.
+
+The transformation passes the updates through unchanged and reads the new
+iterate as ``params + updates``, so it must come last in an ``optax.chain``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class AverageState(NamedTuple):
+  """The step count and the averaged weights :math:`\\bar w_t`."""
+
+  count: jax.Array
+  average: optax.Params
+
+
+def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
+  r"""Keeps an average of the weights whose horizon is ``horizon`` times the step count.
+
+  Args:
+    horizon: :math:`c`, the average's horizon as a fraction of the steps taken
+      (``0.1``: the last ~10 % of the run weigh most). In ``(0, 1]``.
+
+  Returns:
+    An ``optax.GradientTransformation`` whose ``update`` needs ``params`` and
+    returns the updates unchanged; chain it last.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax, metaoptax
+    >>> opt = optax.chain(optax.sgd(0.1), metaoptax.average_iterates())
+    >>> params = {"w": jnp.ones(2)}
+    >>> state = opt.init(params)
+    >>> updates, state = opt.update({"w": jnp.ones(2)}, state, params)
+    >>> round(float(metaoptax.averaged_params(state)["w"][0]), 4)  # 1 + (0.9 - 1) / 1.1
+    0.9091
+  """
+  if not 0.0 < horizon <= 1.0:
+    raise ValueError(f"average_iterates(horizon={horizon!r}): the horizon is a fraction "
+                     "of the steps taken, in (0, 1].")
+
+  def init_fn(params):
+    # A copy: the params and the state may both be donated to a jitted step.
+    return AverageState(count=jnp.zeros([], jnp.int32), average=jax.tree.map(jnp.copy, params))
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError("average_iterates needs params: update(updates, state, params).")
+    count = optax.safe_increment(state.count)
+    weight = 1.0 / (horizon * count.astype(jnp.float32) + 1.0)
+
+    def step(average, p, u):
+      new = p + u
+      return (average + weight.astype(average.dtype) * (new - average)).astype(average.dtype)
+
+    average = jax.tree.map(step, state.average, params, updates)
+    return updates, AverageState(count=count, average=average)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def averaged_params(state: Any) -> optax.Params:
+  """The averaged weights :math:`\\bar w_t` held in ``state``, for evaluation.
+
+  Args:
+    state: the state of :func:`average_iterates`, or of any optimizer (an
+      ``optax.chain``, a drop-in such as :func:`metaoptax.adamw`) holding exactly one.
+
+  Returns:
+    The averaged params (the params' tree).
+  """
+  found = [s for s in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, AverageState))
+           if isinstance(s, AverageState)]
+  if len(found) != 1:
+    raise ValueError(f"averaged_params: the state holds {len(found)} AverageState(s); "
+                     "it needs exactly one (metaoptax.average_iterates, or a drop-in "
+                     "built with average=...).")
+  return found[0].average

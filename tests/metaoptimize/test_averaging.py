@@ -1,0 +1,82 @@
+"""Iterate averaging (``metaoptax.average_iterates``) against a float64 NumPy loop."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import metaoptax
+
+
+def _numpy_average(iterates, horizon):
+  """The oracle: avg_0 = w_0, avg_t = avg_{t-1} + (w_t - avg_{t-1}) / (c t + 1), in float64."""
+  average = np.asarray(iterates[0], np.float64)
+  for t, w in enumerate(iterates[1:], start=1):
+    average = average + (np.asarray(w, np.float64) - average) / (horizon * t + 1.0)
+  return average
+
+
+@pytest.mark.parametrize("horizon", [0.1, 0.5, 1.0])
+def test_average_matches_the_recursion_and_passes_updates_through(horizon):
+  opt = optax.chain(optax.sgd(0.05, momentum=0.9), metaoptax.average_iterates(horizon))
+  target = jnp.array([1.0, -2.0, 3.0])
+  loss = lambda p: jnp.sum((p["w"] - target) ** 2) + jnp.sum(p["b"] ** 4)
+  params = {"w": jnp.zeros(3), "b": jnp.full((2, 2), 0.5)}
+  reference = optax.sgd(0.05, momentum=0.9)
+  state, ref_state = opt.init(params), reference.init(params)
+  iterates = [params]
+
+  @jax.jit
+  def step(params, state, ref_state):
+    grads = jax.grad(loss)(params)
+    updates, state = opt.update(grads, state, params)
+    ref_updates, ref_state = reference.update(grads, ref_state, params)
+    return optax.apply_updates(params, updates), state, updates, ref_updates, ref_state
+
+  for _ in range(40):
+    params, state, updates, ref_updates, ref_state = step(params, state, ref_state)
+    jax.tree.map(np.testing.assert_array_equal, updates, ref_updates)  # unchanged
+    iterates.append(params)
+  averaged = metaoptax.averaged_params(state)
+  for key in params:  # float32 recursion against float64: 40 steps, rtol 1e-5
+    np.testing.assert_allclose(averaged[key], _numpy_average([p[key] for p in iterates],
+                                                             horizon), rtol=1e-5, atol=1e-6)
+  assert int(state[1].count) == 40
+
+
+def test_drop_in_with_average_under_donation():
+  """The average starts as a copy: params and state can both be donated."""
+  opt = optax.chain(metaoptax.adamw(), metaoptax.average_iterates())
+  params = {"w": jnp.ones((4, 3)), "b": jnp.zeros(3)}
+  state = opt.init(params)
+  loss = lambda p: jnp.sum(jnp.tanh(jnp.ones(4) @ p["w"] + p["b"]) ** 2)
+
+  @functools.partial(jax.jit, donate_argnums=(0, 1))
+  def step(params, state):
+    updates, state = opt.update(jax.grad(loss)(params), state, params)
+    return optax.apply_updates(params, updates), state
+
+  for _ in range(3):
+    params, state = step(params, state)
+  averaged = metaoptax.averaged_params(state)
+  assert jax.tree.structure(averaged) == jax.tree.structure(params)
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(averaged))
+  assert metaoptax.step_sizes(state)[0] > 0
+
+
+def test_bad_input():
+  for horizon in (0.0, -0.1, 1.5):
+    with pytest.raises(ValueError, match="horizon"):
+      metaoptax.average_iterates(horizon)
+  tx = metaoptax.average_iterates()
+  state = tx.init({"w": jnp.ones(2)})
+  with pytest.raises(ValueError, match="needs params"):
+    tx.update({"w": jnp.ones(2)}, state)
+  with pytest.raises(ValueError, match="holds 0 AverageState"):
+    metaoptax.averaged_params(optax.adam(1e-3).init({"w": jnp.ones(2)}))
+  two = optax.chain(metaoptax.average_iterates(), metaoptax.average_iterates())
+  with pytest.raises(ValueError, match="holds 2 AverageState"):
+    metaoptax.averaged_params(two.init({"w": jnp.ones(2)}))

@@ -4,7 +4,7 @@
     python benchmarks/lion_sgd_drop_ins.py --tasks digits --quick
 
 For each task (the suite's digits MLP and MNIST-1D MLP, ``benchmarks/suite_tasks/``),
-at ``STEPS`` steps and 3 seeds, the metric of :mod:`lr_free` (digits: train loss −
+at ``STEPS`` steps and 3 seeds, the train-loss metric (digits: train loss −
 floor; MNIST-1D: train loss) at 10, 25, 50 and 100 % of the budget:
 
 * ``optax.lion`` at every rate of ``LION_GRID`` (optax's default weight decay
@@ -36,7 +36,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
-import lr_free  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax.metaoptimize import drop_ins  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -47,6 +46,29 @@ STEPS = {"digits": 12_000, "mnist1d": 10_000}
 LION_GRID = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
 SGD_GRID = (1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 OUT = HERE / "out"
+FRACTIONS = (0.1, 0.25, 0.5, 1.0)
+# (key in the run logs, lower is better, label): the metric of each task.
+METRIC = {"digits": ("train_loss", True, "train loss − floor"),
+          "mnist1d": ("train_loss", True, "train loss")}
+
+
+def values(log, task, floor):
+  key, _, _ = METRIC[task]
+  v = getattr(log, key)
+  return v - floor if key == "train_loss" else v
+
+
+def at(log, task, floor, fraction):
+  """The metric of every seed at ``fraction`` of the budget."""
+  v = values(log, task, floor)
+  return v[:, int(round(fraction * (v.shape[1] - 1)))]
+
+
+def fmt(v, digits=3):
+  v = np.asarray(v, float)
+  if not np.all(np.isfinite(v)):
+    return "diverged"
+  return f"{v.mean():.{digits}g} ± {v.std():.1g}"
 
 
 def lion_with_adam_meta() -> optax.GradientTransformation:
@@ -92,7 +114,7 @@ def plot(task, label, families, floor, out):
   for ax, (family, logs) in zip(axes, families.items()):
     for name, log in logs.items():
       grid = name.split()[0].startswith("optax")
-      ax.plot(log.steps, np.nanmean(lr_free.values(log, task, floor), 0), label=name,
+      ax.plot(log.steps, np.nanmean(values(log, task, floor), 0), label=name,
               lw=1.0 if grid else 2.0, ls=":" if grid else ("-" if "metaoptax" in name else "--"))
     ax.set(xlabel="step", ylabel=label, yscale="log", title=f"{task}: {family} (mean of seeds)")
     ax.legend(fontsize=7)
@@ -102,7 +124,7 @@ def plot(task, label, families, floor, out):
 def run_task(task, *, quick, seeds, progress, out_dir):
   module = importlib.import_module(f"suite_tasks.{task}")
   problem, config = module.make_problem(), module.CONFIG
-  key, lower_is_better, label = lr_free.METRIC[task]
+  key, lower_is_better, label = METRIC[task]
   floor = problem.train_loss_floor if key == "train_loss" else 0.0
   steps = config.quick_steps if quick else STEPS[task]
   chunk = config.quick_chunk if quick else 500
@@ -116,11 +138,11 @@ def run_task(task, *, quick, seeds, progress, out_dir):
                               progress=progress):
         rows[log.method.name] = log
     out["families"][family] = {
-        name: {"metric": [lr_free.at(log, task, floor, f).tolist() for f in lr_free.FRACTIONS],
+        name: {"metric": [at(log, task, floor, f).tolist() for f in FRACTIONS],
                "alpha": (None if log.step_sizes is None else
                          [float(np.exp(np.log(log.step_sizes[:, int(round(f * (
                              log.step_sizes.shape[1] - 1)))]).mean()))
-                          for f in lr_free.FRACTIONS])}
+                          for f in FRACTIONS])}
         for name, log in rows.items()}
     graded = {n: r for n, r in out["families"][family].items() if " grid" not in n}
     finals = {n: sign * np.mean(r["metric"][-1]) for n, r in graded.items()
@@ -139,7 +161,7 @@ def report(results, commit, quick):
            "3 seeds, mean ± std; drop-ins at their defaults (start 1e-6), nothing set. "
            "Command: `python benchmarks/lion_sgd_drop_ins.py`.", ""]
   for r in results:
-    fr = [int(f * r["steps"]) for f in lr_free.FRACTIONS]
+    fr = [int(f * r["steps"]) for f in FRACTIONS]
     lines += [f"## {r['task']} ({r['steps']} steps; metric: {r['label']})", "",
               "| method | " + " | ".join(f"@{s}" for s in fr) + " | learned α (10/25/50/100 %) |",
               "|---" * (len(fr) + 2) + "|"]
@@ -147,7 +169,7 @@ def report(results, commit, quick):
       for name, row in family.items():
         alpha = ("" if row["alpha"] is None else
                  ", ".join(f"{a:.2g}" for a in row["alpha"]))
-        lines.append(f"| {name} | " + " | ".join(lr_free.fmt(v) for v in row["metric"])
+        lines.append(f"| {name} | " + " | ".join(fmt(v) for v in row["metric"])
                      + f" | {alpha} |")
     lines.append("")
   return lines

@@ -108,6 +108,10 @@ DESIGNS = {
         metaoptax.adamw(weight_decay=WEIGHT_DECAY, meta_step_size=0.0)), True),
     "gamma=1 + average": (lambda: _with_average(
         metaoptax.adamw(weight_decay=WEIGHT_DECAY, gamma=1.0)), True),
+    "fast climb + average": (lambda: _with_average(
+        metaoptax.adamw(weight_decay=WEIGHT_DECAY, climb_rate=0.3)), True),
+    "climb x2 + average": (lambda: _with_average(
+        metaoptax.adamw(weight_decay=WEIGHT_DECAY, climb_backoff=0.5)), True),
 }
 
 

@@ -32,7 +32,13 @@ only after :math:`k \approx \sqrt{\ln(1/\text{seed})/\text{rate}}` steps, when
 :math:`\alpha` is already :math:`e^{\text{rate}\,k}` times above the limit (4x
 on Rosenbrock's valley at ``rate = 0.1``): stepping back by the lag alone leaves it
 unstable, and the run diverges. Adam and Lion bound each step by :math:`\alpha`,
-so an overshoot costs a few noisy steps and ``backoff = 1`` suits them. ``meta`` sees every meta-gradient from
+so an overshoot costs a few noisy steps and ``backoff = 1`` suits them. A
+``backoff`` below 1 ends the climb *above* the point where the meta-gradient
+turned: the meta-gradient of a finite horizon is greedy (short-horizon bias, Wu et
+al. 2018, https://arxiv.org/abs/1803.02021) and its optimum lies below the step
+size that serves a long run best, most of all when an average of the iterates
+(:func:`metaoptax.average_iterates`) rather than a smaller step removes the noise.
+``meta`` sees every meta-gradient from
 the first step on, so its moments are warm when it takes over. Hyperparameters
 learned beside the step sizes (``metaoptimize(..., learn=...)``) do not climb:
 ``meta`` moves them from the first step.
@@ -76,8 +82,9 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
       step sizes grow 10x every 46 steps).
     decay: ``rho``, the decay of the average of the total meta-gradient whose
       sign ends the climb.
-    backoff: factor (>= 1) by which the step sizes are divided when the climb
-      ends, on top of the averaging lag (``1``: the lag alone).
+    backoff: factor (> 0) by which the step sizes are divided when the climb
+      ends, on top of the averaging lag (``1``: the lag alone; below 1 they are
+      raised).
 
   Returns:
     An ``optax.GradientTransformation`` acting on ``beta`` with the
@@ -99,8 +106,8 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
       raise ValueError(f"{name} must be in [0, {'1' if name == 'decay' else 'inf'}), "
                        f"got {value!r}.")
   number = concrete_number("backoff", backoff)
-  if number is not None and not 1 <= number < float("inf"):
-    raise ValueError(f"backoff must be in [1, inf), got {backoff!r}.")
+  if number is not None and not 0 < number < float("inf"):
+    raise ValueError(f"backoff must be in (0, inf), got {backoff!r}.")
   # a Python float when concrete: backoff = 1 changes no bit of the lag's step back
   step_back = rate * decay / (1.0 - decay) + (math.log(number) if number is not None
                                               else jnp.log(backoff))

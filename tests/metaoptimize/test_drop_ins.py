@@ -40,7 +40,7 @@ def reference_climb(meta_grads, rate, decay, inner_updates, backoff=1.0):
   return out
 
 
-@pytest.mark.parametrize("backoff", [1.0, 10.0])
+@pytest.mark.parametrize("backoff", [1.0, 10.0, 0.5])
 def test_climb_equals_its_rule_on_scripted_meta_gradients(backoff):
   rng = np.random.default_rng(0)
   # Three blocks: climbing while the total is negative, then a turn, then noise.
@@ -66,7 +66,7 @@ def test_climb_equals_its_rule_on_scripted_meta_gradients(backoff):
 
 def test_climb_rejects_bad_hyperparameters():
   for kwargs in ({"rate": -0.1}, {"decay": 1.0}, {"rate": float("nan")}, {"decay": -0.5},
-                 {"backoff": 0.5}, {"backoff": float("nan")}, {"backoff": float("inf")}):
+                 {"backoff": 0.0}, {"backoff": -1.0}, {"backoff": float("nan")}, {"backoff": float("inf")}):
     with pytest.raises(ValueError):
       metaoptax.climb(optax.adam(1e-3), **kwargs)
 

@@ -36,7 +36,7 @@ import optax
 from metaoptax._src import learned, tree_utils
 from metaoptax._src.approximation import StepConfig
 from metaoptax._src.blocks import BlockLayout
-from metaoptax._src.dependence import dependent_outputs
+from metaoptax._src.dependence import dependent_outputs, outputs_read_outputs
 from metaoptax._src.state import (HessianFreeTrace, HyperparamTrace, LearnedHessianFreeTrace,
                                   MetaOptimizeState)
 
@@ -120,6 +120,8 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
     new_trace = LearnedHessianFreeTrace(new_trace, _hyperparam_trace_step(
         config, layout, base_update, wide_grads, wide_params, base_state, used,
         state.trace.hyperparams))
+  if direction_beside_state(base_update, wide_grads, base_state, wide_params):
+    new_base_state = _written_after(delta, new_base_state)
   return delta, state._replace(base_state=new_base_state, meta_params=new_meta,
                                meta_state=new_meta_state, trace=new_trace)
 
@@ -144,6 +146,51 @@ def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
     if found <= reading:
       return tuple(sorted(reading))
     reading |= found
+
+
+def direction_beside_state(base_update: Callable, grads: Any, base_state: Any,
+                           params: Any) -> bool:
+  """Whether the base computes its direction from its old state and from none of its new
+  state's floats: Lion (the sign of an interpolation of the gradient and the old moment),
+  not Adam, RMSProp or momentum (from the new moments). A jaxpr walk at trace time."""
+  floats, split = tree_utils.split_floats(base_state)
+
+  def direction_and_floats(g, fl):
+    direction, new_state = base_update(g, tree_utils.merge_floats(fl, split), params)
+    return direction, tree_utils.split_floats(new_state)[0]
+
+  args = [grads, floats]
+  n = len(jax.tree.leaves(grads))  # the direction has the gradient's structure
+  reads_old = any(dependent_outputs(direction_and_floats, args, [1])[:n])
+  return reads_old and not outputs_read_outputs(direction_and_floats, args, range(n),
+                                                range(n, n + len(floats)))
+
+
+def _written_after(delta: Any, base_state: Any) -> Any:
+  r"""``base_state``, bit for bit, with its params-shaped float leaves computed after
+  :math:`\Delta`.
+
+  For a base like Lion, the kernel that computes :math:`\Delta` and the one that
+  updates the moment in place both read the gradient and the old moment, and
+  nothing orders the second after the first: XLA then copies the donated
+  moment before overwriting it. Each leaf here is selected on
+  ``(d == d) | (d != d)`` with ``d`` its params leaf's :math:`\Delta`, a
+  predicate that always holds and that XLA does not fold, so the in-place
+  update reads :math:`\Delta` and runs after it, and the copy goes. (With
+  ``weight_decay=0`` XLA fuses :math:`\Delta` into its readers instead of
+  writing it, and the copy stays, as in ``optax.lion``'s own step.)
+  """
+  treedef = jax.tree.structure(delta)
+
+  def leaf(x, d):
+    if jnp.shape(x) != jnp.shape(d) or not jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact):
+      return x
+    return jnp.where((d == d) | (d != d), x, jnp.zeros_like(x))
+
+  def subtree(tree):
+    return jax.tree.map(leaf, tree, delta) if jax.tree.structure(tree) == treedef else tree
+
+  return jax.tree.map(subtree, base_state, is_leaf=lambda t: jax.tree.structure(t) == treedef)
 
 
 def _weight_change(config: StepConfig, layout: BlockLayout, base_update: Callable,

@@ -136,7 +136,7 @@ def adamw(
     >>> state = opt.init(params)
     >>> updates, state = opt.update({"w": jnp.array([0.1, -0.2, 0.3])}, state, params)
   """
-  learn = learned.check_learn(kwargs.get("learn", ()))
+  learn = learned.check_learn(kwargs.get("learn", ()), like=optax.adamw)
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
@@ -171,7 +171,7 @@ def lion(
     >>> import metaoptax
     >>> opt = metaoptax.lion()
   """
-  learn = learned.check_learn(kwargs.get("learn", ()))
+  learn = learned.check_learn(kwargs.get("learn", ()), like=optax.lion)
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_lion, learn, b1=b1, b2=b2, mu_dtype=mu_dtype),
       weight_decay, mask, learn)
@@ -210,7 +210,7 @@ def sgd(
     >>> import metaoptax
     >>> opt = metaoptax.sgd(momentum=0.9)
   """
-  learn = learned.check_learn(kwargs.get("learn", ()))
+  learn = learned.check_learn(kwargs.get("learn", ()), like=optax.sgd)
   if "momentum" in learn:
     if momentum is None:
       raise ValueError("learn=('momentum', ...) needs a starting momentum, e.g. momentum=0.9.")

@@ -192,9 +192,9 @@ def stabilize(trace: ExactTrace, beta: Any, radius: float | None = None) -> Exac
   :math:`\|Y^\beta - I\|_1 \le r` (the induced 1-norm, a column sum): every
   column is diagonally dominant with :math:`Y^\beta_{jj} \ge 1 - r > 0`, so a
   step size's sensitivity to its own past keeps its sign and outweighs its
-  effect on the others. ``r = 0.9`` was chosen by measurement (0.5 also keeps the
-  trace bounded but shortens the horizon more: on a digits MLP the learned step
-  size then decays too early, the short-horizon bias of truncated meta-gradients).
+  effect on the others. A smaller ``r`` keeps the trace bounded too but shortens
+  the horizon more, and the learned step size decays too early (the short-horizon
+  bias of truncated meta-gradients); ``r = 0.9`` (docs/benchmarks.md).
 
   Why. :math:`Y^\beta_t = d\beta_t/d\beta_\tau` (discounted over :math:`\tau`)
   is the sensitivity of the meta-parameters to their own past; the 2x2 block

@@ -28,7 +28,9 @@ alone, exactly as before.
 
 from __future__ import annotations
 
+import inspect
 import math
+import typing
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -74,8 +76,13 @@ def to_phi(name: str, value: float) -> float:
   return math.log(value)
 
 
-def check_learn(learn: Any) -> tuple[str, ...]:
-  """``learn`` as a tuple of distinct names; ``ValueError`` otherwise."""
+def check_learn(learn: Any, like: Callable | None = None) -> tuple[str, ...]:
+  """``learn`` as a tuple of distinct names; ``ValueError`` otherwise.
+
+  With ``like`` (the optax namesake of a drop-in, e.g. ``optax.adamw``), also a
+  ``ValueError`` for a name that is neither one of its numeric arguments
+  (:func:`numeric_arguments`) nor ``"weight_decay"``, listing those it accepts.
+  """
   if isinstance(learn, str):
     raise ValueError(f"learn must be a tuple of names, e.g. learn=({learn!r},), got {learn!r}.")
   names = tuple(learn)
@@ -87,7 +94,64 @@ def check_learn(learn: Any) -> tuple[str, ...]:
                        "other hyperparameters.")
   if len(set(names)) != len(names):
     raise ValueError(f"learn has repeated names: {names}.")
+  if like is not None:
+    accepted = sorted(set(numeric_arguments(like)) | {WEIGHT_DECAY})
+    unknown = [k for k in names if k not in accepted]
+    if unknown:
+      raise ValueError(f"learn={names}: metaoptax.{like.__name__} cannot learn "
+                       f"{', '.join(map(repr, unknown))}; it can learn {', '.join(accepted)} "
+                       f"(the numeric arguments of optax.{like.__name__}).")
   return names
+
+
+def numeric_arguments(factory: Callable) -> tuple[str, ...]:
+  """The arguments of an optax factory that ``optax.inject_hyperparams`` makes
+  arrays: those whose default is a number, or ``None`` for an optional float
+  (``optax.sgd``'s ``momentum``); the learning rate excepted, metaoptax learns it."""
+
+  def numeric(p):
+    if isinstance(p.default, bool):
+      return False
+    if isinstance(p.default, (int, float)):
+      return True
+    return p.default is None and float in typing.get_args(p.annotation)
+
+  return tuple(p.name for p in inspect.signature(factory).parameters.values()
+               if p.name != "learning_rate" and numeric(p))
+
+
+def check_exposed(learn: tuple[str, ...], base: Any) -> None:
+  """Raises ``ValueError`` at construction for a name in ``learn`` that ``base`` does
+  not expose through ``optax.inject_hyperparams`` (read from ``base.init`` on a
+  scalar, by ``jax.eval_shape``). A base that cannot be initialized on a scalar
+  (a mask tree) is checked at ``init`` instead (:func:`init_hyperparams`)."""
+  names = [k for k in learn if k != WEIGHT_DECAY]
+  if not names:
+    return
+  try:
+    state = jax.eval_shape(base.init, jax.ShapeDtypeStruct((), jnp.float32))
+  except Exception:  # pylint: disable=broad-except  # a probe: init checks again
+    return
+  exposed = set()
+
+  def visit(x):
+    if _is_injected(x):
+      exposed.update(x.hyperparams)
+    return x
+
+  jax.tree.map(visit, state, is_leaf=_is_injected)
+  missing = [k for k in names if k not in exposed]
+  if missing:
+    raise ValueError(_not_exposed(learn, missing[0], exposed))
+
+
+def _not_exposed(learn: tuple[str, ...], name: str, exposed: Any) -> str:
+  accepted = ", ".join(sorted(set(exposed) | {WEIGHT_DECAY}))
+  return (f"learn={learn}: the base exposes no hyperparameter {name!r}; this one can "
+          f"learn {accepted}. To learn an argument of a base you build, wrap it in "
+          f"optax.inject_hyperparams, e.g. "
+          f"optax.inject_hyperparams(optax.scale_by_adam)(b1=0.9, b2=0.999), and learn "
+          f"only its numeric arguments, or 'weight_decay'.")
 
 
 def split(meta_params: Any) -> tuple[Any, dict]:
@@ -145,11 +209,7 @@ def init_hyperparams(names: tuple[str, ...], base_state: Any, weight_decay: Any,
     else:
       found = injected_values(base_state, name)
       if not found:
-        raise ValueError(
-            f"learn={names}: the base exposes no hyperparameter {name!r}. Wrap the "
-            f"base in optax.inject_hyperparams, e.g. "
-            f"optax.inject_hyperparams(optax.scale_by_adam)(b1=0.9, b2=0.999), and "
-            f"learn only its numeric arguments, or 'weight_decay'.")
+        raise ValueError(_not_exposed(names, name, ()))
       start = found[0]
     try:  # real: inject_hyperparams stores them in the params' dtype, complex too
       start = float(jnp.real(start))

@@ -16,7 +16,9 @@ class Progress(NamedTuple):
   label: str  # which loop, e.g. "L2O meta-training"
   iteration: int  # iterations done (of the whole run)
   num_iterations: int  # iterations of the whole run
-  loss: float  # mean finite loss since the previous report (NaN if none was finite)
+  # the loss since the previous report: the mean of the finite losses (NaN if none);
+  # L2O meta-training: the median over the tasks (metrics: the worst task's)
+  loss: float
   skipped_updates: int  # updates skipped for a non-finite loss or gradient (whole run)
   iterations_per_second: float  # since the previous report
   metrics: dict  # further means since the previous report, e.g. {"acceptance": 0.6}

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
+from metaoptax._src import validation
 from metaoptax._src.approximation import StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
@@ -142,6 +143,8 @@ def metaoptimize(
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization)
   learn = learned.check_learn(learn)
+  learned.check_exposed(learn, base)
+  meta_probed = validation.check_meta_ignores_beta(meta)
   if held_out not in HELD_OUT:
     raise ValueError(f"Unknown held_out={held_out!r}; expected one of {HELD_OUT}.")
   if learned.WEIGHT_DECAY in learn:
@@ -173,6 +176,8 @@ def metaoptimize(
       meta_params = learned.MetaParams(
           beta, learned.init_hyperparams(learn, base_state, weight_decay, dtype))
       base_state = config.base_state_for(meta_params, base_state)
+    if not meta_probed:
+      validation.check_meta_ignores_beta(meta, meta_params)
     meta_state = meta.init(meta_params)
     return MetaOptimizeState(
         base_state=base_state,
@@ -188,6 +193,7 @@ def metaoptimize(
   def update_fn(updates, state, params=None, **extra_args):
     if params is None:
       raise ValueError("metaoptimize needs params: call update(grads, state, params).")
+    validation.check_update_inputs("metaoptimize", init_fn, updates, state, params)
     layout = blocks_lib.resolve(blocks, params)
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:

@@ -92,13 +92,17 @@ class MetaStepInfo(NamedTuple):
   finite: jax.Array  # (horizon // unroll,) bool; False where the update was skipped
   task_losses: jax.Array  # (tasks_per_step,) loss of each task at the horizon
   diverged: jax.Array  # (horizon // unroll,) int32 tasks masked and restarted (mask_diverged_tasks)
+  # (horizon // unroll, tasks_per_step) each task's own meta-loss in each truncation
+  task_meta_losses: jax.Array
 
 
 class MetaTrainingResult(NamedTuple):
   """What :func:`meta_train` returns."""
 
   params: Any  # the network's weights
-  losses: np.ndarray  # one meta-loss per meta update (truncation) of this call
+  # one meta-loss per meta update (truncation) of this call: the mean over the batch's
+  # tasks that the meta step descends (over its finite tasks with mask_diverged_tasks)
+  losses: np.ndarray
   skipped_updates: int  # meta updates skipped for non-finite meta-gradients (whole run)
   seconds: float
   updates_per_second: float
@@ -264,7 +268,8 @@ def _build_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTraini
 
   def batch_loss(net, tasks, params, states):
     losses, carry = task_losses_of(net, tasks, params, states)
-    return jnp.mean(losses * weights), (carry, jnp.all(jnp.isfinite(losses), axis=1))
+    return jnp.mean(losses * weights), (carry, jnp.all(jnp.isfinite(losses), axis=1),
+                                        jnp.mean(losses * weights, axis=1))
 
   def masked_mean(net, tasks, params, states):
     """The mean meta-loss and meta-gradient over the tasks where both are finite."""
@@ -285,7 +290,7 @@ def _build_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTraini
 
   def truncation(carry, _):
     net, opt_state, skipped, tasks, params, states, start = carry
-    (loss, ((new_params, new_states), ok)), grads = jax.value_and_grad(
+    (loss, ((new_params, new_states), ok, per_task)), grads = jax.value_and_grad(
         batch_loss, has_aux=True)(net, tasks, params, states)
     diverged = jnp.zeros([], jnp.int32)
     if masking:
@@ -302,7 +307,8 @@ def _build_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTraini
     net, opt_state = parallel.replicate((net, opt_state))
     params, states = parallel.shard_batch((new_params, new_states))
     skipped = skipped + (~finite).astype(jnp.int32)
-    return (net, opt_state, skipped, tasks, params, states, start), (loss, finite, diverged)
+    return ((net, opt_state, skipped, tasks, params, states, start),
+            (loss, finite, diverged, per_task))
 
   def meta_step(state: MetaTrainingState):
     key, sub = jax.random.split(state.key)
@@ -310,17 +316,28 @@ def _build_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTraini
         sample_problems(config, family, sub, tasks_per_step))
     carry = (state.params, state.opt_state, state.skipped_updates, tasks, params, states,
              (params, states))
-    (net, opt_state, skipped, tasks, params, _, _), (losses, finite, diverged) = jax.lax.scan(
-        truncation, carry, None, length=horizon // unroll)
+    (net, opt_state, skipped, tasks, params, _, _), (losses, finite, diverged, per_task) = (
+        jax.lax.scan(truncation, carry, None, length=horizon // unroll))
     task_losses = parallel.shard_batch(jax.vmap(family.loss)(tasks, params))
     new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
-    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged)
+    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged,
+                                                       per_task)
 
   return meta_step
 
 
 def _summarize(infos: MetaStepInfo) -> tuple[float, dict]:
-  return loop.finite_mean(infos.losses), {}
+  """The median over the tasks of their meta-loss (averaged over the truncations since
+  the previous report), and the worst task's: one diverging task (an ill-conditioned
+  draw that the network's current steps overshoot) dominates the batch mean, which
+  the meta step descends and ``result.losses`` records, but not the median."""
+  per_task = np.asarray(infos.task_meta_losses, np.float64)
+  per_task = per_task.reshape(-1, per_task.shape[-1])
+  if not per_task.size:
+    return float("nan"), {"worst_task": float("nan")}
+  ordered = np.where(np.isnan(per_task), np.inf, per_task)  # a NaN task is as bad as inf
+  return (loop.finite_mean(np.median(ordered, axis=-1)),
+          {"worst_task": float(np.max(ordered))})
 
 
 def meta_train(
@@ -362,7 +379,11 @@ def meta_train(
     progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates and the
       rate), a callable receiving a :class:`metaoptax.Progress` every
       ``log_every`` iterations and at the end (``print`` prints a labelled
-      line), or ``None`` for silence.
+      line), or ``None`` for silence. The reported ``loss`` is the median over
+      the batch's tasks of their meta-loss, and ``worst_task`` the largest: a
+      task that diverges under the network's current steps (an ill-conditioned
+      draw) shows there, while ``result.losses`` records the batch mean that the
+      meta step descends, which that one task dominates.
     log_every: iterations between progress reports.
     mesh: shard the tasks over this ``jax.sharding.Mesh`` (data parallel; see
       :func:`build_meta_step`). Same results as on one device up to the order

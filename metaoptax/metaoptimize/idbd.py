@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import tree_utils
+from metaoptax._src import tree_utils, validation
 from metaoptax._src.hyperparams import (check_meta_step_size, check_step_size_bounds,
                                         concrete_number)
 
@@ -90,9 +90,12 @@ def idbd(
     )
 
   def update_fn(updates, state, params=None, hessian_diagonal=None, **extra_args):
-    del params, extra_args
+    del extra_args
     if hessian_diagonal is None:
       raise ValueError("idbd needs the extra argument hessian_diagonal= (e.g. inputs**2).")
+    validation.check_update_inputs("idbd", init_fn, updates, state,
+                                   updates if params is None else params)
+    validation.check_same_tree("idbd", hessian_diagonal, "hessian_diagonal", updates, "grads")
     # Non-finite inputs are zeroed before use (the step is skipped anyway), so
     # that a derivative through a skipped step stays finite (no 0 * nan).
     inputs_ok = tree_utils.all_finite((updates, hessian_diagonal))

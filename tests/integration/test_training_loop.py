@@ -111,7 +111,8 @@ def test_same_run_as_the_drivers_before_the_shared_loop():
 def test_train_is_a_loop_over_the_jitted_step(driver):
   """``train`` equals a hand-written loop over ``jax.jit(build_*_step(...))`` from
   ``init_*``, bit for bit; the callback gets one report per ``log_every``
-  iterations and one at the end, with the means of the iterations since the last."""
+  iterations and one at the end, with the means of the iterations since the last
+  (L2O: of the median over the tasks, and the worst task's meta-loss)."""
   if driver == "l2o":
     step = jax.jit(l2o.build_meta_step(L2O_CONFIG, FAMILY, TRAINING,
                                        meta_optimizer=META_OPTIMIZER))
@@ -124,17 +125,24 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
   # on the default device, committed, as train places a state without a mesh: the
   # loop's jit then shares train's compilation (the step is one object per configuration)
   state = jax.device_put(state, jax.devices()[0])
-  losses = []
+  losses, per_task = [], []
   for _ in range(num):
     state, info = step(state)
     losses.append(np.asarray(losses_of(info)))
+    per_task.append(np.asarray(getattr(info, "task_meta_losses", losses[-1])))
   reports = []
   result = run(progress=reports.append, log_every=3)
   assert _bits(result.state) == _bits(state)
   np.testing.assert_array_equal(result.losses, np.concatenate(losses))
   assert [r.iteration for r in reports] == [3, num]
   assert all(r.num_iterations == num and r.skipped_updates == 0 for r in reports)
-  np.testing.assert_allclose(reports[-1].loss, np.mean(np.concatenate(losses[3:])), rtol=1e-6)
+  if driver == "l2o":
+    since = np.concatenate(per_task[3:])  # (truncations, tasks)
+    np.testing.assert_allclose(reports[-1].loss, np.mean(np.median(since, axis=1)), rtol=1e-6)
+    np.testing.assert_allclose(reports[-1].metrics["worst_task"], np.max(since), rtol=1e-6)
+  else:
+    np.testing.assert_allclose(reports[-1].loss, np.mean(np.concatenate(losses[3:])),
+                               rtol=1e-6)
   assert reports[0].label == ("L2O meta-training" if driver == "l2o" else "L2HMC training")
   if driver == "l2hmc":
     np.testing.assert_allclose(reports[-1].metrics["acceptance"],

@@ -293,3 +293,35 @@ def test_trained_optimizer_as_optax_and_save_load(tmp_path):
       jax.tree.map(lambda x: x * jnp.nan, params), state[1], params)
   assert int(new_state.skipped_steps) == 1
   assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u))
+
+
+def test_progress_shows_the_median_task_and_the_worst():
+  """One diverging task dominates the batch mean that ``result.losses`` records (the
+  meta step's objective); the progress shows the median over the tasks, and the worst
+  task apart."""
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  family = l2o.tasks.ellipse()
+  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2)
+  reports = []
+  result = l2o.meta_train(config, family, training, num_iterations=2, log_every=1,
+                          progress=reports.append)
+  step = jax.jit(l2o.build_meta_step(config, family, training))
+  state = l2o.init_meta_training(config)
+  for report in reports:
+    state, info = step(state)
+    per_task = np.asarray(info.task_meta_losses)
+    assert per_task.shape == (2, 8)
+    np.testing.assert_allclose(per_task.mean(axis=1), info.losses, rtol=1e-6)
+    np.testing.assert_allclose(report.loss, np.mean(np.median(per_task, axis=1)), rtol=1e-6)
+    np.testing.assert_allclose(report.metrics["worst_task"], per_task.max(), rtol=1e-6)
+  np.testing.assert_array_equal(result.losses.size, 4)
+
+
+def test_progress_summary_is_robust_to_a_diverging_task():
+  from metaoptax.l2o.meta_training import MetaStepInfo, _summarize
+  per_task = np.array([[[0.4, 0.5, 1e13, 0.3], [0.4, np.nan, 0.6, 0.2]]])  # (1, 2, 4)
+  infos = MetaStepInfo(np.nanmean(per_task, -1), np.ones((1, 2), bool), np.zeros((1, 4)),
+                       np.zeros((1, 2), np.int32), per_task)
+  loss, metrics = _summarize(infos)
+  np.testing.assert_allclose(loss, (0.45 + 0.5) / 2)  # NaN counts as the worst
+  assert metrics == {"worst_task": np.inf}

@@ -133,3 +133,117 @@ def test_callable_blocks_under_inject_hyperparams_names_static_args():
   state = fixed.init(PARAMS)
   updates, _ = fixed.update(jax.tree.map(jnp.ones_like, PARAMS), state, PARAMS)
   assert jax.tree.structure(updates) == jax.tree.structure(PARAMS)
+
+
+# Trees or shapes that do not match: the error names grads, params or state and the leaf.
+OTHER_SHAPE = {"a": jnp.ones((3, 2)), "b": jnp.ones(4)}
+FEWER = {"a": jnp.ones((2, 3))}
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda: metaoptax.adamw(),
+    lambda: metaoptax.presets.lion_lion(),
+    lambda: make(approximation="l_approx"),
+])
+@pytest.mark.parametrize("under_jit", [False, True])
+@pytest.mark.parametrize("case", ["grads_tree", "grads_shape", "params_tree", "params_shape",
+                                  "state"])
+def test_mismatched_grads_params_or_state_are_named(make_opt, under_jit, case):
+  opt = make_opt()
+  state = opt.init(PARAMS)
+  grads, params, message = {
+      "grads_tree": (FEWER, PARAMS, r"grads and params have different tree structures "
+                                    r"\(only in params: \['b'\]\)"),
+      "grads_shape": (OTHER_SHAPE, PARAMS, r"\['a'\]: grads \(3, 2\), params \(2, 3\)"),
+      "params_tree": (PARAMS, FEWER, r"only in grads: \['b'\]"),
+      "params_shape": (PARAMS, OTHER_SHAPE, r"\['a'\]: grads \(2, 3\), params \(3, 2\)"),
+      "state": (OTHER_SHAPE, OTHER_SHAPE, r"state and init\(params\) have leaves of different "
+                                          r"shapes \(.*\['a'\]: state \(2, 3\), init\(params\) "
+                                          r"\(3, 2\).*call init with the params"),
+  }[case]
+  update = lambda g, s, p: opt.update(g, s, p, obj_fn=lambda q: loss(q))
+  with pytest.raises(ValueError, match=message):
+    (jax.jit(update) if under_jit else update)(grads, state, params)
+
+
+def test_idbd_names_mismatched_inputs():
+  opt = metaoptax.idbd(meta_step_size=0.01, init_step_size=0.05)
+  state = opt.init(PARAMS)
+  with pytest.raises(ValueError, match=r"idbd: state and init\(params\)"):
+    opt.update(OTHER_SHAPE, state, OTHER_SHAPE, hessian_diagonal=OTHER_SHAPE)
+  with pytest.raises(ValueError, match=r"hessian_diagonal and grads .*\['a'\]"):
+    opt.update(PARAMS, state, PARAMS, hessian_diagonal=OTHER_SHAPE)
+
+
+def test_the_checks_cost_nothing_in_the_compiled_step():
+  """Structure and shapes are static: the jitted step is the same with the checks off."""
+  from metaoptax._src import validation
+  opt = metaoptax.adamw()
+  state, grads = opt.init(PARAMS), jax.grad(loss)(PARAMS)
+  step = lambda g, s, p: opt.update(g, s, p)
+  checked = jax.jit(step).lower(grads, state, PARAMS).as_text()
+  original = validation.check_update_inputs
+  validation.check_update_inputs = lambda *args: None
+  try:
+    unchecked = jax.jit(step).lower(grads, state, PARAMS).as_text()
+  finally:
+    validation.check_update_inputs = original
+  assert checked == unchecked
+
+
+# The optax habit learning_rate=, and unknown keywords, name the function called.
+@pytest.mark.parametrize("factory", [metaoptax.adamw, metaoptax.lion, metaoptax.sgd,
+                                     metaoptax.presets.adamw_adam])
+def test_learning_rate_points_to_init_step_size(factory):
+  name = factory.__name__
+  with pytest.raises(TypeError, match=rf"{name}\(\) takes no learning_rate: the step size is "
+                                      rf"learned .* init_step_size= \(e\.g\. {name}\("):
+    factory(learning_rate=1e-3)
+  with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument "
+                                      r"'nonsense'; it accepts: init_step_size, "):
+    factory(nonsense=1)
+
+
+@pytest.mark.parametrize("factory, accepted", [
+    (metaoptax.adamw, "b1, b2, eps, eps_root, weight_decay"),
+    (metaoptax.lion, "b1, b2, weight_decay"),
+    (metaoptax.sgd, "momentum, weight_decay"),
+])
+def test_learn_is_checked_at_construction_against_the_optimizer(factory, accepted):
+  with pytest.raises(ValueError, match=rf"metaoptax\.{factory.__name__} cannot learn "
+                                       rf"'nonsense'; it can learn {accepted} \(the numeric "
+                                       rf"arguments of optax\.{factory.__name__}\)"):
+    factory(learn=("nonsense",))
+
+
+# A meta optimizer that reads beta (weight decay) is refused.
+@pytest.mark.parametrize("meta", [
+    optax.lion(1e-3),  # weight_decay=1e-3 by default
+    optax.adamw(1e-3),
+    optax.chain(optax.add_decayed_weights(0.1), optax.sgd(1e-2)),
+    metaoptax.climb(optax.lion(1e-3)),
+    optax.inject_hyperparams(optax.lion)(learning_rate=1e-3),
+    optax.inject_hyperparams(optax.lion)(learning_rate=1e-3, weight_decay=0.0),  # an array
+], ids=["lion", "adamw", "decay+sgd", "climb(lion)", "injected lion", "injected lion0"])
+def test_a_meta_optimizer_with_weight_decay_is_refused(meta):
+  with pytest.raises(ValueError, match=r"meta must not read .* weight_decay=0\.0"):
+    metaoptax.metaoptimize(optax.scale_by_lion(), meta, init_step_size=1e-3)
+
+
+@pytest.mark.parametrize("meta", [
+    optax.lion(1e-3, weight_decay=0.0), optax.adam(1e-3), optax.sgd(1e-2, momentum=0.9),
+    optax.inject_hyperparams(optax.lion, static_args=("weight_decay",))(
+        learning_rate=1e-3, weight_decay=0.0),
+    metaoptax.climb(optax.adam(1e-3)),
+], ids=["lion0", "adam", "momentum", "injected lion0", "climb(adam)"])
+def test_a_meta_optimizer_that_does_not_read_beta_is_accepted(meta):
+  metaoptax.metaoptimize(optax.scale_by_lion(), meta, init_step_size=1e-3).init(PARAMS)
+
+
+def test_a_meta_optimizer_that_cannot_be_probed_is_checked_at_init():
+  """A mask tree fits only the real beta: the probe defers to init."""
+  decayed = optax.masked(optax.lion(1e-3), metaoptax.MetaParams(True, {"b1": True}))
+  opt = metaoptax.metaoptimize(optax.inject_hyperparams(optax.scale_by_lion)(b1=0.9),
+                               decayed, init_step_size=1e-3, learn=("b1",))
+  with pytest.raises(ValueError, match="meta must not read"):
+    opt.init(PARAMS)

@@ -171,11 +171,22 @@ def test_bad_learn_is_refused(kwargs, match):
     opt.init(params)
 
 
-def test_a_hyperparameter_the_base_does_not_inject_is_refused_at_init():
+def test_a_hyperparameter_the_base_does_not_inject_is_refused_at_construction():
+  with pytest.raises(ValueError, match=r"exposes no hyperparameter 'b2'; this one can learn "
+                     r"weight_decay\. .*inject_hyperparams"):
+    metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,
+                           learn=("b2",))
+  injected = optax.inject_hyperparams(optax.scale_by_rms)(decay=0.9)
+  with pytest.raises(ValueError, match="this one can learn decay, eps, initial_scale, weight_decay"):
+    metaoptax.metaoptimize(injected, optax.adam(1e-3), init_step_size=1e-3, learn=("b1",))
+
+
+def test_a_base_that_needs_the_params_tree_is_checked_at_init():
   params, _ = problem()
-  opt = metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,
-                               learn=("b2",))
-  with pytest.raises(ValueError, match="inject_hyperparams"):
+  mask = jax.tree.map(lambda _: True, params)
+  base = optax.masked(optax.scale_by_adam(), mask)  # cannot be initialized on a probe
+  opt = metaoptax.metaoptimize(base, optax.adam(1e-3), init_step_size=1e-3, learn=("b2",))
+  with pytest.raises(ValueError, match="exposes no hyperparameter 'b2'"):
     opt.init(params)
 
 

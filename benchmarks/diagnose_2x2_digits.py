@@ -3,7 +3,7 @@
 One seed, 30k steps from 3e-6 (the suite's start); every 500 steps prints the step
 size, train loss − floor, the guard's counters and the largest trace entry.
 ``--radius`` sets the trust radius of the meta-sensitivity
-(``metaoptax._src.exact.SENSITIVITY_RADIUS``; ``inf``: the plain recursion
+(``sensitivity_radius`` of ``metaoptimize``; ``inf``: the plain recursion
 of paper eq. 15). Outputs committed as ``results/suite/diagnose_2x2_digits.txt``
 (``--radius inf``: the trace overflows and restarts) and
 ``results/suite/diagnose_2x2_digits_trust_region.txt`` (the default radius).
@@ -32,10 +32,10 @@ STEPS, CHUNK, START = 30_000, 500, 3e-6
 
 def main(argv=None):
   parser = argparse.ArgumentParser()
-  parser.add_argument("--radius", type=float, default=exact.SENSITIVITY_RADIUS)
-  exact.SENSITIVITY_RADIUS = parser.parse_args(argv).radius
+  parser.add_argument("--radius", type=float, default=exact.DEFAULT_SENSITIVITY_RADIUS)
+  radius = parser.parse_args(argv).radius
   problem = digits.make_problem()
-  opt = metaoptax.presets.adamw_adam(START, approximation="2x2")
+  opt = metaoptax.presets.adamw_adam(START, approximation="2x2", sensitivity_radius=radius)
   params = problem.init(jax.random.key(0))
   state = opt.init(params)
 

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from suite_tasks import continual  # pylint: disable=g-import-not-at-top,wrong-import-position
+from suite_tasks import continual, continual_methods  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from metaoptax._src import exact  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -31,9 +31,8 @@ def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--examples", type=int, default=continual.FULL_EXAMPLES)
   parser.add_argument("--seeds", type=int, default=3)
-  parser.add_argument("--radius", type=float, default=exact.SENSITIVITY_RADIUS)
+  parser.add_argument("--radius", type=float, default=exact.DEFAULT_SENSITIVITY_RADIUS)
   args = parser.parse_args(argv)
-  exact.SENSITIVITY_RADIUS = args.radius
   keys = jax.random.split(jax.random.PRNGKey(1992), args.seeds)  # the task's streams
   streams = jax.vmap(lambda k: continual.make_stream(k, args.examples))(keys)
   last = args.examples // continual.BIN_SIZE - continual.FINAL_WINDOW // continual.BIN_SIZE
@@ -41,7 +40,8 @@ def main(argv=None):
         f"{continual.INIT_STEP_SIZE}, trust radius {args.radius:g}")
   print("method | eta | MSE last 10k (mean ± std) | unstable seeds | final relevant alpha")
   for approximation, kind in RUNS:
-    method = continual._metaoptimize(approximation, kind)  # pylint: disable=protected-access
+    method = continual_methods._metaoptimize(  # pylint: disable=protected-access
+        approximation, kind, sensitivity_radius=args.radius)
     result = continual.run_method(method, streams)
     errors = np.asarray(result.squared_error)  # (seeds, grid, bins)
     sizes = np.asarray(result.step_sizes)  # (seeds, grid, bins, inputs)

@@ -17,7 +17,6 @@ from metaoptax.metaoptimize import ExactTrace
 from metaoptax.metaoptimize import HessianFreeTrace
 from metaoptax.metaoptimize import HyperparamTrace
 from metaoptax.metaoptimize import IDBDState
-from metaoptax.metaoptimize import LearnedHessianFreeTrace
 from metaoptax.metaoptimize import MetaOptimizeState
 from metaoptax.metaoptimize import MetaParams
 from metaoptax.metaoptimize import adamw

@@ -125,13 +125,14 @@ SMALL_INIT_STEP_SIZE = 3.4e-4  # 100x below the best fixed LMS step size (the pa
 
 
 def _metaoptimize(approximation, kind, *, gamma=1.0, init_step_size=INIT_STEP_SIZE,
-                  diagnostic=False, suffix=""):
+                  diagnostic=False, suffix="", **kwargs):
+  """``kwargs``: more arguments of ``metaoptimize`` (``sensitivity_radius``)."""
   name = f"MetaOptimize {approximation} (SGD, {kind})" + suffix
   return Method(
       name,
       lambda eta: metaoptax.metaoptimize(
           optax.identity(), _meta(kind)(eta), init_step_size=init_step_size,
-          blocks="per_param", approximation=approximation, gamma=gamma),
+          blocks="per_param", approximation=approximation, gamma=gamma, **kwargs),
       _metaoptimize_step_sizes, "eta", META_GRIDS[kind], diagnostic)
 
 
@@ -233,7 +234,7 @@ def sensitivity_diagnostic(stream: TrackingStream, *, bin_size: int = BIN_SIZE) 
                                  blocks="per_param", approximation="2x2", gamma=gamma)
 
     def record(state):
-      y_beta = jnp.diagonal(state.trace.meta_params)
+      y_beta = jnp.diagonal(state.trace.meta_params.step_size)
       return jnp.stack([y_beta[:NUM_RELEVANT].mean(),
                         metaoptax.step_sizes(state)[:NUM_RELEVANT].mean()])
 

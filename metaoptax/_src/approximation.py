@@ -1,19 +1,11 @@
-r"""What the MetaOptimize approximations share: the step's configuration, the meta
-step and the weight change.
+r"""The interface of the MetaOptimize approximations, and what they share: the
+step's configuration, the meta step and the weight change.
 
-An approximation of the sensitivity recursion (paper Section 4) is a module with
-
-* ``init_trace(config, layout, wide_params, base_state, meta_state, beta)``: the
-  trace a run starts from;
-* ``meta_gradient(layout, trace, grads, beta)``: :math:`s_t = H_t^\top g_t`, a
-  beta tree (one entry per block);
-* ``step(config, layout, grads, state, meta_grad, params, extra_args)``: one
-  step given that meta-gradient, returning ``(delta, new_state)``;
-* ``CHECKS_NEW_TRACE``: whether the guard must check the new trace for
-  non-finite values (see :mod:`metaoptax._src.guard`).
-
-:mod:`metaoptax._src.hessian_free` and :mod:`metaoptax._src.exact` are the two.
-Both take the meta step and the weight change from :class:`StepConfig`:
+An approximation of the sensitivity recursion (paper Section 4) is an
+:class:`Approximation`, a record of functions that :func:`metaoptax.metaoptimize`
+calls and nothing else inspects: ``hessian_free.HESSIAN_FREE``, and
+``exact.L_APPROX`` and ``exact.TWO_BY_TWO``. Each takes the meta step and the
+weight change from :class:`StepConfig`:
 
 .. math::
 
@@ -21,13 +13,14 @@ Both take the meta step and the weight change from :class:`StepConfig`:
   \Delta_t = -\sigma(\beta)_{b} \odot (d_t + \kappa w_t),
 
 with :math:`\beta = \beta_t` (or :math:`\beta_{t+1}` when the meta update comes
-first).
+first). The meta-parameters are always a :class:`~metaoptax._src.learned.MetaParams`
+(``hyperparams == {}`` when only the step sizes are learned).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +28,7 @@ import optax
 
 from metaoptax._src import learned
 from metaoptax._src.blocks import BlockLayout
+from metaoptax._src.learned import MetaParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,47 +46,41 @@ class StepConfig:
   log_parametrization: bool  # alpha = exp(beta) if True, else alpha = beta
   beta_bounds: tuple[float, float]  # beta is clipped to this range
   meta_update_first: bool  # the base step uses beta_{t+1} (IDBD's ordering)
-  approximation: str  # "hessian_free", "l_approx" or "2x2"
+  sensitivity_radius: Any  # the exact variants' trust radius r (exact.stabilize)
   learn: tuple[str, ...] = ()  # hyperparameters learned beside the step sizes
 
-  # The meta-parameters are beta, or learned.MetaParams(beta, {name: phi}) when
-  # hyperparameters are learned (learn non-empty); the methods take either.
-
-  def step_sizes(self, meta_params: Any) -> Any:
-    """``alpha = sigma(beta)``."""
-    beta, _ = learned.split(meta_params)
+  def step_sizes(self, meta_params: MetaParams) -> Any:
+    """``alpha = sigma(beta)``, one per block."""
+    beta = meta_params.step_size
     return jax.tree.map(jnp.exp, beta) if self.log_parametrization else beta
 
-  def decay(self, meta_params: Any) -> Any:
+  def decay(self, hyperparams: dict) -> Any:
     """``kappa``: the learned weight decay, or the constant one."""
-    _, hyperparams = learned.split(meta_params)
     if learned.WEIGHT_DECAY in hyperparams:
       return learned.to_value(learned.WEIGHT_DECAY, hyperparams[learned.WEIGHT_DECAY])
     return self.weight_decay
 
-  def base_state_for(self, meta_params: Any, base_state: Any) -> Any:
+  def base_state_for(self, meta_params: MetaParams, base_state: Any) -> Any:
     """The base state with the learned base hyperparameters injected."""
-    return learned.inject(base_state, learned.split(meta_params)[1])
+    return learned.inject(base_state, meta_params.hyperparams)
 
-  def meta_step(self, meta_grad: Any, meta_state: Any, meta_params: Any) -> tuple[Any, Any]:
+  def meta_step(self, meta_grad: MetaParams, meta_state: Any,
+                meta_params: MetaParams) -> tuple[MetaParams, Any]:
     """``(beta_{t+1}, meta_state_{t+1})``: the meta update on ``s``, then the clip."""
     meta_updates, new_meta_state = self.meta.update(meta_grad, meta_state, meta_params)
     new = optax.apply_updates(meta_params, meta_updates)
-    beta, hyperparams = learned.split(new)
-    beta = jax.tree.map(lambda b: jnp.clip(b, *self.beta_bounds).astype(b.dtype), beta)
-    if isinstance(new, learned.MetaParams):
-      return learned.MetaParams(beta, learned.clip(hyperparams)), new_meta_state
-    return beta, new_meta_state
+    beta = jax.tree.map(lambda b: jnp.clip(b, *self.beta_bounds).astype(b.dtype), new.step_size)
+    return MetaParams(beta, learned.clip(new.hyperparams)), new_meta_state
 
-  def step_beta(self, beta: Any, new_beta: Any) -> Any:
+  def step_beta(self, beta: MetaParams, new_beta: MetaParams) -> MetaParams:
     """The meta-parameters the base step uses: ``beta_t``, or ``beta_{t+1}`` first."""
     return new_beta if self.meta_update_first else beta
 
-  def weight_change(self, layout: BlockLayout, meta_params: Any, direction: Any,
-                    wide_params: Any) -> Any:
-    """``Delta = -alpha_b * (d + kappa * w)``, in the widened params' dtypes."""
-    alpha = layout.expand(self.step_sizes(meta_params), like=wide_params)
-    kappa = self.decay(meta_params)
+  def weight_change(self, step_sizes: Any, kappa: Any, direction: Any, wide_params: Any) -> Any:
+    """``Delta = -alpha_b * (d + kappa * w)``, in the widened params' dtypes.
+
+    ``step_sizes`` are per weight (``layout.expand`` of :meth:`step_sizes`).
+    """
     decay = not (isinstance(kappa, (int, float)) and kappa == 0)
 
     def leaf(a, d, w):
@@ -109,4 +97,30 @@ class StepConfig:
       # step then also copies the params. The exact step's memory traffic is the same.
       return d / (-1 / a.astype(w.dtype))
 
-    return jax.tree.map(leaf, alpha, direction, wide_params)
+    return jax.tree.map(leaf, step_sizes, direction, wide_params)
+
+
+class Approximation(NamedTuple):
+  """One approximation of the sensitivity recursion: the functions the engine calls.
+
+  ``Trace`` is the approximation's own NamedTuple; ``Layout`` a
+  :class:`~metaoptax._src.blocks.BlockLayout`; ``Config`` a :class:`StepConfig`.
+  """
+
+  #: ``(config, layout, wide_params, base_state, meta_state, meta_params) -> trace``:
+  #: the trace a run starts from.
+  init_trace: Callable[..., Any]
+  #: ``(trace, meta_params) -> trace``: the trace a restart starts from (the guard's),
+  #: with the structure of ``trace``.
+  initial_trace: Callable[[Any, MetaParams], Any]
+  #: ``(layout, trace, grads, meta_params) -> s``: :math:`s_t = H_t^\top g_t`, a
+  #: ``MetaParams`` (one entry per block, one per learned hyperparameter).
+  meta_gradient: Callable[[BlockLayout, Any, Any, MetaParams], MetaParams]
+  #: ``(config, layout, grads, state, meta_grad, params, extra_args) -> (delta, state)``:
+  #: one step given that meta-gradient.
+  step: Callable[..., tuple[Any, Any]]
+  #: Whether the guard must check the new trace for non-finite values (see
+  #: :mod:`metaoptax._src.guard`).
+  checks_new_trace: bool
+  #: Whether ``s`` may come from a held-out gradient (``update(..., meta_grads=)``).
+  takes_held_out_gradient: bool

@@ -35,8 +35,9 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import sharding, tree_utils
-from metaoptax._src.approximation import StepConfig
+from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.blocks import BlockLayout
+from metaoptax._src.learned import MetaParams
 from metaoptax._src.state import ExactTrace, MetaOptimizeState
 
 MAX_EXACT_BLOCKS = 256
@@ -44,17 +45,18 @@ MAX_EXACT_BLOCKS = 256
 #: turn (unrolled at trace time), beyond to all at once (``jax.vmap``).
 MAX_UNROLLED_COLUMNS = 8
 
-#: A trace column can overflow within a step (unstable sensitivity recursion): the
-#: guard checks the new trace (one more pass) and restarts it at once.
-CHECKS_NEW_TRACE = True
+#: Default trust radius ``r`` of the meta-sensitivity (:func:`stabilize`), the
+#: ``sensitivity_radius`` of :func:`metaoptax.metaoptimize`: each column of
+#: :math:`Y^\beta` stays within ``r`` of its initial value :math:`e_j` (l1 norm).
+DEFAULT_SENSITIVITY_RADIUS = 0.9
 
 
 def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_state: Any,
-               meta_state: Any, beta: Any) -> ExactTrace:
+               meta_state: Any, meta_params: MetaParams) -> ExactTrace:
   """``X_0 = 0`` and ``Y_0 = [I; 0]`` (paper Algorithm 1)."""
   del config
   check_num_blocks(layout)
-  m = num_meta_params(beta)
+  m = num_meta_params(meta_params)
 
   def zeros(tree):  # zeros_like keeps each leaf's sharding; the column axis is unsharded
     return jax.tree.map(lambda x: jnp.broadcast_to(
@@ -63,24 +65,32 @@ def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_s
   return ExactTrace(
       weights=zeros(wide_params),
       base_state=zeros(tree_utils.split_floats(base_state)[0]),
-      meta_params=basis(beta),
+      meta_params=basis(meta_params),
       meta_state=zeros(tree_utils.split_floats(meta_state)[0]),
   )
 
 
-def meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any, beta: Any) -> Any:
-  """``s = H^T g``: one entry per block column of the trace (a beta tree).
+def initial_trace(trace: ExactTrace, meta_params: MetaParams) -> ExactTrace:
+  """The trace a restart starts from: zeros, and ``Y^beta = I``."""
+  return jax.tree.map(jnp.zeros_like, trace)._replace(meta_params=basis(meta_params))
+
+
+def meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any,
+                  meta_params: MetaParams) -> MetaParams:
+  """``s = H^T g``: one entry per column of the trace (laid out like the meta-parameters).
 
   The guard reads ``s`` to detect non-finite gradients and traces and the step
   uses it, so its derivative must stay finite when they are not (see
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
   del layout
-  return _columns_dot(trace.weights, grads, beta, tree_utils.product_with_finite_derivative)
+  return _columns_dot(trace.weights, grads, meta_params,
+                      tree_utils.product_with_finite_derivative)
 
 
-def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
-         meta_grad: Any, params: Any, extra_args: dict) -> tuple[Any, MetaOptimizeState]:
+def _step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
+          meta_grad: MetaParams, params: Any, extra_args: dict, *,
+          two_by_two: bool) -> tuple[Any, MetaOptimizeState]:
   """One step given ``meta_grad = H^T g``: ``F`` linearized, applied to every column."""
   obj_fn = extra_args.get("obj_fn")
   check_objective(obj_fn, params)
@@ -95,7 +105,7 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
   # not stop_gradient of an expression, which would also cut the derivative of
   # an outer transformation differentiating through this step (a meta-gradient).
   meta_grad_at = (_meta_gradient_along(meta_grad, trace.weights, beta)
-                  if config.approximation == "2x2" else lambda g: meta_grad)
+                  if two_by_two else lambda g: meta_grad)
 
   def F(beta, meta_floats, wide_params, base_floats):
     own = optax.tree_utils.tree_cast_like(wide_params, params)
@@ -109,7 +119,9 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
         tree_utils.widen(g),
         config.base_state_for(used, tree_utils.merge_floats(base_floats, base_split)),
         wide_params, **extra_args)
-    delta = config.weight_change(layout, used, direction, wide_params)
+    step_sizes = layout.expand(config.step_sizes(used), like=wide_params)
+    delta = config.weight_change(step_sizes, config.decay(used.hyperparams), direction,
+                                 wide_params)
     outputs = (
         new_beta,
         tree_utils.split_floats(new_meta)[0],
@@ -160,15 +172,11 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
   )
   return delta, state._replace(base_state=new_base, meta_params=new_beta,
                                meta_state=new_meta,
-                               trace=stabilize(new_trace, state.meta_params))
+                               trace=stabilize(new_trace, state.meta_params,
+                                               config.sensitivity_radius))
 
 
-#: Trust radius ``r`` of the meta-sensitivity (:func:`stabilize`): each column of
-#: :math:`Y^\beta` stays within ``r`` of its initial value :math:`e_j` (l1 norm).
-SENSITIVITY_RADIUS = 0.9
-
-
-def stabilize(trace: ExactTrace, beta: Any, radius: float | None = None) -> ExactTrace:
+def stabilize(trace: ExactTrace, beta: MetaParams, radius: Any) -> ExactTrace:
   r"""Pulls each column of the sensitivities back towards its start when its
   :math:`Y^\beta` leaves the trust region :math:`\|Y^\beta_{:,j} - e_j\|_1 \le r`.
 
@@ -215,9 +223,9 @@ def stabilize(trace: ExactTrace, beta: Any, radius: float | None = None) -> Exac
   likewise keeps the trace's propagation factor from changing sign).
 
   A non-finite :math:`Y^\beta` leaves a non-finite column (the guard restarts it).
-  ``radius`` defaults to :data:`SENSITIVITY_RADIUS`; ``inf`` disables the pull.
+  ``radius`` is ``metaoptimize``'s ``sensitivity_radius`` (default
+  :data:`DEFAULT_SENSITIVITY_RADIUS`); ``inf`` disables the pull.
   """
-  radius = SENSITIVITY_RADIUS if radius is None else radius
   e = basis(beta)
   m = num_meta_params(beta)
   deviations = [
@@ -406,3 +414,20 @@ def _curvature_probe(g: Any) -> jax.Array:
   reduction of the product per column."""
   sums = [jnp.sum(x.astype(tree_utils.wide_dtype(x.dtype))) for x in jax.tree.leaves(g)]
   return jnp.stack(sums) if sums else jnp.zeros((0,), jnp.float32)
+
+
+def _approximation(two_by_two: bool) -> Approximation:
+  # A trace column can overflow within a step (unstable sensitivity recursion): the
+  # guard checks the new trace (one more pass) and restarts it at once. The 2x2
+  # meta step differentiates s = H^T g through the training gradient's Hessian, so
+  # s cannot come from another (held-out) gradient.
+  return Approximation(init_trace=init_trace, initial_trace=initial_trace,
+                       meta_gradient=meta_gradient,
+                       step=functools.partial(_step, two_by_two=two_by_two),
+                       checks_new_trace=True, takes_held_out_gradient=not two_by_two)
+
+
+#: The L-approximation: the meta-gradient ``s`` held fixed within the step.
+L_APPROX = _approximation(two_by_two=False)
+#: The 2x2 approximation: ``s`` depends on the weights (the block ``d beta' / d w``).
+TWO_BY_TWO = _approximation(two_by_two=True)

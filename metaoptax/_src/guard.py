@@ -40,16 +40,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import exact, tree_utils
-from metaoptax._src.state import ExactTrace, MetaOptimizeState
-
-
-def initial_trace(trace: Any, beta: Any) -> Any:
-  """The trace a run starts from (zeros; the exact variants' ``Y^beta = I``)."""
-  zeros = jax.tree.map(jnp.zeros_like, trace)
-  if isinstance(trace, ExactTrace):
-    return zeros._replace(meta_params=exact.basis(beta))
-  return zeros
+from metaoptax._src import tree_utils
+from metaoptax._src.state import MetaOptimizeState
 
 
 def _count(state: MetaOptimizeState, skipped, reset) -> MetaOptimizeState:
@@ -58,11 +50,14 @@ def _count(state: MetaOptimizeState, skipped, reset) -> MetaOptimizeState:
       trace_resets=state.trace_resets + jnp.asarray(reset, jnp.int32))
 
 
-def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_grad: Any,
-                 check_new_trace: bool = False) -> tuple[Any, MetaOptimizeState]:
+def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_grad: Any, *,
+                 initial_trace: Callable, check_new_trace: bool) -> tuple[Any, MetaOptimizeState]:
   """Runs ``attempt(grads, state, meta_grad) -> (delta, new_state)`` under the contract.
 
-  ``meta_grad`` is ``H^T g`` from the current trace and gradient.
+  ``meta_grad`` is ``H^T g`` from the current trace and gradient;
+  ``initial_trace(trace, meta_params)`` the trace a restart starts from, and
+  ``check_new_trace`` whether the new trace is checked too (the approximation's
+  :class:`~metaoptax._src.approximation.Approximation` fields).
   """
   s_ok = tree_utils.all_finite(meta_grad)
   # Only when s is not finite: is it the gradient (skip) or the trace (restart)?

@@ -34,41 +34,40 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import learned, tree_utils
-from metaoptax._src.approximation import StepConfig
+from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.blocks import BlockLayout
 from metaoptax._src.dependence import dependent_outputs, outputs_read_outputs
-from metaoptax._src.state import (HessianFreeTrace, HyperparamTrace, LearnedHessianFreeTrace,
-                                  MetaOptimizeState)
-
-#: The trace ``h' = c h + Delta`` holds the update additively: it becomes
-#: non-finite only with the update itself, which the next meta-gradient shows.
-CHECKS_NEW_TRACE = False
+from metaoptax._src.learned import MetaParams
+from metaoptax._src.state import HessianFreeTrace, HyperparamTrace, MetaOptimizeState
 
 
 def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_state: Any,
-               meta_state: Any, meta_params: Any) -> HessianFreeTrace | LearnedHessianFreeTrace:
-  """``h_0 = 0``, and zero sensitivities for the base-state leaves that read the params
-  (and, with learned hyperparameters, zero columns for them)."""
+               meta_state: Any, meta_params: MetaParams) -> HessianFreeTrace:
+  """``h_0 = 0``, zero sensitivities for the base-state leaves that read the params,
+  and a zero column for each learned hyperparameter."""
   del layout, meta_state
   zero_grads = jax.tree.map(jnp.zeros_like, wide_params)
   reading = params_reading_leaves(config.base.update, zero_grads, base_state, wide_params)
   floats, _ = tree_utils.split_floats(base_state)
-  trace = HessianFreeTrace(
-      weights=jax.tree.map(jnp.zeros_like, wide_params),
-      base_state=tuple(jnp.zeros_like(floats[i]) for i in reading))
-  _, hyperparams = learned.split(meta_params)
-  if not hyperparams:
-    return trace
   zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
   columns = hyperparam_dependent_leaves(config.base.update, zero_grads, base_state, wide_params,
-                                        hyperparams)
-  return LearnedHessianFreeTrace(trace, HyperparamTrace(
-      weights=tuple(zeros(wide_params) for _ in columns),
-      base_state=tuple(tuple(zeros(floats[i]) for i in leaves) for leaves in columns)))
+                                        meta_params.hyperparams)
+  return HessianFreeTrace(
+      weights=zeros(wide_params),
+      base_state=tuple(jnp.zeros_like(floats[i]) for i in reading),
+      hyperparams=HyperparamTrace(
+          weights=tuple(zeros(wide_params) for _ in columns),
+          base_state=tuple(tuple(zeros(floats[i]) for i in leaves) for leaves in columns)))
 
 
-def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianFreeTrace,
-                  grads: Any, meta_params: Any) -> Any:
+def initial_trace(trace: HessianFreeTrace, meta_params: MetaParams) -> HessianFreeTrace:
+  """The trace a restart starts from: zeros."""
+  del meta_params
+  return jax.tree.map(jnp.zeros_like, trace)
+
+
+def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any,
+                  meta_params: MetaParams) -> MetaParams:
   """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``
   (of ``Re(conj(h) * g)`` for complex params: :func:`metaoptax._src.tree_utils.real_product`);
   for each learned hyperparameter, the full sum of its column times ``g``.
@@ -77,49 +76,44 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace | LearnedHessianF
   derivative must stay finite when they are not (see
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
-  beta, hyperparams = learned.split(meta_params)
-  step_trace = trace.step_size if hyperparams else trace
-  s = layout.reduce(jax.tree.map(
-      lambda h, g: tree_utils.real_product(h, g.astype(h.dtype),
-                                           tree_utils.product_with_finite_derivative),
-      step_trace.weights, grads))
-  s = optax.tree_utils.tree_cast_like(s, beta)
-  if not hyperparams:
-    return s
+  def product(h, g):
+    return tree_utils.real_product(h, g.astype(h.dtype), tree_utils.product_with_finite_derivative)
+
+  s = layout.reduce(jax.tree.map(product, trace.weights, grads))
 
   def dot(column):
-    products = [jnp.sum(tree_utils.real_product(h, g.astype(h.dtype),
-                                                tree_utils.product_with_finite_derivative))
+    products = [jnp.sum(product(h, g))
                 for h, g in zip(jax.tree.leaves(column), jax.tree.leaves(grads))]
     return sum(products[1:], products[0]) if products else jnp.zeros([])
 
-  return learned.MetaParams(s, {
+  hyperparams = meta_params.hyperparams
+  return MetaParams(optax.tree_utils.tree_cast_like(s, meta_params.step_size), {
       name: dot(column).astype(hyperparams[name].dtype)
       for name, column in zip(sorted(hyperparams), trace.hyperparams.weights)})
 
 
 def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
-         meta_grad: Any, params: Any, extra_args: dict) -> tuple[Any, MetaOptimizeState]:
+         meta_grad: MetaParams, params: Any, extra_args: dict) -> tuple[Any, MetaOptimizeState]:
   """One step given ``meta_grad = H^T g``: the meta step, then one jvp of the weight change
-  (and, with learned hyperparameters, one linearization applied to each of their columns)."""
+  (and one for each learned hyperparameter's column)."""
   new_meta, new_meta_state = config.meta_step(meta_grad, state.meta_state, state.meta_params)
   used = config.step_beta(state.meta_params, new_meta)
-  hyperparams = learned.split(used)[1]
   base_update = lambda g, s, p: config.base.update(g, s, p, **extra_args)
   base_state = config.base_state_for(used, state.base_state)
   wide_grads, wide_params = tree_utils.widen(grads), tree_utils.widen(params)
   reading = params_reading_leaves(base_update, wide_grads, base_state, wide_params)
-  step_trace = state.trace.step_size if hyperparams else state.trace
-  if len(reading) != len(step_trace.base_state):
+  if len(reading) != len(state.trace.base_state):
     raise ValueError("The base state's dependence on the params changed between init "
                      "and update (different extra arguments?).")
-  change = _weight_change(config, layout, base_update, wide_grads, base_state, reading)
-  delta, new_trace, new_base_state = _trace_step(
-      config, change, wide_params, base_state, reading, used, step_trace)
-  if hyperparams:
-    new_trace = LearnedHessianFreeTrace(new_trace, _hyperparam_trace_step(
-        config, layout, base_update, wide_grads, wide_params, base_state, used,
-        state.trace.hyperparams))
+  # The per-weight step sizes: the only expansion of the block layout in this step.
+  step_sizes = layout.expand(config.step_sizes(used), like=wide_params)
+  kappa = config.decay(used.hyperparams)
+  change = _weight_change(config, base_update, wide_grads, base_state, reading, kappa)
+  delta, weights, state_dot, new_base_state = _trace_step(
+      config, change, wide_params, base_state, reading, step_sizes, state.trace)
+  new_trace = HessianFreeTrace(weights, state_dot, _hyperparam_trace_step(
+      config, base_update, wide_grads, wide_params, base_state, used.hyperparams, step_sizes,
+      state.trace.hyperparams))
   if direction_beside_state(base_update, wide_grads, base_state, wide_params):
     new_base_state = _written_after(delta, new_base_state)
   return delta, state._replace(base_state=new_base_state, meta_params=new_meta,
@@ -193,25 +187,26 @@ def _written_after(delta: Any, base_state: Any) -> Any:
   return jax.tree.map(subtree, base_state, is_leaf=lambda t: jax.tree.structure(t) == treedef)
 
 
-def _weight_change(config: StepConfig, layout: BlockLayout, base_update: Callable,
-                   grads: Any, base_state: Any, reading: tuple[int, ...]) -> Callable:
-  r"""The function :math:`(w, \tilde x_R, \beta) \mapsto (\Delta, \tilde x_R')`.
+def _weight_change(config: StepConfig, base_update: Callable, grads: Any, base_state: Any,
+                   reading: tuple[int, ...], kappa: Any) -> Callable:
+  r"""The function :math:`(w, \tilde x_R, \alpha) \mapsto (\Delta, \tilde x_R')`.
 
   ``w`` is a widened (float32+) copy of the params, and ``grads`` are widened
   too: the base computes its direction and state in float32 or wider (see
   :func:`metaoptax.metaoptimize`); :math:`\tilde x_R` are the params-reading
-  base-state leaves. The gradient is closed over, i.e. held fixed
-  (Hessian-free). The full new base state is returned as auxiliary output.
+  base-state leaves; :math:`\alpha` the per-weight step sizes. The gradient is
+  closed over, i.e. held fixed (Hessian-free). The full new base state is
+  returned as auxiliary output.
   """
   floats, split = tree_utils.split_floats(base_state)
 
-  def change(wide_params, reading_floats, beta):
+  def change(wide_params, reading_floats, step_sizes):
     leaves = list(floats)
     for i, x in zip(reading, reading_floats):
       leaves[i] = x
     direction, new_base_state = base_update(grads, tree_utils.merge_floats(leaves, split),
                                             wide_params)
-    delta = config.weight_change(layout, beta, direction, wide_params)
+    delta = config.weight_change(step_sizes, kappa, direction, wide_params)
     new_floats = tree_utils.split_floats(new_base_state)[0]
     return (delta, tuple(new_floats[i] for i in reading)), new_base_state
 
@@ -219,32 +214,31 @@ def _weight_change(config: StepConfig, layout: BlockLayout, base_update: Callabl
 
 
 def _trace_step(config: StepConfig, change: Callable, wide_params: Any, base_state: Any,
-                reading: tuple[int, ...], beta: Any, trace: HessianFreeTrace):
-  r"""One jvp: returns ``(delta, new_trace, new_base_state)``.
+                reading: tuple[int, ...], step_sizes: Any, trace: HessianFreeTrace):
+  r"""One jvp: returns ``(delta, new weights trace, new base-state trace, new_base_state)``.
 
   The tangent along :math:`\beta` needs no differentiation under the log
   parametrization: :math:`\Delta = -e^{\beta_b} (d + \kappa w)` and the base never
   sees :math:`\beta`, so :math:`\partial\Delta/\partial\beta \cdot \mathbf 1 = \Delta`.
   Adding :math:`\Delta` itself (instead of a second product with the direction)
-  lets the trace kernel read :math:`\Delta` rather than the direction.
+  lets the trace kernel read :math:`\Delta` rather than the direction. Under the
+  linear parametrization :math:`\alpha_b = \beta_b`, and the tangent along
+  :math:`\beta` is :math:`\mathbf 1` on every weight's step size.
   """
   floats, _ = tree_utils.split_floats(base_state)
   carried = optax.tree_utils.tree_scale(config.gamma, trace.weights)
   carried_state = optax.tree_utils.tree_scale(config.gamma, trace.base_state)
-  primals = (wide_params, tuple(floats[i] for i in reading), beta)
+  primals = (wide_params, tuple(floats[i] for i in reading), step_sizes)
   if config.log_parametrization:
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
-        lambda w, x: change(w, x, beta), primals[:2], (carried, carried_state), has_aux=True)
+        lambda w, x: change(w, x, step_sizes), primals[:2], (carried, carried_state),
+        has_aux=True)
     delta_dot = optax.tree_utils.tree_add(delta_dot, delta)
   else:
-    step_sizes, hyperparams = learned.split(beta)
-    ones = jax.tree.map(jnp.ones_like, step_sizes)  # along the step sizes only
-    if hyperparams:
-      ones = learned.MetaParams(ones, jax.tree.map(jnp.zeros_like, hyperparams))
+    ones = jax.tree.map(jnp.ones_like, step_sizes)
     (delta, _), (delta_dot, state_dot), new_base_state = jax.jvp(
         change, primals, (carried, carried_state, ones), has_aux=True)
-  new_trace = HessianFreeTrace(optax.tree_utils.tree_add(carried, delta_dot), state_dot)
-  return delta, new_trace, new_base_state
+  return delta, optax.tree_utils.tree_add(carried, delta_dot), state_dot, new_base_state
 
 
 def hyperparam_dependent_leaves(base_update: Callable, grads: Any, base_state: Any,
@@ -274,9 +268,9 @@ def hyperparam_dependent_leaves(base_update: Callable, grads: Any, base_state: A
   return tuple(columns)
 
 
-def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update: Callable,
-                           grads: Any, wide_params: Any, base_state: Any, used: Any,
-                           trace: HyperparamTrace) -> HyperparamTrace:
+def _hyperparam_trace_step(config: StepConfig, base_update: Callable, grads: Any,
+                           wide_params: Any, base_state: Any, hyperparams: dict,
+                           step_sizes: Any, trace: HyperparamTrace) -> HyperparamTrace:
   r"""The columns of the learned hyperparameters :math:`\phi_k` (gradient held fixed):
 
   .. math::
@@ -288,9 +282,9 @@ def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update:
   (:math:`\partial\phi'/\partial\phi = I`, :math:`\partial\phi'/\partial x = 0`
   under the Hessian-free approximation). :math:`\tilde x_k` are the base-state
   leaves that depend on :math:`\phi_k` or the params (Adam's first moment for
-  ``b1``); one ``jax.jvp`` per column.
+  ``b1``); one ``jax.jvp`` per column, none when nothing but the step sizes is
+  learned. ``step_sizes`` are the per-weight step sizes.
   """
-  beta, hyperparams = learned.split(used)
   columns = hyperparam_dependent_leaves(base_update, grads, base_state, wide_params,
                                         hyperparams)
   if tuple(map(len, columns)) != tuple(map(len, trace.base_state)):
@@ -307,7 +301,7 @@ def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update:
         state_floats[i] = x
       state = learned.inject(tree_utils.merge_floats(state_floats, split), phi)
       direction, new_state = base_update(grads, state, w)
-      delta = config.weight_change(layout, learned.MetaParams(beta, phi), direction, w)
+      delta = config.weight_change(step_sizes, config.decay(phi), direction, w)
       new_floats = tree_utils.split_floats(new_state)[0]
       return delta, tuple(new_floats[i] for i in leaves)
 
@@ -323,3 +317,11 @@ def _hyperparam_trace_step(config: StepConfig, layout: BlockLayout, base_update:
     new_weights.append(optax.tree_utils.tree_add(carried, d_delta))
     new_states.append(d_state)
   return HyperparamTrace(tuple(new_weights), tuple(new_states))
+
+
+#: The Hessian-free approximation. The trace ``h' = c h + Delta`` holds the update
+#: additively: it becomes non-finite only with the update itself, which the next
+#: meta-gradient shows, so the guard need not check the new trace.
+HESSIAN_FREE = Approximation(init_trace=init_trace, initial_trace=initial_trace,
+                             meta_gradient=meta_gradient, step=step, checks_new_trace=False,
+                             takes_held_out_gradient=True)

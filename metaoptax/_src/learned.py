@@ -21,9 +21,9 @@ meta-gradient :math:`s_{\phi_k} = \langle dw_t/d\phi_k, \nabla f \rangle`.
   ``trace`` or ``scale_by_rms``): before each base step, every entry of that
   name in the base state's injected hyperparameters is set to the learned value.
 
-With hyperparameters learned, the meta-parameters are a :class:`MetaParams`
-``(step_size=beta, hyperparams={name: phi})``; with none, they are ``beta``
-alone, exactly as before.
+The meta-parameters are always a :class:`MetaParams`
+``(step_size=beta, hyperparams={name: phi})``, with ``hyperparams == {}`` when
+only the step sizes are learned.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ WEIGHT_DECAY = "weight_decay"
 
 
 class MetaParams(NamedTuple):
-  """The meta-parameters when hyperparameters are learned beside the step sizes."""
+  """The meta-parameters: the step sizes' ``beta`` and the learned hyperparameters."""
 
   step_size: Any  # beta: log step sizes (or step sizes for "linear"), one per block
-  hyperparams: dict  # name -> phi, a scalar: logit or log of the hyperparameter
+  hyperparams: dict  # name -> phi, a scalar: logit or log of the hyperparameter; {} if none
 
 
 def domain(name: str) -> str:
@@ -152,13 +152,6 @@ def _not_exposed(learn: tuple[str, ...], name: str, exposed: Any) -> str:
           f"optax.inject_hyperparams, e.g. "
           f"optax.inject_hyperparams(optax.scale_by_adam)(b1=0.9, b2=0.999), and learn "
           f"only its numeric arguments, or 'weight_decay'.")
-
-
-def split(meta_params: Any) -> tuple[Any, dict]:
-  """``(beta, {name: phi})``; ``{}`` when nothing else is learned."""
-  if isinstance(meta_params, MetaParams):
-    return meta_params.step_size, meta_params.hyperparams
-  return meta_params, {}
 
 
 def _is_injected(x: Any) -> bool:

@@ -12,6 +12,21 @@ import optax
 from metaoptax._src import learned
 
 
+class HyperparamTrace(NamedTuple):
+  r"""Hessian-free sensitivities to the learned hyperparameters, one column each.
+
+  Tuples of ``K`` entries (the learned hyperparameters, in the sorted order of
+  their names; ``K = 0`` when only the step sizes are learned); column ``k`` is
+  :math:`dw/d\phi_k`, not compressed: a hyperparameter acts on every weight.
+  Each column carries the base-state leaves that depend on its hyperparameter
+  (Adam's first moment for ``b1``, the second for ``b2``, none for
+  ``weight_decay``).
+  """
+
+  weights: tuple  # K params-shaped trees
+  base_state: tuple  # K tuples of the base-state float leaves each column carries
+
+
 class HessianFreeTrace(NamedTuple):
   """The compressed Hessian-free trace: ``h[i] = H[i, b(i)]``, params-shaped.
 
@@ -19,45 +34,27 @@ class HessianFreeTrace(NamedTuple):
   leaves that read the params directly, e.g. the moments of
   ``chain(add_decayed_weights(...), scale_by_adam())``; it is empty for Adam,
   Lion, RMSProp, momentum and SGD, whose states depend on the weights only
-  through the gradient.
+  through the gradient. ``hyperparams`` holds one column per learned
+  hyperparameter (none when only the step sizes are learned).
   """
 
   weights: Any  # h, params-shaped
   base_state: tuple  # sensitivities of params-reading base-state float leaves
-
-
-class HyperparamTrace(NamedTuple):
-  r"""Hessian-free sensitivities to the learned hyperparameters, one column each.
-
-  Tuples of ``K`` entries (the learned hyperparameters, in the sorted order of
-  their names); column ``k`` is :math:`dw/d\phi_k`, not compressed: a
-  hyperparameter acts on every weight. Each column carries the base-state leaves
-  that depend on its hyperparameter (Adam's first moment for ``b1``, the second
-  for ``b2``, none for ``weight_decay``).
-  """
-
-  weights: tuple  # K params-shaped trees
-  base_state: tuple  # K tuples of the base-state float leaves each column carries
-
-
-class LearnedHessianFreeTrace(NamedTuple):
-  """The Hessian-free trace when hyperparameters are learned beside the step sizes."""
-
-  step_size: HessianFreeTrace  # the compressed trace of the step sizes
-  hyperparams: HyperparamTrace  # one column per learned hyperparameter
+  hyperparams: HyperparamTrace  # the learned hyperparameters' columns
 
 
 class ExactTrace(NamedTuple):
   """Sensitivities ``Z = [Y; X]`` of the exact variants, one column per block.
 
-  Every field has a leading axis of size ``m`` (the number of step sizes);
-  column ``j`` is the discounted sensitivity to ``beta[j]``. Only the
+  Every field has a leading axis of size ``m`` (the number of step sizes, then
+  of learned hyperparameters); column ``j`` is the discounted sensitivity to
+  meta-parameter ``j``. Only the
   floating-point leaves of the optimizer states carry sensitivities.
   """
 
   weights: Any  # X^w = H, params-shaped leaves with a leading m axis
   base_state: tuple  # X for the float leaves of the base optimizer state
-  meta_params: Any  # Y^beta, beta-tree leaves with a leading m axis
+  meta_params: Any  # Y, a MetaParams tree whose leaves have a leading m axis
   meta_state: tuple  # Y for the float leaves of the meta optimizer state
 
 
@@ -65,7 +62,7 @@ class MetaOptimizeState(NamedTuple):
   """State of :func:`metaoptax.metaoptimize`."""
 
   base_state: optax.OptState  # state of the base (direction) transformation
-  meta_params: Any  # beta: log step sizes (or step sizes for "linear")
+  meta_params: learned.MetaParams  # beta (log step sizes, or step sizes) and phi
   meta_state: optax.OptState  # state of the meta transformation acting on beta
   trace: Any  # a HessianFreeTrace or an ExactTrace
   log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
@@ -107,8 +104,7 @@ def step_sizes(state: Any) -> Any:
   """
   s = _the_state(state)
   return jax.tree.map(
-      lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b), learned.split(s.meta_params)[0]
-  )
+      lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b), s.meta_params.step_size)
 
 
 def hyperparameters(state: Any) -> dict:
@@ -121,7 +117,7 @@ def hyperparameters(state: Any) -> dict:
   Returns:
     ``{name: value}`` (scalars), ``{}`` when nothing but the step sizes is learned.
   """
-  _, hyperparams = learned.split(_the_state(state).meta_params)
+  hyperparams = _the_state(state).meta_params.hyperparams
   return {k: learned.to_value(k, phi) for k, phi in hyperparams.items()}
 
 
@@ -133,8 +129,7 @@ def sensitivity_trace(state: Any) -> Any:
   ``m``, one column ``H[:, j]`` per block (then one per learned hyperparameter).
   With learned hyperparameters, the Hessian-free step sizes' trace ``h``.
   """
-  t = _the_state(state).trace
-  return (t.step_size if isinstance(t, LearnedHessianFreeTrace) else t).weights
+  return _the_state(state).trace.weights
 
 
 def trace(state: Any) -> Any:

@@ -12,13 +12,18 @@ import optax
 
 from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
 from metaoptax._src import validation
-from metaoptax._src.approximation import StepConfig
+from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
 
-#: The implementation of each approximation (see :mod:`metaoptax._src.approximation`).
-_IMPLEMENTATIONS = {"hessian_free": hessian_free, "l_approx": exact, "2x2": exact}
-APPROXIMATIONS = tuple(_IMPLEMENTATIONS)
+#: The approximation of each name (see :mod:`metaoptax._src.approximation`): the one
+#: place where the user's ``approximation=`` is read.
+_APPROXIMATIONS: dict[str, Approximation] = {
+    "hessian_free": hessian_free.HESSIAN_FREE,
+    "l_approx": exact.L_APPROX,
+    "2x2": exact.TWO_BY_TWO,
+}
+APPROXIMATIONS = tuple(_APPROXIMATIONS)
 PARAMETRIZATIONS = ("log", "linear")
 DEFAULT_STEP_SIZE_BOUNDS = (1e-10, 1.0)
 #: The meta-parameters whose meta-gradients use ``meta_grads`` when it is given.
@@ -40,6 +45,7 @@ def metaoptimize(
     skip_nonfinite: bool = True,
     learn: tuple[str, ...] = (),
     held_out: str = "all",
+    sensitivity_radius: float = exact.DEFAULT_SENSITIVITY_RADIUS,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -111,6 +117,14 @@ def metaoptimize(
       hyperparameters in ``learn``, while the step sizes follow the training
       gradient (a regularizer tuned on held-out data, the step size on the
       training loss).
+    sensitivity_radius: trust radius ``r > 0`` of the exact variants' meta-sensitivity
+      (``"l_approx"``, ``"2x2"``; unused by ``"hessian_free"``): after each
+      step, a column ``j`` of the sensitivities whose :math:`Y^\beta_{:,j}`
+      (sensitivity of the meta-parameters to meta-parameter ``j``) is farther
+      than ``r`` from its initial value :math:`e_j` (l1 norm) is pulled back to
+      that distance, which keeps the recursion stable (see
+      ``metaoptax._src.exact.stabilize``). ``float("inf")`` disables the pull
+      (the paper's plain recursion).
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -141,7 +155,7 @@ def metaoptimize(
     <https://arxiv.org/abs/2402.02342>`_, 2024.
   """
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
-            step_size_bounds, parametrization)
+            step_size_bounds, parametrization, sensitivity_radius)
   learn = learned.check_learn(learn)
   learned.check_exposed(learn, base)
   meta_probed = validation.check_meta_ignores_beta(meta)
@@ -158,8 +172,8 @@ def metaoptimize(
       weight_decay=weight_decay, log_parametrization=log,
       beta_bounds=((math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log
                    else (lower, upper)),
-      meta_update_first=meta_update_first, approximation=approximation, learn=learn)
-  implementation = _IMPLEMENTATIONS[approximation]
+      meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn)
+  implementation = _APPROXIMATIONS[approximation]
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
@@ -170,12 +184,10 @@ def metaoptimize(
     # The base runs in float32 or wider (its moments too): see "Precision" above.
     wide_params = tree_utils.widen(params)
     base_state = config.base.init(wide_params)
-    meta_params = beta
-    if learn:
-      dtype = jnp.result_type(*jax.tree.leaves(beta)) if jax.tree.leaves(beta) else jnp.float32
-      meta_params = learned.MetaParams(
-          beta, learned.init_hyperparams(learn, base_state, weight_decay, dtype))
-      base_state = config.base_state_for(meta_params, base_state)
+    dtype = jnp.result_type(*jax.tree.leaves(beta)) if jax.tree.leaves(beta) else jnp.float32
+    meta_params = learned.MetaParams(
+        beta, learned.init_hyperparams(learn, base_state, weight_decay, dtype))
+    base_state = config.base_state_for(meta_params, base_state)
     if not meta_probed:
       validation.check_meta_ignores_beta(meta, meta_params)
     meta_state = meta.init(meta_params)
@@ -199,7 +211,7 @@ def metaoptimize(
     if meta_grads is None:
       meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
     else:
-      meta_grads = _held_out(meta_grads, updates, approximation)
+      meta_grads = _held_out(meta_grads, updates, implementation, approximation)
       meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads,
                                                state.meta_params)
       if held_out == "hyperparams" and learn:  # the step sizes follow the training loss
@@ -210,8 +222,9 @@ def metaoptimize(
       return implementation.step(config, layout, grads, state, meta_grad, params, extra_args)
 
     if skip_nonfinite:
-      delta, new_state = guard.guarded_step(attempt, updates, state, meta_grad,
-                                            check_new_trace=implementation.CHECKS_NEW_TRACE)
+      delta, new_state = guard.guarded_step(
+          attempt, updates, state, meta_grad, initial_trace=implementation.initial_trace,
+          check_new_trace=implementation.checks_new_trace)
     else:
       delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
     return optax.tree_utils.tree_cast_like(delta, params), new_state
@@ -219,13 +232,14 @@ def metaoptimize(
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def _held_out(meta_grads: Any, grads: Any, approximation: str) -> Any:
+def _held_out(meta_grads: Any, grads: Any, implementation: Approximation, name: str) -> Any:
   """Checks a held-out gradient against the gradient; a non-finite one becomes 0."""
-  if approximation == "2x2":
+  if not implementation.takes_held_out_gradient:
+    takes = [k for k, a in _APPROXIMATIONS.items() if a.takes_held_out_gradient]
     raise ValueError(
-        "meta_grads= is not supported by approximation='2x2', whose meta step "
-        "differentiates s = H^T g through the training gradient's Hessian; use "
-        "'l_approx' or 'hessian_free' with a held-out meta-gradient.")
+        f"meta_grads= is not supported by approximation={name!r}, whose meta step "
+        "differentiates s = H^T g through the training gradient's Hessian; use one of "
+        f"{takes} with a held-out meta-gradient.")
   if jax.tree.structure(meta_grads) != jax.tree.structure(grads):
     raise ValueError(
         "meta_grads must have the structure of the gradient (the gradient of the "
@@ -235,7 +249,7 @@ def _held_out(meta_grads: Any, grads: Any, approximation: str) -> Any:
 
 
 def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
-              step_size_bounds, parametrization):
+              step_size_bounds, parametrization, sensitivity_radius):
   """Checks every argument; numeric hyperparameters only where they are concrete."""
   for name, tx in (("base", base), ("meta", meta)):
     if not (hasattr(tx, "init") and hasattr(tx, "update")):
@@ -252,6 +266,9 @@ def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_d
   weight_decay = concrete_number("weight_decay", weight_decay)
   if weight_decay is not None and not 0 <= weight_decay < math.inf:
     raise ValueError(f"weight_decay must be >= 0 and finite, got {weight_decay}.")
+  radius = concrete_number("sensitivity_radius", sensitivity_radius)
+  if radius is not None and not 0 < radius <= math.inf:
+    raise ValueError(f"sensitivity_radius must be in (0, inf], got {radius}.")
   lower, upper = check_step_size_bounds(step_size_bounds)
   init_step_size = concrete_number("init_step_size", init_step_size)
   if init_step_size is None:

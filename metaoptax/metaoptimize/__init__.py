@@ -4,7 +4,6 @@ from metaoptax._src.state import ExactTrace
 from metaoptax._src.learned import MetaParams
 from metaoptax._src.state import HessianFreeTrace
 from metaoptax._src.state import HyperparamTrace
-from metaoptax._src.state import LearnedHessianFreeTrace
 from metaoptax._src.state import MetaOptimizeState
 from metaoptax._src.state import hyperparameters
 from metaoptax._src.state import sensitivity_trace
@@ -28,7 +27,6 @@ __all__ = (
     "HessianFreeTrace",
     "HyperparamTrace",
     "IDBDState",
-    "LearnedHessianFreeTrace",
     "MetaOptimizeState",
     "MetaParams",
     "adamw",

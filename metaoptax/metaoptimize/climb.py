@@ -59,8 +59,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import learned
 from metaoptax._src.hyperparams import concrete_number
+from metaoptax._src.learned import MetaParams
 
 
 class ClimbState(NamedTuple):
@@ -87,17 +87,19 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
       raised).
 
   Returns:
-    An ``optax.GradientTransformation`` acting on ``beta`` with the
-    meta-gradient as its input.
+    An ``optax.GradientTransformation`` acting on the meta-parameters (a
+    :class:`metaoptax.MetaParams`: the step sizes' ``beta`` climb, the learned
+    hyperparameters follow ``meta``) with the meta-gradient as its input.
 
   Examples:
-    >>> import jax.numpy as jnp, optax
+    >>> import jax.numpy as jnp, optax, metaoptax
     >>> from metaoptax.metaoptimize.climb import climb
     >>> tx = climb(optax.adam(1e-3), rate=0.05)
-    >>> beta = jnp.zeros(1)
-    >>> state = tx.init(beta)
-    >>> updates, state = tx.update(-jnp.ones(1), state, beta)  # "raise alpha"
-    >>> print(f"{float(updates[0]):.3f}")
+    >>> meta_params = metaoptax.MetaParams(step_size=jnp.zeros(1), hyperparams={})
+    >>> state = tx.init(meta_params)
+    >>> meta_grads = metaoptax.MetaParams(-jnp.ones(1), {})  # "raise alpha"
+    >>> updates, state = tx.update(meta_grads, state, meta_params)
+    >>> print(f"{float(updates.step_size[0]):.3f}")
     0.050
   """
   for name, value in (("rate", rate), ("decay", decay)):
@@ -112,27 +114,24 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
   step_back = rate * decay / (1.0 - decay) + (math.log(number) if number is not None
                                               else jnp.log(backoff))
 
-  def init_fn(beta):
+  def init_fn(meta_params: MetaParams):
     # The average in beta's precision (float32, or float64 for float64 params).
-    dtype = jnp.result_type(*jax.tree.leaves(beta)) if jax.tree.leaves(beta) else jnp.float32
+    leaves = jax.tree.leaves(meta_params)
+    dtype = jnp.result_type(*leaves) if leaves else jnp.float32
     return ClimbState(average=jnp.zeros([], dtype), climbing=jnp.asarray(True),
-                      climb_steps=jnp.zeros([], jnp.int32), meta_state=meta.init(beta))
+                      climb_steps=jnp.zeros([], jnp.int32), meta_state=meta.init(meta_params))
 
-  def update_fn(meta_grads, state, beta=None):
-    meta_updates, meta_state = meta.update(meta_grads, state.meta_state, beta)
+  def update_fn(meta_grads: MetaParams, state, meta_params: MetaParams | None = None):
+    meta_updates, meta_state = meta.update(meta_grads, state.meta_state, meta_params)
     dtype = state.average.dtype
-    step_size_grads, _ = learned.split(meta_grads)
-    total = sum((jnp.sum(s.astype(dtype)) for s in jax.tree.leaves(step_size_grads)),
+    total = sum((jnp.sum(s.astype(dtype)) for s in jax.tree.leaves(meta_grads.step_size)),
                 jnp.zeros([], dtype))
     average = (decay * state.average + (1 - decay) * total).astype(dtype)
     ends = state.climbing & (average > 0)
     climbing = state.climbing & ~ends
     shift = jnp.where(climbing, rate, jnp.where(ends, -step_back, 0.0))
-    step_size_updates, hyperparam_updates = learned.split(meta_updates)
-    updates = jax.tree.map(
-        lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), step_size_updates)
-    if isinstance(meta_updates, learned.MetaParams):  # learned hyperparameters: meta's steps
-      updates = learned.MetaParams(updates, hyperparam_updates)
+    updates = meta_updates._replace(step_size=jax.tree.map(  # hyperparameters: meta's steps
+        lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), meta_updates.step_size))
     return updates, ClimbState(average=average, climbing=climbing,
                                climb_steps=state.climb_steps + climbing.astype(jnp.int32),
                                meta_state=meta_state)

@@ -25,10 +25,25 @@ from tests.conftest import TWO_LEAVES as PARAMS, adam_metaoptimize as make, two_
     ({"weight_decay": -0.1}, "weight_decay must be >= 0"),
     ({"step_size_bounds": (1.0, 0.1)}, "0 <= lower < upper"),
     ({"step_size_bounds": 3}, "must be \\(lower, upper\\)"),
+    ({"sensitivity_radius": 0.0}, "sensitivity_radius must be in \\(0, inf\\]"),
+    ({"sensitivity_radius": -0.5}, "sensitivity_radius must be in \\(0, inf\\]"),
+    ({"sensitivity_radius": float("nan")}, "sensitivity_radius must be in \\(0, inf\\]"),
+    ({"sensitivity_radius": jnp.asarray(-1.0)}, "sensitivity_radius must be in \\(0, inf\\]"),
+    ({"sensitivity_radius": "0.9"}, "sensitivity_radius must be a number"),
+    ({"sensitivity_radius": None}, "sensitivity_radius must be a number"),
 ])
 def test_construction_errors(kwargs, message):
   with pytest.raises(ValueError, match=message):
     make(**kwargs)
+
+
+def test_sensitivity_radius_reaches_the_presets_and_drop_ins():
+  for radius in (0.5, float("inf")):
+    metaoptax.presets.adamw_adam(approximation="2x2", sensitivity_radius=radius)
+  with pytest.raises(ValueError, match="sensitivity_radius must be in"):
+    metaoptax.adamw(approximation="l_approx", sensitivity_radius=0.0)
+  # Traced (optax.inject_hyperparams, a meta-gradient): used as given, unchecked.
+  jax.jit(lambda r: make(approximation="2x2", sensitivity_radius=r).init(PARAMS))(0.9)
 
 
 def test_base_must_be_a_transformation():
@@ -50,10 +65,10 @@ def test_labels_not_matching_params(labels, message):
 def test_labels_and_callable_blocks():
   labels = {"a": np.array([[0, 0, 1], [1, 2, 2]]), "b": 3}  # per weight / per array
   state = make(blocks=labels).init(PARAMS)
-  assert state.meta_params.shape == (4,)
+  assert state.meta_params.step_size.shape == (4,)
   by_rank = lambda p: jax.tree.map(lambda x: x.ndim - 1, p)
   state = make(blocks=by_rank).init(PARAMS)
-  assert state.meta_params.shape == (2,)
+  assert state.meta_params.step_size.shape == (2,)
 
 
 def test_update_needs_params():

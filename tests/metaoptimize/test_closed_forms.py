@@ -99,7 +99,7 @@ def test_hessian_free_trace_matches_algorithm_3(name, base_ref, meta_ref, base_t
       w, state = carry
       u, state = opt.update(g, state, w)
       w = w + u
-      return (w, state), (w, state.meta_params, metaoptax.sensitivity_trace(state))
+      return (w, state), (w, state.meta_params.step_size, metaoptax.sensitivity_trace(state))
 
     _, (ws, betas, hs) = jax.jit(lambda w, s, gs: jax.lax.scan(step, (w, s), gs))(
         w, opt.init(w), jnp.asarray(np.stack(grads)))

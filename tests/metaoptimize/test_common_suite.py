@@ -170,4 +170,4 @@ def test_bf16_params_train():
   final, state, _ = run(metaoptax.presets.adamw_adam(1e-4, weight_decay=0.0), loss, params, 5000)
   assert final < 0.05 * float(loss(params)), final
   assert metaoptax.sensitivity_trace(state)["w"].dtype == jnp.float32
-  assert state.meta_params.dtype == jnp.float32
+  assert state.meta_params.step_size.dtype == jnp.float32

@@ -152,7 +152,7 @@ def test_first_meta_gradient_is_the_derivative_of_the_next_loss(approximation):
   p, betas = params, []
   for _ in range(2):
     p, state = step(p, state)
-    betas.append(state.meta_params)
+    betas.append(state.meta_params.step_size)
   assert betas[0].dtype == jnp.float64
   assert jax.tree.leaves(metaoptax.sensitivity_trace(state))[0].dtype == jnp.complex128
 

@@ -50,12 +50,13 @@ def test_climb_equals_its_rule_on_scripted_meta_gradients(backoff):
   inner = optax.adam(1e-2)
   tx = metaoptax.climb(inner, rate=0.07, decay=0.8, backoff=backoff)
   beta = jnp.zeros(3)
-  state, inner_state = tx.init(beta), inner.init(beta)
+  meta_params = metaoptax.MetaParams(beta, {})
+  state, inner_state = tx.init(meta_params), inner.init(beta)
   got, inner_updates = [], []
   for s in meta_grads:
-    u, state = tx.update(jnp.asarray(s), state, beta)
+    u, state = tx.update(metaoptax.MetaParams(jnp.asarray(s), {}), state, meta_params)
     v, inner_state = inner.update(jnp.asarray(s), inner_state, beta)
-    got.append(np.asarray(u))
+    got.append(np.asarray(u.step_size))
     inner_updates.append(np.asarray(v))
   want = reference_climb(meta_grads, 0.07, 0.8, inner_updates, backoff)
   for t, (g, w) in enumerate(zip(got, want)):
@@ -123,7 +124,7 @@ def test_frozen_drop_in_equals_its_optax_namesake(case):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, want)
   assert not bool(state.meta_state.climbing) or int(state.meta_state.climb_steps) == 30
   np.testing.assert_allclose(jax.tree.leaves(metaoptax.step_sizes(state))[0],
-                             jnp.exp(ours().init(mlp_params()).meta_params), rtol=0)
+                             jnp.exp(ours().init(mlp_params()).meta_params.step_size), rtol=0)
 
 
 @pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])

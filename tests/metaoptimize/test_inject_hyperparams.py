@@ -38,7 +38,7 @@ def two_steps_with(opt, change):
 def test_numeric_hyperparameters_are_injected():
   opt = injected_metaoptimize(gamma=0.9, weight_decay=0.1, blocks="per_leaf")
   state = opt.init(PARAMS)
-  assert set(state.hyperparams) == {"init_step_size", "gamma", "weight_decay"}
+  assert set(state.hyperparams) == {"init_step_size", "gamma", "weight_decay", "sensitivity_radius"}
   assert metaoptax.step_sizes(state).shape == (2,)
 
 

@@ -62,7 +62,7 @@ def test_hyperparameter_trace_equals_bruteforce_sensitivity(case):
         lambda p, batch: loss(p, *batch), batches, params, FACTORIES[base](**base_values),
         optax.adam(0.05, eps_root=EPS_ROOT), labels, m, alpha0, gamma,
         parametrization=param, approximation=approximation, meta_update_first=first,
-        radius=None if approximation == "hessian_free" else exact.SENSITIVITY_RADIUS,
+        radius=None if approximation == "hessian_free" else exact.DEFAULT_SENSITIVITY_RADIUS,
         hyperparams=starts, base_factory=FACTORIES[base])
     opt = _engine(base, learn, approximation, layout, gamma, first, param, alpha0)
     step = jax.jit(lambda s, p, x, y: opt.update(
@@ -110,7 +110,7 @@ def test_held_out_meta_gradient_is_the_trace_times_the_held_out_gradient():
     g = jax.grad(loss)(params, xs[t], ys[t])
     g_val = jax.grad(loss)(params, xs[-1], ys[-1])
     updates, state = update(g, state, params, meta_grads=g_val)
-    h = state_before.trace.step_size.weights
+    h = state_before.trace.weights
     hk = state_before.trace.hyperparams.weights[0]
     s_beta = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(h), jax.tree.leaves(g_val)))
     s_kappa = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(hk), jax.tree.leaves(g_val)))

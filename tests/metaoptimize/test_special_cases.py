@@ -109,7 +109,7 @@ def test_xu_idbd_matches_published_update():
     ws, state = run(opt, lambda t, w: jax.grad(loss)(w), np.zeros(4), steps,
                     obj_fn=loss)
   np.testing.assert_allclose(ws, np.stack(ref_w), rtol=1e-9)
-  np.testing.assert_allclose(np.asarray(state.meta_params), beta, rtol=1e-9)
+  np.testing.assert_allclose(np.asarray(state.meta_params.step_size), beta, rtol=1e-9)
   # Column j of H is the trace's column j: ExactTrace.weights[j] = H[:, j].
   np.testing.assert_allclose(np.asarray(state.trace.weights).T, H, rtol=1e-9, atol=1e-14)
 

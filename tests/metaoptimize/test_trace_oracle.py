@@ -7,7 +7,7 @@ the weights and the log step sizes after every one of 6 steps.
 
 The exact variants keep the meta-sensitivity in a trust region
 (``metaoptax._src.exact.stabilize``: a column whose Y^beta strays more
-than ``SENSITIVITY_RADIUS`` from e_j is pulled back, i.e. a smaller discount for
+than ``sensitivity_radius`` from e_j is pulled back, i.e. a smaller discount for
 that step). The oracle implements that definition independently, as weights on
 its brute-force Jacobians dw_t/d(delta_tau) and d beta_t/d(delta_tau); the cases
 in ``PULLED`` leave the trust region (the oracle's pull factor c < 1 at some
@@ -111,7 +111,7 @@ def test_trace_equals_bruteforce_sensitivity(case):
         lambda p, batch: loss(p, *batch), batches, params, BASES[base](), METAS[meta](),
         labels, m, alpha0, gamma, weight_decay=kappa, parametrization=param,
         approximation=approximation, meta_update_first=first,
-        radius=None if approximation == "hessian_free" else exact.SENSITIVITY_RADIUS)
+        radius=None if approximation == "hessian_free" else exact.DEFAULT_SENSITIVITY_RADIUS)
     pulled = min(float(np.min(c)) for c in ref["pull"]) < 1.0
     assert pulled == (case in PULLED)
     opt = metaoptax.metaoptimize(

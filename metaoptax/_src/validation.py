@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from metaoptax._src import dependence
+from metaoptax._src.learned import MetaParams
 
 
 def _shape(x: Any) -> tuple:
@@ -89,13 +90,13 @@ def check_meta_ignores_beta(meta: Any, beta: Any = None) -> bool:
 
   Args:
     meta: the meta optimizer.
-    beta: the meta-parameters; by default a probe of shape ``(1,)``.
+    beta: the meta-parameters; by default a probe: one step size, no hyperparameter.
 
   Returns:
     ``False`` when the probe could not run (a meta optimizer that needs the
     meta-parameters' own structure, e.g. a mask): check again at ``init``.
   """
-  probe = jnp.zeros((1,), jnp.float32) if beta is None else beta
+  probe = MetaParams(jnp.zeros((1,), jnp.float32), {}) if beta is None else beta
   try:
     state = jax.eval_shape(meta.init, probe)
     zeros = jax.tree.map(jnp.zeros_like, probe)

@@ -17,7 +17,12 @@ scalar step size by default). They differ from the paper-faithful
   the step size. :func:`sgd` keeps the paper's ``gamma = 1``: with a 100-step
   horizon the noise of the next steps outweighs the slow gain of a larger step, and
   SGD's step size stalls far below the best fixed rate;
-* optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``).
+* optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``);
+* ``average=``: with a horizon :math:`c` (e.g. ``0.1``), an average of the weights
+  whose horizon is the fraction :math:`c` of the steps taken
+  (:func:`metaoptax.average_iterates`) is kept beside the iterates; evaluate
+  :func:`metaoptax.averaged_params` of the state. The average removes the noise
+  of the last iterates, as a decaying schedule would, without shrinking the step.
 
 After the climb, the paper's meta optimizer for the base tracks
 :math:`\log\alpha` for the rest of the run (meta step ``meta_step_size``): Adam
@@ -41,6 +46,7 @@ from typing import Any
 import optax
 
 from metaoptax._src import learned
+from metaoptax._src.averaging import average_iterates
 from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
 from metaoptax.metaoptimize import presets
 from metaoptax.metaoptimize.climb import climb
@@ -62,6 +68,8 @@ SGD_CLIMB_RATE = 0.03
 SGD_CLIMB_BACKOFF = 10.0
 #: Discount of the sensitivity trace: a horizon of ~100 steps (the paper uses 1).
 GAMMA = 0.99
+#: Horizon of the drop-ins' average of the weights (``None``: none).
+AVERAGE = None
 #: :func:`sgd`'s discount: the paper's (see the module's docstring).
 SGD_GAMMA = 1.0
 
@@ -69,6 +77,13 @@ SGD_GAMMA = 1.0
 def _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_adam):
   """The climb, then ``follow(meta_step_size)`` on ``beta``."""
   return climb(follow(meta_step_size), rate=climb_rate, backoff=climb_backoff)
+
+
+def _averaged(transform, average):
+  """``transform``, followed by :func:`average_iterates` when ``average`` is a horizon."""
+  if average is None:
+    return transform
+  return optax.chain(transform, average_iterates(average))
 
 
 def _direction_with_decay(direction, weight_decay, mask, learn=()):
@@ -97,6 +112,7 @@ def adamw(
     climb_rate: float = CLIMB_RATE,
     climb_backoff: float = CLIMB_BACKOFF,
     gamma: float = GAMMA,
+    average: float | None = AVERAGE,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""AdamW without a learning rate: a drop-in for ``optax.adamw``.
@@ -120,6 +136,8 @@ def adamw(
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
       ends, beyond the averaging lag (:func:`metaoptax.climb`).
     gamma: discount :math:`\gamma` of the sensitivity trace (0.99: ~100 steps).
+    average: horizon :math:`c` of the average of the weights
+      (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
       ``approximation``, ``step_size_bounds``, ``learn`` ...). ``learn`` may name
       ``b1``, ``b2``, ``eps`` and ``weight_decay`` (:func:`lion`: ``b1``, ``b2``,
@@ -140,9 +158,9 @@ def adamw(
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
-  return metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                      init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
-                      **kwargs)
+  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
+                                init_step_size=init_step_size, weight_decay=decay,
+                                gamma=gamma, **kwargs), average)
 
 
 @forwarding_metaoptimize_keywords
@@ -158,6 +176,7 @@ def lion(
     climb_rate: float = CLIMB_RATE,
     climb_backoff: float = CLIMB_BACKOFF,
     gamma: float = GAMMA,
+    average: float | None = AVERAGE,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Lion without a learning rate: a drop-in for ``optax.lion``.
@@ -176,9 +195,8 @@ def lion(
       learned.learnable(optax.scale_by_lion, learn, b1=b1, b2=b2, mu_dtype=mu_dtype),
       weight_decay, mask, learn)
   meta = _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_lion)
-  return metaoptimize(direction, meta,
-                      init_step_size=init_step_size, weight_decay=decay, gamma=gamma,
-                      **kwargs)
+  return _averaged(metaoptimize(direction, meta, init_step_size=init_step_size,
+                                weight_decay=decay, gamma=gamma, **kwargs), average)
 
 
 @forwarding_metaoptimize_keywords
@@ -193,6 +211,7 @@ def sgd(
     climb_rate: float = SGD_CLIMB_RATE,
     climb_backoff: float = SGD_CLIMB_BACKOFF,
     gamma: float = SGD_GAMMA,
+    average: float | None = AVERAGE,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""SGD (with optional heavy-ball or Nesterov momentum) without a learning rate.
@@ -219,9 +238,9 @@ def sgd(
   direction = (optax.identity() if momentum is None else
                learned.learnable(optax.trace, learn, decay=momentum, nesterov=nesterov,
                                  accumulator_dtype=accumulator_dtype))
-  return metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                      init_step_size=init_step_size, weight_decay=weight_decay, gamma=gamma,
-                      **kwargs)
+  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
+                                init_step_size=init_step_size, weight_decay=weight_decay,
+                                gamma=gamma, **kwargs), average)
 
 
 #: Every drop-in by name: ``{"adamw": adamw, "lion": lion, "sgd": sgd}``.

@@ -80,3 +80,22 @@ def test_bad_input():
   two = optax.chain(metaoptax.average_iterates(), metaoptax.average_iterates())
   with pytest.raises(ValueError, match="holds 2 AverageState"):
     metaoptax.averaged_params(two.init({"w": jnp.ones(2)}))
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])
+def test_drop_in_average_is_the_chain(name):
+  """``metaoptax.<drop-in>(average=c)`` is the drop-in chained with ``average_iterates(c)``:
+  the same updates and average, bit for bit."""
+  drop_in = getattr(metaoptax, name)
+  ours, chained = drop_in(average=0.2), optax.chain(drop_in(), metaoptax.average_iterates(0.2))
+  params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)}
+  loss = lambda p: jnp.sum(jnp.sin(p["w"]) ** 2)
+  states = [ours.init(params), chained.init(params)]
+  ps = [params, params]
+  for _ in range(5):
+    for i, opt in enumerate((ours, chained)):
+      updates, states[i] = opt.update(jax.grad(loss)(ps[i]), states[i], ps[i])
+      ps[i] = optax.apply_updates(ps[i], updates)
+  jax.tree.map(np.testing.assert_array_equal, ps[0], ps[1])
+  jax.tree.map(np.testing.assert_array_equal, metaoptax.averaged_params(states[0]),
+               metaoptax.averaged_params(states[1]))

@@ -32,8 +32,8 @@ import pytest
 
 import metaoptax
 from metaoptax import l2hmc, l2o, teleport
-from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.drop_ins import DROP_INS
+from metaoptax.step_size import presets
+from metaoptax.step_size.drop_ins import DROP_INS
 
 STEPS = 10
 INIT_STEP_SIZE = 1e-2

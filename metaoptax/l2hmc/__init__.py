@@ -10,5 +10,5 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       TrainingResult, TrainingState, build_training_step,
                                       default_optimizer, esjd_loss, init_training,
                                       objective_loss, train)
-from metaoptax.l2hmc.warmup import WarmupResult, warmup
+from metaoptax.l2hmc.adaptation import WarmupResult, warmup
 from metaoptax.l2hmc.whitening import Whitening

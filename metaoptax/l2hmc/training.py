@@ -61,7 +61,7 @@ from metaoptax._src.progress import Progress, legacy_progress
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
-from metaoptax.l2hmc.warmup import warmup
+from metaoptax.l2hmc.adaptation import warmup
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
 

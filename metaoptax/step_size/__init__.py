@@ -12,13 +12,13 @@ from metaoptax._src.state import step_sizes
 from metaoptax._src.state import trace  # deprecated alias of sensitivity_trace
 from metaoptax._src.transform import metaoptimize
 from metaoptax.step_size import presets
-from metaoptax.step_size.climb import ClimbState
-from metaoptax.step_size.climb import climb
+from metaoptax.step_size.climbing import ClimbState
+from metaoptax.step_size.climbing import climb
 from metaoptax.step_size.drop_ins import adamw
 from metaoptax.step_size.drop_ins import lion
 from metaoptax.step_size.drop_ins import sgd
-from metaoptax.step_size.idbd import IDBDState
-from metaoptax.step_size.idbd import idbd
+from metaoptax.step_size.delta_bar_delta import IDBDState
+from metaoptax.step_size.delta_bar_delta import idbd
 from metaoptax.step_size.special_cases import hypergradient_descent
 from metaoptax.step_size.special_cases import xu_idbd
 

@@ -43,7 +43,7 @@ import optax
 from metaoptax._src import learned
 from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
 from metaoptax.step_size import presets
-from metaoptax.step_size.climb import climb
+from metaoptax.step_size.climbing import climb
 from metaoptax._src.transform import metaoptimize
 
 #: Default start: far below any sensible step size; the climb finds the range.

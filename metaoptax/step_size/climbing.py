@@ -85,7 +85,7 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
 
   Examples:
     >>> import jax.numpy as jnp, optax
-    >>> from metaoptax.step_size.climb import climb
+    >>> from metaoptax import climb
     >>> tx = climb(optax.adam(1e-3), rate=0.05)
     >>> beta = jnp.zeros(1)
     >>> state = tx.init(beta)

@@ -28,7 +28,6 @@ from metaoptax.step_size import presets
 from metaoptax.step_size import sensitivity_trace
 from metaoptax.step_size import sgd
 from metaoptax.step_size import step_sizes
-from metaoptax.step_size import trace  # deprecated alias of sensitivity_trace
 from metaoptax.step_size import xu_idbd
 from metaoptax.step_size import __all__ as _STEP_SIZE_ALL
 

@@ -9,7 +9,6 @@ from metaoptax._src.state import MetaOptimizeState
 from metaoptax._src.state import hyperparameters
 from metaoptax._src.state import sensitivity_trace
 from metaoptax._src.state import step_sizes
-from metaoptax._src.state import trace  # deprecated alias of sensitivity_trace
 from metaoptax._src.transform import metaoptimize
 from metaoptax.step_size import presets
 from metaoptax.step_size.climbing import ClimbState

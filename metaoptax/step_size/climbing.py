@@ -56,6 +56,11 @@ import optax
 from metaoptax._src import learned
 from metaoptax._src.hyperparams import concrete_number
 
+__all__ = (
+    "ClimbState",
+    "climb",
+)
+
 
 class ClimbState(NamedTuple):
   """State of :func:`climb`."""

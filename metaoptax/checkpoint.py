@@ -43,11 +43,7 @@ import numpy as np
 
 from metaoptax._src import multihost
 
-__all__ = (
-    "save",
-    "restore",
-    "latest_step",
-)
+__all__ = ("save", "restore", "latest_step")
 
 _FORMAT = 1
 _COUNT = "num_leaves"  # always written, so even an empty tree makes a valid checkpoint

@@ -31,11 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = (
-    "lagged_products",
-    "geyer_ess",
-    "truncated_ess",
-)
+__all__ = ("lagged_products", "geyer_ess", "truncated_ess")
 
 
 def lagged_products(x: np.ndarray) -> np.ndarray:

@@ -33,17 +33,8 @@ from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
 from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
 
-__all__ = (
-    "L2HMCState",
-    "L2HMCInfo",
-    "SamplingAlgorithm",
-    "init",
-    "acceptance_probability",
-    "propose",
-    "build_kernel",
-    "l2hmc",
-    "sample_chains",
-)
+__all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
+           "propose", "build_kernel", "l2hmc", "sample_chains")
 
 
 class L2HMCState(NamedTuple):

@@ -14,15 +14,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = (
-    "Target",
-    "gaussian",
-    "ill_conditioned_gaussian",
-    "strongly_correlated_gaussian",
-    "mixture_of_gaussians",
-    "rough_well",
-    "all_targets",
-)
+__all__ = ("Target", "gaussian", "ill_conditioned_gaussian", "strongly_correlated_gaussian",
+           "mixture_of_gaussians", "rough_well", "all_targets")
 
 
 class Target(NamedTuple):

@@ -63,19 +63,9 @@ from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
-__all__ = (
-    "TrainingConfig",
-    "TrainingState",
-    "TrainingInfo",
-    "TrainingResult",
-    "esjd_loss",
-    "OBJECTIVES",
-    "objective_loss",
-    "default_optimizer",
-    "init_training",
-    "build_training_step",
-    "train",
-)
+__all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult", "esjd_loss",
+           "OBJECTIVES", "objective_loss", "default_optimizer", "init_training",
+           "build_training_step", "train")
 
 
 class TrainingConfig(NamedTuple):
@@ -253,6 +243,7 @@ def default_optimizer() -> optax.GradientTransformation:
 
 
 def _check_training(training: TrainingConfig) -> None:
+  """Raises ``ValueError`` for a ``TrainingConfig`` that no run can use."""
   temperature = training.temperature
   if not callable(temperature) and not temperature > 0:
     raise ValueError(f"temperature must be > 0 or a schedule, got {temperature}.")

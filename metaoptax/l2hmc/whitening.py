@@ -19,9 +19,7 @@ from typing import Callable, NamedTuple
 
 import jax
 
-__all__ = (
-    "Whitening",
-)
+__all__ = ("Whitening",)
 
 
 class Whitening(NamedTuple):

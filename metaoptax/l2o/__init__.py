@@ -11,25 +11,7 @@ from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_networ
 from metaoptax.l2o.optimizer import L2OState, learned_optimizer, step
 from metaoptax.l2o.validation import Validation
 
-__all__ = (
-    "tasks",
-    "evaluate",
-    "MetaStepInfo",
-    "MetaTrainingConfig",
-    "MetaTrainingResult",
-    "MetaTrainingState",
-    "build_meta_step",
-    "default_meta_optimizer",
-    "init_meta_training",
-    "meta_train",
-    "sample_problems",
-    "HEADS",
-    "CoordinateLSTM",
-    "L2OConfig",
-    "init_network",
-    "preprocess",
-    "L2OState",
-    "learned_optimizer",
-    "step",
-    "Validation",
-)
+__all__ = ("tasks", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
+           "MetaTrainingState", "build_meta_step", "default_meta_optimizer", "init_meta_training",
+           "meta_train", "sample_problems", "HEADS", "CoordinateLSTM", "L2OConfig", "init_network",
+           "preprocess", "L2OState", "learned_optimizer", "step", "Validation")

@@ -13,9 +13,7 @@ from metaoptax.l2o.network import L2OConfig
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 
-__all__ = (
-    "evaluate",
-)
+__all__ = ("evaluate",)
 
 
 def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: jax.Array,

@@ -41,16 +41,8 @@ from metaoptax.l2o.tasks import TaskFamily
 from metaoptax.l2o.validation import Selection as validation_selection
 from metaoptax.l2o.validation import Validation
 
-__all__ = (
-    "MetaTrainingConfig",
-    "MetaTrainingState",
-    "MetaStepInfo",
-    "MetaTrainingResult",
-    "default_meta_optimizer",
-    "init_meta_training",
-    "build_meta_step",
-    "meta_train",
-)
+__all__ = ("MetaTrainingConfig", "MetaTrainingState", "MetaStepInfo", "MetaTrainingResult",
+           "default_meta_optimizer", "init_meta_training", "build_meta_step", "meta_train")
 
 
 class MetaTrainingConfig(NamedTuple):

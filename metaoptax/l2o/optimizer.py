@@ -25,11 +25,7 @@ from metaoptax._src import sharding, tree_utils
 from metaoptax.l2o.network import (CoordinateLSTM, L2OConfig, initial_carry, preprocess,
                                    validate)
 
-__all__ = (
-    "L2OState",
-    "step",
-    "learned_optimizer",
-)
+__all__ = ("L2OState", "step", "learned_optimizer")
 
 
 class L2OState(NamedTuple):

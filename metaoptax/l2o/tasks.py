@@ -29,16 +29,8 @@ import jax.numpy as jnp
 
 from metaoptax.teleport import groups
 
-__all__ = (
-    "TaskFamily",
-    "ELLIPSE_SAMPLERS",
-    "ellipse",
-    "rosenbrock",
-    "glorot_normal",
-    "he_normal",
-    "mlp_regression",
-    "mlp_classifier",
-)
+__all__ = ("TaskFamily", "ELLIPSE_SAMPLERS", "ellipse", "rosenbrock", "glorot_normal", "he_normal",
+           "mlp_regression", "mlp_classifier")
 
 
 class TaskFamily(NamedTuple):

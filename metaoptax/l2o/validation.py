@@ -23,9 +23,7 @@ from metaoptax.l2o.optimizer import learned_optimizer
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 
-__all__ = (
-    "Validation",
-)
+__all__ = ("Validation",)
 
 
 class Validation(NamedTuple):

@@ -56,10 +56,7 @@ import optax
 from metaoptax._src import learned
 from metaoptax._src.hyperparams import concrete_number
 
-__all__ = (
-    "ClimbState",
-    "climb",
-)
+__all__ = ("ClimbState", "climb")
 
 
 class ClimbState(NamedTuple):

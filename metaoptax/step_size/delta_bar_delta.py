@@ -12,10 +12,7 @@ from metaoptax._src import tree_utils
 from metaoptax._src.hyperparams import (check_meta_step_size, check_step_size_bounds,
                                         concrete_number)
 
-__all__ = (
-    "IDBDState",
-    "idbd",
-)
+__all__ = ("IDBDState", "idbd")
 
 
 class IDBDState(NamedTuple):

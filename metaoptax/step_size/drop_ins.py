@@ -46,11 +46,7 @@ from metaoptax.step_size import presets
 from metaoptax.step_size.climbing import climb
 from metaoptax._src.transform import metaoptimize
 
-__all__ = (
-    "adamw",
-    "lion",
-    "sgd",
-)
+__all__ = ("adamw", "lion", "sgd")
 
 #: Default start: far below any sensible step size; the climb finds the range.
 INIT_STEP_SIZE = 1e-6

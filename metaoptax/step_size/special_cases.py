@@ -16,10 +16,7 @@ import optax
 from metaoptax._src.hyperparams import check_meta_step_size
 from metaoptax._src.transform import metaoptimize
 
-__all__ = (
-    "hypergradient_descent",
-    "xu_idbd",
-)
+__all__ = ("hypergradient_descent", "xu_idbd")
 
 
 def hypergradient_descent(

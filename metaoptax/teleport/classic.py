@@ -16,11 +16,7 @@ import optax
 
 from metaoptax._src import tree_utils
 
-__all__ = (
-    "teleport",
-    "TeleportState",
-    "with_teleportation",
-)
+__all__ = ("teleport", "TeleportState", "with_teleportation")
 
 
 def squared_gradient_norm(obj_fn: Callable, params: Any) -> jax.Array:

@@ -20,10 +20,7 @@ import jax.numpy as jnp
 
 from metaoptax.teleport.groups import rotation
 
-__all__ = (
-    "teleport_on_the_fly",
-    "closed_form_group_gradient",
-)
+__all__ = ("teleport_on_the_fly", "closed_form_group_gradient")
 
 
 class OnTheFlyTrace(NamedTuple):

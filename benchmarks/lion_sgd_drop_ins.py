@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
-from metaoptax.metaoptimize import drop_ins  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax.step_size import drop_ins  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -38,7 +38,7 @@ import optax
 import _report
 import metaoptax
 from metaoptax._src import tree_utils
-from metaoptax.metaoptimize.presets import PRESETS
+from metaoptax.step_size.presets import PRESETS
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 CHUNK = 1000

@@ -12,33 +12,32 @@ from metaoptax._src.averaging import AverageState
 from metaoptax._src.averaging import average_iterates
 from metaoptax._src.averaging import averaged_params
 from metaoptax._src.progress import Progress
-from metaoptax.metaoptimize import ClimbState
-from metaoptax.metaoptimize import ExactTrace
-from metaoptax.metaoptimize import HessianFreeTrace
-from metaoptax.metaoptimize import HyperparamTrace
-from metaoptax.metaoptimize import IDBDState
-from metaoptax.metaoptimize import MetaOptimizeState
-from metaoptax.metaoptimize import MetaParams
-from metaoptax.metaoptimize import adamw
-from metaoptax.metaoptimize import climb
-from metaoptax.metaoptimize import hypergradient_descent
-from metaoptax.metaoptimize import hyperparameters
-from metaoptax.metaoptimize import idbd
-from metaoptax.metaoptimize import lion
-from metaoptax.metaoptimize import metaoptimize
-from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize import sensitivity_trace
-from metaoptax.metaoptimize import sgd
-from metaoptax.metaoptimize import step_sizes
-from metaoptax.metaoptimize import trace  # deprecated alias of sensitivity_trace
-from metaoptax.metaoptimize import xu_idbd
-from metaoptax.metaoptimize import __all__ as _METAOPTIMIZE_ALL
+from metaoptax.step_size import ClimbState
+from metaoptax.step_size import ExactTrace
+from metaoptax.step_size import HessianFreeTrace
+from metaoptax.step_size import HyperparamTrace
+from metaoptax.step_size import IDBDState
+from metaoptax.step_size import MetaOptimizeState
+from metaoptax.step_size import MetaParams
+from metaoptax.step_size import adamw
+from metaoptax.step_size import climb
+from metaoptax.step_size import hypergradient_descent
+from metaoptax.step_size import hyperparameters
+from metaoptax.step_size import idbd
+from metaoptax.step_size import lion
+from metaoptax.step_size import metaoptimize
+from metaoptax.step_size import presets
+from metaoptax.step_size import sensitivity_trace
+from metaoptax.step_size import sgd
+from metaoptax.step_size import step_sizes
+from metaoptax.step_size import xu_idbd
+from metaoptax.step_size import __all__ as _STEP_SIZE_ALL
 
 __version__ = "0.1.0"
 
 _LAZY_SUBPACKAGES = ("checkpoint", "l2hmc", "l2o", "teleport")
 
-__all__ = ("AverageState", "Progress", "average_iterates", "averaged_params") + _LAZY_SUBPACKAGES + _METAOPTIMIZE_ALL
+__all__ = ("AverageState", "Progress", "average_iterates", "averaged_params") + _LAZY_SUBPACKAGES + _STEP_SIZE_ALL
 
 
 def __getattr__(name: str):

@@ -43,6 +43,8 @@ import numpy as np
 
 from metaoptax._src import multihost
 
+__all__ = ("save", "restore", "latest_step")
+
 _FORMAT = 1
 _COUNT = "num_leaves"  # always written, so even an empty tree makes a valid checkpoint
 
@@ -126,6 +128,28 @@ def _rebuild(like_leaf, kind: str, value) -> Any:
   return value
 
 
+def _first_difference(saved: list, wanted: list) -> str | None:
+  """What differs at the first leaf (in tree order) where two layouts of ``_describe`` differ."""
+  saved_paths = {leaf[0] for leaf in saved}
+  wanted_paths = {leaf[0] for leaf in wanted}
+  for i in range(max(len(saved), len(wanted))):
+    have = saved[i] if i < len(saved) else None
+    want = wanted[i] if i < len(wanted) else None
+    if have is not None and have[0] not in wanted_paths:
+      return f"the checkpoint has a leaf {have[0]} that `like` lacks"
+    if want is not None and want[0] not in saved_paths:
+      return f"`like` has a leaf {want[0]} that the checkpoint lacks"
+    if have[0] != want[0]:
+      return (f"leaf {i} is {have[0]} in the checkpoint but {want[0]} in `like` (the same "
+              "keys in another order)")
+    for field, index in (("shape", 2), ("dtype", 3)):
+      if have[index] != want[index]:
+        show = tuple if field == "shape" else str
+        return (f"the leaf {have[0]} has {field} {show(have[index])} in the checkpoint, "
+                f"{field} {show(want[index])} in `like`")
+  return None
+
+
 def restore(directory: str | os.PathLike, like: Any) -> Any:
   """Reads the checkpoint at ``directory`` into the structure of ``like``.
 
@@ -154,14 +178,11 @@ def restore(directory: str | os.PathLike, like: Any) -> Any:
     if metadata.get("metaoptax_checkpoint") != _FORMAT:
       raise ValueError(f"{directory} is not a metaoptax checkpoint (written by "
                        "metaoptax.checkpoint.save).")
-    saved = metadata["leaves"]
-    if len(saved) != len(layout):
-      raise ValueError(f"The checkpoint has {len(saved)} leaves, `like` has {len(layout)}.")
-    for have, want in zip(saved, layout):
-      if [have[0], have[2], have[3]] != [want[0], want[2], want[3]]:
-        raise ValueError(f"The checkpoint's leaf {have[0]} (shape {tuple(have[2])}, "
-                         f"{have[3]}) does not match `like`'s {want[0]} (shape "
-                         f"{tuple(want[2])}, {want[3]}).")
+    difference = _first_difference(metadata["leaves"], layout)
+    if difference:
+      raise ValueError(f"`like` does not match the checkpoint at {directory}: {difference} "
+                       f"(the checkpoint has {len(metadata['leaves'])} leaves, `like` has "
+                       f"{len(layout)}).")
     targets = [_target(leaf) for _, leaf in leaves]
     request = {_COUNT: jax.ShapeDtypeStruct((), np.int32)}
     request.update({_name(i): t for i, t in enumerate(targets) if int(np.prod(t.shape)) > 0})

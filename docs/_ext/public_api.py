@@ -1,11 +1,9 @@
 """The ``public-api`` directive: autodoc entries for every public name of a module.
 
-A module's public names are its ``__all__`` if it has one; otherwise the names its
-source binds at top level that do not start with an underscore: functions, classes
-and constants it defines, and (for a package's ``__init__``) the names it imports
-from inside ``metaoptax`` (a plain module's imports are not its public names).
-Third-party imports (``jax``, ``optax`` ...) are not
-public names. ``tests/integration/test_docs_build.py`` checks, against the built inventory, that
+A module's public names are its ``__all__``; every public module of metaoptax has one
+(``tests/integration/test_packaging.py`` checks it, and that a public module no
+page documents only supplies names its package's ``__all__`` re-exports).
+``tests/integration/test_docs_build.py`` checks, against the built inventory, that
 every public name of every documented module has an entry.
 """
 
@@ -41,25 +39,11 @@ def resolve(dotted: str):
 
 
 def public_names(module_name: str) -> list[str]:
-  """The public names of the module ``module_name`` refers to, in source order."""
+  """The public names of the module ``module_name`` refers to: its ``__all__``."""
   module = resolve(module_name)
-  if hasattr(module, "__all__"):
-    return list(module.__all__)
-  tree = ast.parse(inspect.getsource(module))
-  names = []
-  for node in tree.body:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-      names.append(node.name)
-    elif isinstance(node, ast.Assign):
-      names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
-    elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-      names.append(node.target.id)
-    elif isinstance(node, ast.ImportFrom) and hasattr(module, "__path__"):   # a package
-      inside = node.level > 0 or (node.module or "").split(".")[0] == PACKAGE
-      if inside:
-        names.extend(alias.asname or alias.name for alias in node.names)
-  unique = list(dict.fromkeys(n for n in names if not n.startswith("_")))
-  return [n for n in unique if hasattr(module, n)]
+  if not hasattr(module, "__all__"):
+    raise ValueError(f"{module_name} ({module.__name__}) has no __all__.")
+  return list(module.__all__)
 
 
 def public_api(module_name: str) -> dict[str, list[str]]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
-import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 
 class Progress(NamedTuple):
@@ -49,27 +47,3 @@ class Bar:
   def close(self) -> None:
     self._bar.close()
 
-
-def legacy_progress(function: str, progress: Any,
-                    arguments: Callable[[Progress], tuple]) -> str | ProgressFn | None:
-  """``progress``, or an adapter if it is a callback of the older positional form.
-
-  A callable with a positional parameter receives one :class:`Progress`
-  (``print`` prints it as a labelled line). One that takes only ``*args``, or
-  cannot take one argument, is a callback of the older form: it receives the
-  positional values ``arguments(report)`` (with a ``DeprecationWarning``).
-  """
-  if not callable(progress) or progress is print:
-    return progress
-  try:
-    parameters = inspect.signature(progress).parameters.values()
-  except (TypeError, ValueError):  # no signature to read: assume the current form
-    return progress
-  positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-  required = [p for p in positional if p.default is p.empty]
-  if positional and len(required) <= 1:
-    return progress
-  warnings.warn(f"{function}(): a progress callback taking positional values is deprecated; "
-                "pass one taking a single metaoptax Progress report (fields iteration, loss, "
-                "skipped_updates, metrics ...).", DeprecationWarning, stacklevel=3)
-  return lambda report: progress(*arguments(report))

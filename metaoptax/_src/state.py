@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -131,10 +130,3 @@ def sensitivity_trace(state: Any) -> Any:
   """
   return _the_state(state).trace.weights
 
-
-def trace(state: Any) -> Any:
-  """Deprecated alias of :func:`sensitivity_trace` (``optax.trace`` is momentum)."""
-  warnings.warn("metaoptax.trace is deprecated (the name of optax's momentum "
-                "transformation); use metaoptax.sensitivity_trace.", DeprecationWarning,
-                stacklevel=2)
-  return sensitivity_trace(state)

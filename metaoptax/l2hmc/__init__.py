@@ -10,5 +10,12 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       TrainingResult, TrainingState, build_training_step,
                                       default_optimizer, esjd_loss, init_training,
                                       objective_loss, train)
-from metaoptax.l2hmc.warmup import WarmupResult, warmup
+from metaoptax.l2hmc.adaptation import WarmupResult, warmup
 from metaoptax.l2hmc.whitening import Whitening
+
+__all__ = ("ess", "targets", "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
+           "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability", "build_kernel",
+           "init", "l2hmc", "propose", "sample_chains", "OBJECTIVES", "TrainingConfig",
+           "TrainingInfo", "TrainingResult", "TrainingState", "build_training_step",
+           "default_optimizer", "esjd_loss", "init_training", "objective_loss", "train",
+           "WarmupResult", "warmup", "Whitening")

@@ -62,6 +62,8 @@ import jax.numpy as jnp
 
 from metaoptax.l2hmc.networks import SQTNetwork, init_networks, time_embedding
 
+__all__ = ("L2HMCConfig", "L2HMCParams", "init_params", "make_masks", "leapfrog")
+
 STEP_SIZE_MODES = ("shared", "per_step")
 
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ("lagged_products", "geyer_ess", "truncated_ess")
+
 
 def lagged_products(x: np.ndarray) -> np.ndarray:
   r""":math:`\sum_t x_t x_{t+\tau}` along axis 0 for every lag (FFT), other axes kept."""

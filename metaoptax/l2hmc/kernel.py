@@ -33,6 +33,9 @@ from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
 from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
 
+__all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
+           "propose", "build_kernel", "l2hmc", "sample_chains")
+
 
 class L2HMCState(NamedTuple):
   """Position of a chain, with its log density and gradient (carried, not recomputed)."""

@@ -23,6 +23,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+__all__ = ()
+
 OUTPUT_INIT = nn.initializers.zeros
 
 

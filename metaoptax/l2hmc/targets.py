@@ -14,6 +14,9 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+__all__ = ("Target", "gaussian", "ill_conditioned_gaussian", "strongly_correlated_gaussian",
+           "mixture_of_gaussians", "rough_well", "all_targets")
+
 
 class Target(NamedTuple):
   """A distribution to sample: ``logdensity_fn(x) = -U(x)`` up to a constant."""

@@ -55,14 +55,17 @@ import optax
 
 from metaoptax._src import loop
 from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_axis
-from metaoptax._src.deprecation import pop_deprecated, rename, replace_fields
 from metaoptax._src.finite_update import apply_if_finite
-from metaoptax._src.progress import Progress, legacy_progress
+from metaoptax._src.progress import Progress
+from metaoptax.l2hmc.adaptation import warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
-from metaoptax.l2hmc.warmup import warmup
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
+
+__all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult", "esjd_loss",
+           "OBJECTIVES", "objective_loss", "default_optimizer", "init_training",
+           "build_training_step", "train")
 
 
 class TrainingConfig(NamedTuple):
@@ -239,15 +242,8 @@ def default_optimizer() -> optax.GradientTransformation:
   return optax.adam(optax.exponential_decay(1e-3, 1000, 0.96, staircase=True))
 
 
-_FLAT_FIELDS = {name: f"training=TrainingConfig({name}=...)" for name in TrainingConfig._fields}
-
-
-def _training_config(function: str, training: TrainingConfig,
-                     deprecated: dict[str, Any], extra: dict[str, str]) -> tuple[TrainingConfig, dict]:
-  """``training`` with the deprecated flat keyword arguments applied, checked; and the
-  remaining deprecated arguments (``extra`` names their replacements)."""
-  old = pop_deprecated(function, deprecated, {**_FLAT_FIELDS, **extra}, stacklevel=4)
-  training = replace_fields(function, training, old)
+def _check_training(training: TrainingConfig) -> None:
+  """Raises ``ValueError`` for a ``TrainingConfig`` that no run can use."""
   temperature = training.temperature
   if not callable(temperature) and not temperature > 0:
     raise ValueError(f"temperature must be > 0 or a schedule, got {temperature}.")
@@ -258,7 +254,6 @@ def _training_config(function: str, training: TrainingConfig,
   if training.warmup_iterations and training.warmup_iterations < 8:
     raise ValueError("warmup_iterations must be 0 or >= 8, got "
                      f"{training.warmup_iterations}.")
-  return training, old
 
 
 def _check_dim(target: Target, config: L2HMCConfig) -> None:
@@ -279,8 +274,8 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 
 def init_training(target: Target, config: L2HMCConfig,
                   training: TrainingConfig = TrainingConfig(), *,
-                  optimizer: optax.GradientTransformation | None = None, seed: int = 0,
-                  **deprecated) -> TrainingState:
+                  optimizer: optax.GradientTransformation | None = None, seed: int = 0
+                  ) -> TrainingState:
   """The state before the first iteration.
 
   Parameters, masks and the chains' starting points (a standard normal) are
@@ -290,7 +285,7 @@ def init_training(target: Target, config: L2HMCConfig,
   chains and the standardized coordinates. Arguments as in :func:`train`
   (``optimizer`` must be the one the step uses).
   """
-  training, _ = _training_config("init_training", training, deprecated, {})
+  _check_training(training)
   _check_dim(target, config)
   optimizer = optimizer or default_optimizer()
   k_params, k_masks, k_chains, key = jax.random.split(jax.random.key(seed), 4)
@@ -326,7 +321,6 @@ def build_training_step(
     optimizer: optax.GradientTransformation | None = None,
     mesh: jax.sharding.Mesh | None = None,
     data_axis: str | Sequence[str] | None = None,
-    **deprecated,
 ) -> Callable[[TrainingState], tuple[TrainingState, TrainingInfo]]:
   """``step(state) -> (state, info)``: one optimizer step, every chain moved once.
 
@@ -341,9 +335,7 @@ def build_training_step(
   parameters and optimizer state are replicated, and the means over chains
   become all-reduces. Arguments as in :func:`train`.
   """
-  training, old = _training_config("build_training_step", training, deprecated,
-                                   {"chain_axis": "data_axis="})
-  data_axis = rename("build_training_step", data_axis, None, old, "chain_axis", "data_axis")
+  _check_training(training)
   _check_dim(target, config)
   # one step object per configuration: its jit shares train's compilation
   return loop.built(_build_step, target.logdensity_fn, config, training,
@@ -438,8 +430,8 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
           progress: str | Callable[[Progress], None] | None = "bar",
           log_every: int = 100, mesh: jax.sharding.Mesh | None = None,
           data_axis: str | Sequence[str] | None = None,
-          checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0,
-          **deprecated) -> TrainingResult:
+          checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0
+          ) -> TrainingResult:
   """Trains the networks and step sizes of an L2HMC sampler on ``target``.
 
   The run is a pure function of its starting state: the same ``init_state``
@@ -476,24 +468,14 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
       ``init_state`` that is neither the checkpointed run's start nor its
       latest state is an error.
     checkpoint_every: iterations between checkpoints (0: only at the end).
-    **deprecated: the earlier names ``chain_axis`` (``data_axis``), the flat
-      fields of ``training`` (``num_chains``, ``temperature`` ...) and ``seed``
-      (``init_state=init_training(target, config, training, seed=...)``).
 
   Returns:
     A :class:`TrainingResult`.
   """
-  training, old = _training_config("train", training, deprecated, {
-      "chain_axis": "data_axis=",
-      "seed": "init_state=init_training(target, config, training, seed=...) (unused with "
-              "init_state)"})
-  data_axis = hashable_axis(rename("train", data_axis, None, old, "chain_axis", "data_axis"))
-  progress = legacy_progress("train", progress,
-                                  lambda r: (r.iteration, r.loss, r.metrics["acceptance"]))
+  _check_training(training)
+  data_axis = hashable_axis(data_axis)
   _check_dim(target, config)
   optimizer = optimizer or default_optimizer()
-  if "seed" in old and init_state is None:  # the earlier precedence: init_state first
-    init_state = init_training(target, config, training, optimizer=optimizer, seed=old["seed"])
   chosen = init_state is not None
   if init_state is None:
     init_state = init_training(target, config, training, optimizer=optimizer)

@@ -19,6 +19,8 @@ from typing import Callable, NamedTuple
 
 import jax
 
+__all__ = ("Whitening",)
+
 
 class Whitening(NamedTuple):
   """:math:`x = \\mu + \\sigma \\odot z`."""

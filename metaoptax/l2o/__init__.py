@@ -1,12 +1,17 @@
 """Learned (LSTM) optimizers that can teleport, their tasks and meta-training."""
 
 from metaoptax.l2o import tasks
-from metaoptax.l2o.evaluation import evaluate, evaluate_optax
+from metaoptax.l2o.evaluation import evaluate
 from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaTrainingResult,
                                          MetaTrainingState, build_meta_step,
                                          default_meta_optimizer, init_meta_training, meta_train,
                                          sample_problems)
 from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_network,
                                    preprocess)
-from metaoptax.l2o.optimizer import L2OState, learned_optimizer, load, save, step
+from metaoptax.l2o.optimizer import L2OState, learned_optimizer, step
 from metaoptax.l2o.validation import Validation
+
+__all__ = ("tasks", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
+           "MetaTrainingState", "build_meta_step", "default_meta_optimizer", "init_meta_training",
+           "meta_train", "sample_problems", "HEADS", "CoordinateLSTM", "L2OConfig", "init_network",
+           "preprocess", "L2OState", "learned_optimizer", "step", "Validation")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any
 
 import jax
@@ -11,13 +10,14 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax.l2o.network import L2OConfig
-from metaoptax.l2o.optimizer import learned_optimizer
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 
+__all__ = ("evaluate",)
+
 
 def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: jax.Array,
-             num_tasks: int, steps: int, *deprecated_args) -> jax.Array:
+             num_tasks: int, steps: int) -> jax.Array:
   """Losses ``(num_tasks, steps + 1)`` of an optax optimizer on unseen tasks of ``family``.
 
   The same ``key`` gives every optimizer the same tasks and starting points. A
@@ -33,15 +33,6 @@ def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: j
     >>> losses.shape
     (4, 11)
   """
-  if isinstance(optimizer, L2OConfig):  # evaluate(config, params, family, key, num_tasks, steps)
-    warnings.warn("evaluate(config, params, family, ...) is deprecated; use "
-                  "evaluate(learned_optimizer(params, config), family, ...).",
-                  DeprecationWarning, stacklevel=2)
-    optimizer, family, key, num_tasks, steps = (learned_optimizer(family, optimizer), key,
-                                                num_tasks, steps, deprecated_args[0])
-  elif deprecated_args:
-    raise TypeError(f"evaluate() takes 5 positional arguments but {5 + len(deprecated_args)} "
-                    "were given")
   tasks, params, _ = sample_problems(L2OConfig(), family, key, num_tasks)
   return jax.jit(functools.partial(trajectory_losses, optimizer, family, steps=steps))(
       tasks, params)
@@ -67,10 +58,3 @@ def trajectory_losses(optimizer: optax.GradientTransformation, family: TaskFamil
 
   return jax.vmap(run)(tasks, params)
 
-
-def evaluate_optax(optimizer: optax.GradientTransformation, family: TaskFamily,
-                   key: jax.Array, num_tasks: int, steps: int) -> jax.Array:
-  """Deprecated name of :func:`evaluate`."""
-  warnings.warn("evaluate_optax is deprecated; use evaluate.", DeprecationWarning,
-                stacklevel=2)
-  return evaluate(optimizer, family, key, num_tasks, steps)

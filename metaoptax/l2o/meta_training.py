@@ -32,16 +32,17 @@ import optax
 
 from metaoptax._src import loop, tree_utils
 from metaoptax._src.data_parallel import data_parallel, hashable_axis
-from metaoptax._src.deprecation import (deprecated_alias, pop_deprecated, rename,
-                                        replace_fields)
 from metaoptax._src.finite_update import apply_if_finite
-from metaoptax._src.progress import Progress, legacy_progress
+from metaoptax._src.progress import Progress
 from metaoptax.l2o.network import L2OConfig, init_network
 from metaoptax.l2o.optimizer import step
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 from metaoptax.l2o.validation import Selection as validation_selection
 from metaoptax.l2o.validation import Validation
+
+__all__ = ("MetaTrainingConfig", "MetaTrainingState", "MetaStepInfo", "MetaTrainingResult",
+           "default_meta_optimizer", "init_meta_training", "build_meta_step", "meta_train")
 
 
 class MetaTrainingConfig(NamedTuple):
@@ -82,8 +83,6 @@ class MetaTrainingState(NamedTuple):
   meta_step: jax.Array  # int32 task batches done
   skipped_updates: jax.Array  # int32 meta updates skipped (non-finite meta-gradient or loss)
 
-  network_params = deprecated_alias("network_params", "params")
-
 
 class MetaStepInfo(NamedTuple):
   """What one task batch (:func:`build_meta_step`) reports."""
@@ -111,9 +110,6 @@ class MetaTrainingResult(NamedTuple):
   # (iteration, held-out score) of each validation of this call, shape (k, 2) (``validation=``)
   validation_scores: np.ndarray | None = None
   best_iteration: int | None = None  # the iteration of the selected weights (``validation=``)
-
-  network_params = deprecated_alias("network_params", "params")
-  meta_losses = deprecated_alias("meta_losses", "losses")
 
 
 def _unroll(config, family, network_params, task, params, state, length, second_order,
@@ -180,8 +176,8 @@ def _default_meta_optimizer(learning_rate, max_norm, decay_updates, warmup_updat
 
 
 def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTransformation
-                       | None = None, seed: int = 0, params: Any = None,
-                       **deprecated) -> MetaTrainingState:
+                       | None = None, seed: int = 0, params: Any = None
+                       ) -> MetaTrainingState:
   """The state before the first task batch.
 
   Args:
@@ -189,11 +185,8 @@ def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTrans
     meta_optimizer: optax optimizer of the network (default
       :func:`default_meta_optimizer`); the same one must go to :func:`build_meta_step`.
     seed: PRNG seed (network init, then the task batches).
-    params: start from these network weights instead of a fresh init
-      (deprecated name: ``network_params``).
+    params: start from these network weights instead of a fresh init.
   """
-  old = pop_deprecated("init_meta_training", deprecated, {"network_params": "params="})
-  params = rename("init_meta_training", params, None, old, "network_params", "params")
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   key, init_key = jax.random.split(jax.random.key(seed))
   net = init_network(init_key, config) if params is None else params
@@ -201,10 +194,8 @@ def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTrans
   return MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero)
 
 
-def _training_config(function: str, training: MetaTrainingConfig,
-                     old: dict[str, Any]) -> MetaTrainingConfig:
-  """``training`` with the deprecated flat keyword arguments applied, in a hashable form."""
-  training = replace_fields(function, training, old)
+def _training_config(training: MetaTrainingConfig) -> MetaTrainingConfig:
+  """``training``, checked, in a hashable form."""
   if training.horizon % training.unroll:
     raise ValueError(f"horizon ({training.horizon}) must be a multiple of unroll "
                      f"({training.unroll}).")
@@ -217,10 +208,6 @@ def _training_config(function: str, training: MetaTrainingConfig,
   return training
 
 
-_FLAT_FIELDS = {name: f"training=MetaTrainingConfig({name}=...)"
-                for name in MetaTrainingConfig._fields}
-
-
 def build_meta_step(
     config: L2OConfig,
     family: TaskFamily,
@@ -229,7 +216,6 @@ def build_meta_step(
     meta_optimizer: optax.GradientTransformation | None = None,
     mesh: jax.sharding.Mesh | None = None,
     data_axis: str | Sequence[str] | None = None,
-    **deprecated,
 ) -> Callable[[MetaTrainingState], tuple[MetaTrainingState, MetaStepInfo]]:
   """``meta_step(state) -> (state, info)``: one task batch, all its truncations.
 
@@ -244,10 +230,7 @@ def build_meta_step(
   network and meta-optimizer state are replicated; the batch mean becomes an
   all-reduce. Arguments as in :func:`meta_train`.
   """
-  old = pop_deprecated("build_meta_step", deprecated,
-                       {**_FLAT_FIELDS, "batch_axis": "data_axis="})
-  data_axis = rename("build_meta_step", data_axis, None, old, "batch_axis", "data_axis")
-  training = _training_config("build_meta_step", training, old)
+  training = _training_config(training)
   # one step object per configuration: its jit shares meta_train's compilation
   return loop.built(_build_meta_step, config, family, training,
                     meta_optimizer or default_meta_optimizer(), mesh, hashable_axis(data_axis))
@@ -355,7 +338,6 @@ def meta_train(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 0,
     validation: Validation | None = None,
-    **deprecated,
 ) -> MetaTrainingResult:
   """Trains the network of a learned optimizer on a task family.
 
@@ -403,31 +385,13 @@ def meta_train(
       The scores are in ``result.validation_scores``; they read the weights
       on the host, the training itself is unchanged. A resumed run selects
       among the scores of its own call.
-    **deprecated: the earlier names ``meta_steps`` (``num_iterations``),
-      ``batch_axis`` (``data_axis``), the flat fields of ``training``
-      (``tasks_per_step``, ``horizon`` ...), and ``seed`` / ``network_params``
-      (``init_state=init_meta_training(config, seed=..., params=...)``).
 
   Returns:
     A :class:`MetaTrainingResult`.
   """
-  old = pop_deprecated("meta_train", deprecated, {
-      **_FLAT_FIELDS, "meta_steps": "num_iterations=", "batch_axis": "data_axis=",
-      "seed": "init_state=init_meta_training(config, seed=...) (unused with init_state)",
-      "network_params": "init_state=init_meta_training(config, params=...) (unused with "
-                        "init_state)"})
-  num_iterations = rename("meta_train", num_iterations, 100, old, "meta_steps",
-                          "num_iterations")
-  data_axis = hashable_axis(rename("meta_train", data_axis, None, old, "batch_axis",
-                                   "data_axis"))
-  training = _training_config("meta_train", training, old)
-  progress = legacy_progress("meta_train", progress,
-                                  lambda r: (r.iteration, r.loss, r.skipped_updates))
+  data_axis = hashable_axis(data_axis)
+  training = _training_config(training)
   meta_optimizer = meta_optimizer or default_meta_optimizer()
-  if ("seed" in old or "network_params" in old) and init_state is None:
-    # the earlier precedence: an init_state makes seed and network_params unused
-    init_state = init_meta_training(config, meta_optimizer=meta_optimizer,
-                                    seed=old.get("seed", 0), params=old.get("network_params"))
   chosen = init_state is not None
   if init_state is None:
     init_state = init_meta_training(config, meta_optimizer=meta_optimizer)

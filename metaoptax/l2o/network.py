@@ -29,6 +29,8 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
+__all__ = ("HEADS", "L2OConfig", "preprocess", "CoordinateLSTM", "init_network")
+
 #: The output heads a :class:`L2OConfig` can ask for (``L2OConfig.heads``).
 HEADS = ("update", "learning_rate", "momentum", "teleport")
 

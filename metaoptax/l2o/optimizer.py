@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-import flax.serialization
 import jax
 import jax.numpy as jnp
 import optax
@@ -25,6 +24,8 @@ from jax.flatten_util import ravel_pytree
 from metaoptax._src import sharding, tree_utils
 from metaoptax.l2o.network import (CoordinateLSTM, L2OConfig, initial_carry, preprocess,
                                    validate)
+
+__all__ = ("L2OState", "step", "learned_optimizer")
 
 
 class L2OState(NamedTuple):
@@ -114,23 +115,3 @@ def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransf
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
-
-def save(path: str, network_params, config: L2OConfig) -> None:
-  """Writes the network weights and configuration (flax msgpack)."""
-  payload = {"config": {k: (list(v) if isinstance(v, tuple) else v)
-                        for k, v in config._asdict().items()},
-             "params": flax.serialization.to_state_dict(network_params)}
-  with open(path, "wb") as f:
-    f.write(flax.serialization.msgpack_serialize(payload))
-
-
-def load(path: str):
-  """Reads ``(network_params, config)`` written by :func:`save`."""
-  with open(path, "rb") as f:
-    payload = flax.serialization.msgpack_restore(f.read())
-  fields = dict(payload["config"])
-  fields["heads"] = tuple(fields["heads"].values() if isinstance(fields["heads"], dict)
-                          else fields["heads"])
-  config = L2OConfig(**fields)
-  params = jax.tree.map(jnp.asarray, payload["params"])
-  return params, config

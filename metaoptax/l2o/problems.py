@@ -8,6 +8,8 @@ from metaoptax.l2o.network import L2OConfig
 from metaoptax.l2o.optimizer import init_state
 from metaoptax.l2o.tasks import TaskFamily
 
+__all__ = ("sample_problems",)
+
 
 def sample_problems(config: L2OConfig, family: TaskFamily, key: jax.Array, count: int):
   """``count`` tasks, starting points and fresh optimizer states (vmapped)."""

@@ -29,6 +29,9 @@ import jax.numpy as jnp
 
 from metaoptax.teleport import groups
 
+__all__ = ("TaskFamily", "ELLIPSE_SAMPLERS", "ellipse", "rosenbrock", "glorot_normal", "he_normal",
+           "mlp_regression", "mlp_classifier")
+
 
 class TaskFamily(NamedTuple):
   """A distribution of optimization problems with a symmetry group."""

@@ -23,6 +23,8 @@ from metaoptax.l2o.optimizer import learned_optimizer
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 
+__all__ = ("Validation",)
+
 
 class Validation(NamedTuple):
   """Held-out tasks that score the network during :func:`~metaoptax.l2o.meta_train`.

@@ -16,6 +16,8 @@ import optax
 
 from metaoptax._src import tree_utils
 
+__all__ = ("teleport", "TeleportState", "with_teleportation")
+
 
 def squared_gradient_norm(obj_fn: Callable, params: Any) -> jax.Array:
   return sum(jnp.sum(g**2) for g in jax.tree.leaves(jax.grad(obj_fn)(params)))

@@ -28,6 +28,9 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+__all__ = ("Bijection", "rotation", "conjugated_rotation", "solve_2x2", "affine_bijection",
+           "rosenbrock_bijection", "linear_layer_pair", "leaky_relu", "leaky_relu_layer_pair")
+
 #: A bijection of :math:`\mathbb{R}^2` as the pair ``(h, h_inverse)``.
 Bijection = tuple[Callable, Callable]
 

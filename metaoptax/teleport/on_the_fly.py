@@ -20,6 +20,8 @@ import jax.numpy as jnp
 
 from metaoptax.teleport.groups import rotation
 
+__all__ = ("teleport_on_the_fly", "closed_form_group_gradient")
+
 
 class OnTheFlyTrace(NamedTuple):
   """Per-step record of :func:`teleport_on_the_fly`."""

@@ -55,21 +55,38 @@ def test_empty_tree_and_overwrite(tmp_path):
   _assert_identical(checkpoint.restore(tmp_path / "c", {"a": jnp.zeros(2)}), {"a": jnp.ones(2)})
 
 
-def test_mismatched_like_is_an_error_not_a_cast(tmp_path):
-  tree = {"a": jnp.ones(3), "b": jnp.zeros((), jnp.int32)}
+def test_mismatched_like_is_an_error_naming_the_first_differing_leaf(tmp_path):
+  tree = {"a": jnp.ones(3), "b": jnp.zeros((), jnp.int32), "d": jnp.ones(2)}
   checkpoint.save(tmp_path / "c", tree)
-  with pytest.raises(ValueError, match=r"\['a'\].*shape \(3,\).*shape \(4,\)"):
-    checkpoint.restore(tmp_path / "c", {"a": jnp.ones(4), "b": tree["b"]})
-  with pytest.raises(ValueError, match="float32.*float16"):
-    checkpoint.restore(tmp_path / "c", {"a": jnp.ones(3, jnp.float16), "b": tree["b"]})
-  with pytest.raises(ValueError, match=r"\['b'\].*\['c'\]"):
-    checkpoint.restore(tmp_path / "c", {"a": tree["a"], "c": tree["b"]})
-  with pytest.raises(ValueError, match="2 leaves"):
-    checkpoint.restore(tmp_path / "c", {"a": tree["a"]})
+  with pytest.raises(ValueError, match=r"leaf \['a'\] has shape \(3,\) in the checkpoint, "
+                                       r"shape \(4,\) in `like`"):
+    checkpoint.restore(tmp_path / "c", {**tree, "a": jnp.ones(4)})
+  with pytest.raises(ValueError, match=r"leaf \['a'\] has dtype float32 in the checkpoint, "
+                                       r"dtype float16 in `like`"):
+    checkpoint.restore(tmp_path / "c", {**tree, "a": jnp.ones(3, jnp.float16)})
+  with pytest.raises(ValueError, match=r"the checkpoint has a leaf \['b'\] that `like` lacks "
+                                       r"\(the checkpoint has 3 leaves, `like` has 2\)"):
+    checkpoint.restore(tmp_path / "c", {"a": tree["a"], "d": tree["d"]})
+  with pytest.raises(ValueError, match=r"`like` has a leaf \['c'\] that the checkpoint lacks"):
+    checkpoint.restore(tmp_path / "c", {**tree, "c": tree["b"]})
   with pytest.raises(FileNotFoundError):
     checkpoint.restore(tmp_path / "missing", tree)
   with pytest.raises(TypeError, match="str"):
     checkpoint.save(tmp_path / "d", {"name": "not an array"})
+
+
+def test_restoring_an_optimizer_state_into_another_optimizers_names_the_leaf(tmp_path):
+  """The user's mistake: a state saved from one optimizer restored into another's."""
+  params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+  saved = metaoptax.adamw().init(params)
+  checkpoint.save(tmp_path / "c", saved)
+  other = metaoptax.sgd().init(params)
+  missing = [jax.tree_util.keystr(path) for path, _ in
+             jax.tree_util.tree_flatten_with_path(saved)[0]]
+  with pytest.raises(ValueError, match="that `like` lacks|that the checkpoint lacks") as error:
+    checkpoint.restore(tmp_path / "c", like=other)
+  assert any(path in str(error.value) for path in missing), str(error.value)
+  assert "leaves, `like` has" in str(error.value)
 
 
 def _poisoned_ellipses(threshold=1.2):
@@ -87,10 +104,11 @@ def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_pa
   family, poisoned = _poisoned_ellipses()
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
   meta_optimizer = l2o.default_meta_optimizer()
-  kwargs = dict(meta_steps=4, tasks_per_step=8, horizon=4, unroll=2, log_loss=True, seed=5,
-                meta_optimizer=meta_optimizer, progress=None)
-  full = l2o.meta_train(config, family, checkpoint_dir=tmp_path / "full", checkpoint_every=2,
-                        **kwargs)
+  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
+  start = l2o.init_meta_training(config, meta_optimizer=meta_optimizer, seed=5)
+  kwargs = dict(num_iterations=4, meta_optimizer=meta_optimizer, progress=None)
+  full = l2o.meta_train(config, family, training, init_state=start,
+                        checkpoint_dir=tmp_path / "full", checkpoint_every=2, **kwargs)
   assert checkpoint.latest_step(tmp_path / "full") == 4
   # oracle for the skips: batch k is sampled with the second half of the k-th split of the key
   key = l2o.init_meta_training(config, seed=5).key
@@ -101,22 +119,25 @@ def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_pa
     expected += 2 * bool(jnp.any(jax.vmap(poisoned)(tasks)))  # both truncations are NaN
   assert 0 < expected < 8, "pick a seed whose batches are partly poisoned"
   assert full.skipped_updates == int(full.state.skipped_updates) == expected
-  assert int(np.sum(~np.isfinite(full.meta_losses))) == expected
-  assert bool(_all_finite(full.state.network_params))
+  assert int(np.sum(~np.isfinite(full.losses))) == expected
+  assert bool(_all_finite(full.state.params))
 
   # an interrupted run: only the mid-run checkpoint survives; the same call finishes the run
   (tmp_path / "resumed").mkdir()
   (tmp_path / "full" / "2").rename(tmp_path / "resumed" / "2")
-  resumed = l2o.meta_train(config, family, checkpoint_dir=tmp_path / "resumed", **kwargs)
+  resumed = l2o.meta_train(config, family, training, init_state=start,
+                           checkpoint_dir=tmp_path / "resumed", **kwargs)
   _assert_identical(resumed.state, full.state)
-  np.testing.assert_array_equal(resumed.meta_losses, full.meta_losses[4:])
+  np.testing.assert_array_equal(resumed.losses, full.losses[4:])
   _assert_identical(checkpoint.restore(tmp_path / "resumed" / "4", like=full.state),
                     full.state)
   # continuing in memory (init_state) and rerunning with the same seed: identical too
-  half = l2o.meta_train(config, family, **{**kwargs, "meta_steps": 2})
-  _assert_identical(l2o.meta_train(config, family, init_state=half.state, **kwargs).state,
+  half = l2o.meta_train(config, family, training, init_state=start,
+                        **{**kwargs, "num_iterations": 2})
+  _assert_identical(l2o.meta_train(config, family, training, init_state=half.state,
+                                   **kwargs).state, full.state)
+  _assert_identical(l2o.meta_train(config, family, training, init_state=start, **kwargs).state,
                     full.state)
-  _assert_identical(l2o.meta_train(config, family, **kwargs).state, full.state)
 
 
 def _all_finite(tree):
@@ -141,9 +162,9 @@ def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path)
   threshold, margin, iterations, chains = 1.5, 0.1, 6, 8
   target = _walled_gaussian(threshold)
   config = l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4, init_step_size=0.01)
-  kwargs = dict(num_iterations=iterations, num_chains=chains, seed=16, progress=None,
-                log_every=4)
-  start = l2hmc.init_training(target, config, num_chains=chains, seed=16)
+  training = l2hmc.TrainingConfig(num_chains=chains)
+  kwargs = dict(num_iterations=iterations, progress=None, log_every=4)
+  start = l2hmc.init_training(target, config, training, seed=16)
   assert float(start.chains.position[:, 0].max()) < threshold - margin, "pick another seed"
   expected = 0
   for i in range(iterations):  # iteration i: fold_in(key, i) -> (loss key, accept key);
@@ -153,8 +174,8 @@ def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path)
     expected += bool(jnp.any(fresh > threshold))
   assert expected == 3, "iterations 1, 2 and 4 have a draw in the NaN region"
 
-  full = l2hmc.train(target, config, checkpoint_dir=tmp_path / "full", checkpoint_every=3,
-                     **kwargs)
+  full = l2hmc.train(target, config, training, init_state=start,
+                     checkpoint_dir=tmp_path / "full", checkpoint_every=3, **kwargs)
   assert full.skipped_updates == int(full.state.skipped_updates) == expected
   assert bool(_all_finite((full.state.params, full.state.chains)))
   assert float(full.state.chains.position[:, 0].max()) < threshold - margin
@@ -163,16 +184,20 @@ def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path)
   # an interrupted run: only the mid-run checkpoint survives; the same call finishes the run
   (tmp_path / "resumed").mkdir()
   (tmp_path / "full" / "3").rename(tmp_path / "resumed" / "3")
-  resumed = l2hmc.train(target, config, checkpoint_dir=tmp_path / "resumed", **kwargs)
+  resumed = l2hmc.train(target, config, training, init_state=start,
+                        checkpoint_dir=tmp_path / "resumed", **kwargs)
   _assert_identical(resumed.state, full.state)
   np.testing.assert_array_equal(resumed.losses, full.losses[3:])
   np.testing.assert_array_equal(resumed.acceptance, full.acceptance[3:])
   # continuing in memory (init_state) and rerunning with the same seed: identical too
-  half = l2hmc.train(target, config, **{**kwargs, "num_iterations": 3})
-  _assert_identical(l2hmc.train(target, config, init_state=half.state, **kwargs).state,
+  half = l2hmc.train(target, config, training, init_state=start,
+                     **{**kwargs, "num_iterations": 3})
+  _assert_identical(l2hmc.train(target, config, training, init_state=half.state,
+                                **kwargs).state, full.state)
+  _assert_identical(l2hmc.train(target, config, training, init_state=start, **kwargs).state,
                     full.state)
-  _assert_identical(l2hmc.train(target, config, **kwargs).state, full.state)
   with pytest.raises(ValueError, match="chains of shape"):
-    l2hmc.train(target, config, init_state=half.state, **{**kwargs, "num_chains": 4})
+    l2hmc.train(target, config, l2hmc.TrainingConfig(num_chains=4), init_state=half.state,
+                **kwargs)
   with pytest.raises(ValueError, match="checkpoint_dir"):
-    l2hmc.train(target, config, checkpoint_every=2, **kwargs)
+    l2hmc.train(target, config, training, init_state=start, checkpoint_every=2, **kwargs)

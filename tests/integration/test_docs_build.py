@@ -22,9 +22,9 @@ for _module in ("sphinx", "myst_parser", "furo"):
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-PAGES = ("index", "getting-started", "metaoptimize", "teleport-l2o", "l2hmc", "multi-host", "robustness",
-         "benchmarks",
-         "api/index", "api/metaoptimize", "api/teleport", "api/l2o", "api/l2hmc")
+PAGES = ("index", "getting-started", "metaoptimize", "teleport-l2o", "l2hmc", "checkpointing",
+         "multi-host", "robustness", "benchmarks",
+         "api/index", "api/metaoptimize", "api/teleport", "api/l2o", "api/l2hmc", "api/checkpoint")
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,8 @@ import pytest
 
 import metaoptax
 from metaoptax import l2hmc, l2o, teleport
-from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.drop_ins import DROP_INS
+from metaoptax.step_size import presets
+from metaoptax.step_size.drop_ins import DROP_INS
 
 STEPS = 10
 INIT_STEP_SIZE = 1e-2
@@ -300,7 +300,8 @@ def test_metaoptimize_is_bitwise_deterministic_across_compilations(variant):
 def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
-  meta_step = l2o.build_meta_step(config, family, tasks_per_step=4, horizon=4, unroll=2)
+  meta_step = l2o.build_meta_step(
+      config, family, l2o.MetaTrainingConfig(tasks_per_step=4, horizon=4, unroll=2))
   start = l2o.init_meta_training(config, seed=5)
   first, second = two_compilations(meta_step, start)
   runs = []
@@ -317,8 +318,9 @@ def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
 def test_l2hmc_training_is_bitwise_deterministic_across_compilations():
   target = l2hmc.targets.strongly_correlated_gaussian()
   config = l2hmc.L2HMCConfig(dim=2, num_steps=1)  # one leapfrog step: a small compile
-  step = l2hmc.build_training_step(target, config, num_chains=8)
-  start = l2hmc.init_training(target, config, num_chains=8, seed=2)
+  training = l2hmc.TrainingConfig(num_chains=8)
+  step = l2hmc.build_training_step(target, config, training)
+  start = l2hmc.init_training(target, config, training, seed=2)
   first, second = two_compilations(step, start)
   runs = []
   for compiled in (first, second):  # two iterations each
@@ -326,5 +328,5 @@ def test_l2hmc_training_is_bitwise_deterministic_across_compilations():
     runs.append((info, compiled(state)))
   assert_bitwise_equal(runs[0], runs[1])
   assert int(runs[0][1][0].iteration) == 2
-  _, other = first(l2hmc.init_training(target, config, num_chains=8, seed=3))
+  _, other = first(l2hmc.init_training(target, config, training, seed=3))
   assert not np.array_equal(np.asarray(other.loss), np.asarray(runs[0][0].loss))

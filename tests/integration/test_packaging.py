@@ -1,15 +1,15 @@
-"""What importing metaoptax costs, a renamed public name, and the dependency floors CI
-tests against."""
+"""What importing metaoptax costs, its public names (``__all__``, all documented, no
+collisions), and the dependency floors CI tests against."""
 
+import importlib
 import json
 import pathlib
+import pkgutil
 import re
 import subprocess
 import sys
 import tomllib
-
-import jax.numpy as jnp
-import pytest
+import types
 
 import metaoptax
 
@@ -44,13 +44,53 @@ def test_flax_and_orbax_load_only_with_their_subpackages():
   assert "flax" in stages["l2o"]
 
 
-def test_trace_is_a_deprecated_alias_of_sensitivity_trace():
-  opt = metaoptax.presets.adamw_adam(1e-6)
-  state = opt.init({"w": jnp.ones(3)})
-  with pytest.warns(DeprecationWarning, match="sensitivity_trace"):
-    old = metaoptax.trace(state)
-  assert old is metaoptax.sensitivity_trace(state)
+def _public_modules() -> list[types.ModuleType]:
+  """metaoptax and every module of it with no ``_``-prefixed part in its name."""
+  names = [info.name for info in pkgutil.walk_packages(metaoptax.__path__, "metaoptax.")]
+  return [metaoptax] + [importlib.import_module(name) for name in names
+                        if not any(part.startswith("_") for part in name.split("."))]
+
+
+def _documented_modules() -> set[str]:
+  """The modules the API reference documents (``.. public-api::`` in docs/api/), by
+  their ``__name__`` (``metaoptax.presets`` is ``metaoptax.step_size.presets``)."""
+  documented = set()
+  for page in (ROOT / "docs" / "api").glob("*.rst"):
+    for dotted in re.findall(r"^\.\. public-api:: (\S+)", page.read_text(), re.M):
+      parent, _, name = dotted.rpartition(".")
+      module = getattr(importlib.import_module(parent), name) if parent else metaoptax
+      documented.add(module.__name__)
+  return documented
+
+
+def test_public_names_are_exactly_the_documented_ones():
+  """Every public module lists ``__all__``, of its own names (no ``jax``, ``np`` or ``os``).
+  A module the API reference does not document supplies only names that its package
+  re-exports in its ``__all__``, so every public name reaches a documented module."""
+  documented = _documented_modules()
+  assert len(documented) >= 10
+  for module in _public_modules():
+    assert hasattr(module, "__all__"), f"{module.__name__} has no __all__"
+    assert len(set(module.__all__)) == len(module.__all__), module.__name__
+    for name in module.__all__:
+      value = getattr(module, name)
+      if isinstance(value, types.ModuleType):
+        assert value.__name__.startswith("metaoptax."), (module.__name__, name)
+    if module.__name__ not in documented:
+      package = sys.modules[module.__name__.rpartition(".")[0]]
+      unexported = [name for name in module.__all__ if name not in package.__all__
+                    or getattr(package, name) is not getattr(module, name)]
+      assert not unexported, (f"{module.__name__} exports {unexported}, which no page "
+                              "documents: re-export them from its package or document it")
   assert "trace" not in metaoptax.__all__   # optax.trace is momentum
+
+
+def test_no_name_is_both_a_module_and_another_object():
+  """``import metaoptax.a.b as m`` gives the module that ``metaoptax.a.b`` names."""
+  for module in _public_modules()[1:]:
+    parent, _, name = module.__name__.rpartition(".")
+    assert getattr(sys.modules[parent], name) is module, (
+        f"{module.__name__} is hidden by {getattr(sys.modules[parent], name)!r}")
 
 
 def test_floors_match_pyproject():

@@ -2,14 +2,13 @@
 
 Checked against independent references: the results the two drivers gave
 before they shared the loop (``data/training_loop_reference.npz``, at a
-stated tolerance: it was written on another machine), a hand-written Python loop over the jitted ``build_*_step``, and the
-earlier keyword names (deprecated aliases, same bits). Also: progress reports
-(bar, ``print``, callbacks old and new), the starting point (``init_state`` or
-a checkpoint, a conflict is an error) and the one ``evaluate``.
+stated tolerance: it was written on another machine) and a hand-written Python
+loop over the jitted ``build_*_step``. Also: progress reports (bar, ``print``,
+a callback), the starting point (``init_state`` or a checkpoint, a conflict is
+an error) and the one ``evaluate``.
 """
 
 import pathlib
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -149,41 +148,6 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
                                np.mean(result.acceptance[3:]), rtol=1e-6)
 
 
-def test_deprecated_names_warn_and_give_the_same_run():
-  new = _meta_train(num_iterations=2)
-  with pytest.warns(DeprecationWarning, match="meta_steps"):
-    old = l2o.meta_train(L2O_CONFIG, FAMILY, meta_steps=2, tasks_per_step=8, horizon=4,
-                         unroll=2, log_loss=True, seed=5, meta_optimizer=META_OPTIMIZER,
-                         progress=None)
-  assert _bits(old.state) == _bits(new.state)
-  with pytest.warns(DeprecationWarning, match="network_params"):
-    np.testing.assert_array_equal(old.meta_losses, new.losses)
-    assert old.network_params is old.params
-  with pytest.warns(DeprecationWarning, match="evaluate_optax"):
-    l2o.evaluate_optax(optax.sgd(0.1), FAMILY, jax.random.key(0), 2, 3)
-  with pytest.raises(TypeError, match="both"):
-    l2o.meta_train(L2O_CONFIG, FAMILY, num_iterations=3, meta_steps=2, progress=None)
-  with pytest.raises(TypeError, match="both"):
-    l2o.meta_train(L2O_CONFIG, FAMILY, TRAINING, horizon=8, progress=None)
-  with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
-    l2o.meta_train(L2O_CONFIG, FAMILY, bogus=1)
-
-  new = _train(num_iterations=2)
-  with pytest.warns(DeprecationWarning, match="chain_axis"):
-    old = l2hmc.train(TARGET, HMC_CONFIG, num_iterations=2, num_chains=8, seed=16,
-                      chain_axis=None, progress=None)
-  assert _bits(old.state) == _bits(new.state)
-
-
-def test_old_positional_progress_callbacks_still_work():
-  seen = []
-  with pytest.warns(DeprecationWarning, match="progress callback"):
-    _meta_train(num_iterations=2, log_every=1,
-                progress=lambda step, loss, skipped: seen.append((step, loss, skipped)))
-  assert [s[0] for s in seen] == [1, 2] and all(s[2] == 0 for s in seen)
-  assert all(isinstance(s[1], float) for s in seen)
-
-
 def test_progress_bar_by_default_and_print(capsys):
   _meta_train(num_iterations=2, log_every=1, progress="bar")
   err = capsys.readouterr().err
@@ -244,6 +208,3 @@ def test_evaluate_runs_any_optax_optimizer_on_the_same_tasks():
       x, state, _ = l2o.step(net, config, state, x, g, lambda t, p: FAMILY.act(task, t, p))
       expected.append(FAMILY.loss(task, x))
     np.testing.assert_allclose(learned[i], np.asarray(expected), rtol=1e-5, atol=1e-7)
-  with pytest.warns(DeprecationWarning, match="learned_optimizer"):
-    old = l2o.evaluate(config, net, FAMILY, key, num_tasks, steps)
-  np.testing.assert_array_equal(old, learned)

@@ -194,23 +194,26 @@ def test_ess_estimators_on_ar1(phi):
 def test_training_improves_jumps_and_is_deterministic():
   """Same seed, different ``log_every`` (progress chunks): bit-identical runs."""
   config = l2hmc.L2HMCConfig(dim=2, num_steps=4)
-  kwargs = dict(num_iterations=60, num_chains=32, progress=None, seed=1)
+  training = l2hmc.TrainingConfig(num_chains=32)
+  kwargs = dict(num_iterations=60, progress=None)
+  start = lambda: l2hmc.init_training(TARGET, config, training, seed=1)
   reports = []
-  first = l2hmc.train(TARGET, config, log_every=30, **kwargs)
-  second = l2hmc.train(TARGET, config, log_every=7, **{**kwargs, "progress": lambda *r: (
-      reports.append(r))})
+  first = l2hmc.train(TARGET, config, training, init_state=start(), log_every=30, **kwargs)
+  second = l2hmc.train(TARGET, config, training, init_state=start(), log_every=7,
+                       **{**kwargs, "progress": reports.append})
   np.testing.assert_array_equal(first.losses, second.losses)
   for a, b in zip(jax.tree.leaves(first.state), jax.tree.leaves(second.state)):
     if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
       a, b = jax.random.key_data(a), jax.random.key_data(b)
     np.testing.assert_array_equal(a, b)
-  assert [r[0] for r in reports] == [7, 14, 21, 28, 35, 42, 49, 56, 60]
-  np.testing.assert_allclose(reports[-1][1:], [first.losses[56:].mean(),
-                                               first.acceptance[56:].mean()], rtol=1e-6)
+  assert [r.iteration for r in reports] == [7, 14, 21, 28, 35, 42, 49, 56, 60]
+  np.testing.assert_allclose([reports[-1].loss, reports[-1].metrics["acceptance"]],
+                             [first.losses[56:].mean(), first.acceptance[56:].mean()],
+                             rtol=1e-6)
   assert first.skipped_updates == 0 and int(first.state.iteration) == 60
   assert first.losses[-10:].mean() < first.losses[:10].mean()
   with pytest.raises(ValueError, match="dim"):
-    l2hmc.train(TARGET, config._replace(dim=3), **kwargs)
+    l2hmc.train(TARGET, config._replace(dim=3), training, **kwargs)
   with pytest.raises(ValueError, match="step_sizes"):
     l2hmc.init_params(jax.random.key(0), config._replace(step_sizes="bogus"))
 
@@ -230,18 +233,24 @@ def test_temperature_and_first_order_force_in_training():
   target = l2hmc.targets.gaussian(jnp.diag(jnp.array([1.0, 2.0])))
   wide = l2hmc.targets.gaussian(jnp.diag(jnp.array([4.0, 8.0])))
   config = l2hmc.L2HMCConfig(dim=2, num_steps=2)
-  kwargs = dict(num_iterations=4, num_chains=8, log_every=4, progress=None, seed=2)
-  exact = l2hmc.train(target, config, temperature=4.0, **kwargs)
-  cut = l2hmc.train(wide, config, differentiate_force=False, **kwargs)
+  training = l2hmc.TrainingConfig(num_chains=8)
+
+  def train(target, **fields):
+    run = training._replace(**fields)
+    return l2hmc.train(target, config, run, num_iterations=4, log_every=4, progress=None,
+                       init_state=l2hmc.init_training(target, config, run, seed=2))
+
+  exact = train(target, temperature=4.0)
+  cut = train(wide, differentiate_force=False)
   np.testing.assert_allclose(cut.losses[0], exact.losses[0], rtol=1e-6)
   assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(cut.params),
                                                    jax.tree.leaves(exact.params)))
-  annealed = l2hmc.train(target, config, differentiate_force=False, **kwargs,
-                         temperature=optax.piecewise_constant_schedule(4.0, {2: 0.25}))
+  annealed = train(target, differentiate_force=False,
+                   temperature=optax.piecewise_constant_schedule(4.0, {2: 0.25}))
   np.testing.assert_allclose(annealed.losses[:2], cut.losses[:2], rtol=1e-6)
   assert np.all(annealed.losses[2:] != cut.losses[2:])
   with pytest.raises(ValueError, match="temperature"):
-    l2hmc.train(target, config, temperature=0.0, **kwargs)
+    train(target, temperature=0.0)
 
 
 def test_first_order_logdensity_keeps_values_and_cuts_curvature():

@@ -1,4 +1,4 @@
-"""Learned optimizers: heads, jit/vmap, task families, meta-training, save/load."""
+"""Learned optimizers: heads, jit/vmap, task families, meta-training, a checkpoint round trip."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import optax
 import pytest
 import scipy.stats
 
-from metaoptax import l2o
+from metaoptax import checkpoint, l2o
 
 HEAD_SETS = [
     ("update",),
@@ -168,14 +168,16 @@ def test_variance_preserving_initialization():
 def test_meta_training_reduces_the_meta_loss_and_is_deterministic():
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1, hidden=8)
-  kwargs = dict(meta_steps=30, tasks_per_step=16, horizon=20, unroll=10, log_loss=True,
-                seed=3, progress=None)
-  result = l2o.meta_train(config, family, **kwargs)
-  first, last = result.meta_losses[:10].mean(), result.meta_losses[-10:].mean()
+  training = l2o.MetaTrainingConfig(tasks_per_step=16, horizon=20, unroll=10, log_loss=True)
+  kwargs = dict(num_iterations=30, progress=None)
+  result = l2o.meta_train(config, family, training,
+                          init_state=l2o.init_meta_training(config, seed=3), **kwargs)
+  first, last = result.losses[:10].mean(), result.losses[-10:].mean()
   assert last < first - 0.5, (first, last)  # log-loss: more than 1.6x lower
   assert result.skipped_updates == 0
-  again = l2o.meta_train(config, family, **kwargs)
-  np.testing.assert_array_equal(result.meta_losses, again.meta_losses)
+  again = l2o.meta_train(config, family, training,
+                         init_state=l2o.init_meta_training(config, seed=3), **kwargs)
+  np.testing.assert_array_equal(result.losses, again.losses)
 
 
 def test_non_finite_meta_gradients_are_skipped_and_counted():
@@ -184,10 +186,10 @@ def test_non_finite_meta_gradients_are_skipped_and_counted():
   poisoned = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > 1.0, jnp.nan, 1.0)
                            * base.loss(task, x))
   config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
-  result = l2o.meta_train(config, poisoned, meta_steps=5, tasks_per_step=8, horizon=10,
-                          unroll=10, progress=None)
+  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=10, unroll=10)
+  result = l2o.meta_train(config, poisoned, training, num_iterations=5, progress=None)
   assert result.skipped_updates > 0
-  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(result.network_params))
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(result.params))
 
 
 def _diverging_ellipses(threshold=1.0, scale=1e4):
@@ -265,19 +267,17 @@ def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
-def test_trained_optimizer_as_optax_and_save_load(tmp_path):
+def test_trained_optimizer_as_optax_and_checkpointed(tmp_path):
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8)
   net = l2o.init_network(jax.random.key(0), config)
-  path = str(tmp_path / "l2o.msgpack")
-  l2o.save(path, net, config)
-  net2, config2 = l2o.load(path)
-  assert config2 == config
+  checkpoint.save(tmp_path / "l2o", net)
+  net2 = checkpoint.restore(tmp_path / "l2o", like=l2o.init_network(jax.random.key(1), config))
   for a, b in zip(jax.tree.leaves(net), jax.tree.leaves(net2)):
     np.testing.assert_array_equal(a, b)
   # any params pytree, inside optax.chain, under jit
   params = {"dense": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, "s": jnp.asarray(2.0)}
   loss = lambda p: jnp.sum(p["dense"]["w"] ** 2) + jnp.sum(p["dense"]["b"] - 1) ** 2 + p["s"] ** 2
-  opt = optax.chain(optax.clip_by_global_norm(10.0), l2o.learned_optimizer(net2, config2))
+  opt = optax.chain(optax.clip_by_global_norm(10.0), l2o.learned_optimizer(net2, config))
   state = opt.init(params)
 
   @jax.jit
@@ -289,7 +289,7 @@ def test_trained_optimizer_as_optax_and_save_load(tmp_path):
   for _ in range(50):
     params, state = train_step(params, state)
   assert float(loss(params)) < start
-  u, new_state = l2o.learned_optimizer(net2, config2).update(
+  u, new_state = l2o.learned_optimizer(net2, config).update(
       jax.tree.map(lambda x: x * jnp.nan, params), state[1], params)
   assert int(new_state.skipped_steps) == 1
   assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u))

@@ -15,8 +15,8 @@ import pytest
 
 import metaoptax
 from metaoptax import checkpoint
-from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.drop_ins import DROP_INS
+from metaoptax.step_size import presets
+from metaoptax.step_size.drop_ins import DROP_INS
 
 STEPS, SAVE_AT = 8, 4
 

@@ -12,8 +12,8 @@ import optax
 import pytest
 
 import metaoptax
-from metaoptax.metaoptimize.drop_ins import DROP_INS
-from metaoptax.metaoptimize.presets import PRESETS
+from metaoptax.step_size.drop_ins import DROP_INS
+from metaoptax.step_size.presets import PRESETS
 
 FACTORIES = {**PRESETS, **DROP_INS}
 

@@ -19,7 +19,7 @@ import optax
 import pytest
 
 import metaoptax
-from metaoptax.metaoptimize import drop_ins
+from metaoptax.step_size import drop_ins
 from tests import conftest as unroll_lib
 
 

@@ -46,7 +46,7 @@ def run(radius):
 def test_plain_recursion_blows_up():
   _, state = run(radius=float("inf"))
   y = float(jnp.abs(state.trace.meta_params.step_size[0, 0]))
-  h = float(jnp.max(jnp.abs(metaoptax.trace(state)["w"])))
+  h = float(jnp.max(jnp.abs(metaoptax.sensitivity_trace(state)["w"])))
   assert y > 100 or int(state.trace_resets) > 0, (y, h)
   assert h > 100 or int(state.trace_resets) > 0, (y, h)
 
@@ -57,6 +57,6 @@ def test_trust_region_keeps_the_trace_bounded():
   assert int(state.trace_resets) == 0 and int(state.skipped_steps) == 0
   y = float(state.trace.meta_params.step_size[0, 0])
   assert abs(y - 1.0) <= radius * (1 + 1e-6)
-  assert float(jnp.max(jnp.abs(metaoptax.trace(state)["w"]))) < 10.0
+  assert float(jnp.max(jnp.abs(metaoptax.sensitivity_trace(state)["w"]))) < 10.0
   assert 0.0 < float(jnp.ravel(metaoptax.step_sizes(state))[0]) < 1.0
   assert np.isfinite(float(loss(params, jax.random.key(1))))

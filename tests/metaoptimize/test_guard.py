@@ -1,6 +1,6 @@
 """The non-finite guard of MetaOptimize and IDBD (``skip_nonfinite=True``).
 
-The contract (``metaoptax/metaoptimize/guard.py``, docs/robustness.md): a step with
+The contract (``metaoptax/_src/guard.py``, docs/robustness.md): a step with
 a non-finite gradient is skipped (zero updates, step sizes, meta state and trace
 kept, ``skipped_steps`` + 1; the base state advances as for a zero gradient); a
 finite step whose trace or step size is not finite is taken from a restarted trace

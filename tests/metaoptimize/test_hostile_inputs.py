@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 import metaoptax
 from metaoptax import l2o
 from metaoptax._src import exact as exact_variants
-from metaoptax.metaoptimize.presets import PRESETS
+from metaoptax.step_size.presets import PRESETS
 
 
 def hostile_settings(max_examples):

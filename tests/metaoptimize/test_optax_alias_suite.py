@@ -40,8 +40,8 @@ import optax
 import pytest
 
 import metaoptax
-from metaoptax.metaoptimize.drop_ins import DROP_INS
-from metaoptax.metaoptimize.presets import PRESETS
+from metaoptax.step_size.drop_ins import DROP_INS
+from metaoptax.step_size.presets import PRESETS
 
 STEPS = 10_000
 TOLERANCE = 3e-2  # optax's rtol = atol

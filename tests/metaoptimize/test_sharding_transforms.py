@@ -166,8 +166,8 @@ def _worker():  # pylint: disable=too-many-statements
   import metaoptax  # pylint: disable=g-import-not-at-top
   from metaoptax import l2hmc, l2o  # pylint: disable=g-import-not-at-top
   from metaoptax._src import sharding  # pylint: disable=g-import-not-at-top
-  from metaoptax.metaoptimize.drop_ins import DROP_INS  # pylint: disable=g-import-not-at-top
-  from metaoptax.metaoptimize.presets import PRESETS  # pylint: disable=g-import-not-at-top
+  from metaoptax.step_size.drop_ins import DROP_INS  # pylint: disable=g-import-not-at-top
+  from metaoptax.step_size.presets import PRESETS  # pylint: disable=g-import-not-at-top
   from metaoptax.teleport import groups  # pylint: disable=g-import-not-at-top
 
   assert jax.device_count() == 8, jax.devices()

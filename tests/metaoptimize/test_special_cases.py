@@ -165,16 +165,6 @@ def test_hypergradient_descent_matches_baydin_adam_hd():
   np.testing.assert_allclose(float(metaoptax.step_sizes(state)[0]), ref[-1][1], rtol=1e-10)
 
 
-def test_hypergradient_descent_hyper_step_size_is_a_deprecated_name():
-  with pytest.warns(DeprecationWarning, match="meta_step_size"):
-    old = metaoptax.hypergradient_descent(hyper_step_size=1e-3, init_step_size=0.01)
-  new = metaoptax.hypergradient_descent(meta_step_size=1e-3, init_step_size=0.01)
-  params, grads = jnp.ones(3), jnp.arange(3.0)
-  ua, _ = old.update(grads, old.init(params), params)
-  ub, _ = new.update(grads, new.init(params), params)
-  np.testing.assert_array_equal(ua, ub)
-  with pytest.raises(TypeError, match="both"):
-    metaoptax.hypergradient_descent(meta_step_size=1e-3, hyper_step_size=1e-3,
-                                    init_step_size=0.01)
+def test_hypergradient_descent_needs_meta_step_size():
   with pytest.raises(TypeError, match="meta_step_size"):
     metaoptax.hypergradient_descent(init_step_size=0.01)

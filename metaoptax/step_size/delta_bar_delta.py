@@ -12,6 +12,8 @@ from metaoptax._src import tree_utils, validation
 from metaoptax._src.hyperparams import (check_meta_step_size, check_step_size_bounds,
                                         concrete_number)
 
+__all__ = ("IDBDState", "idbd")
+
 
 class IDBDState(NamedTuple):
   """State of :func:`idbd`."""

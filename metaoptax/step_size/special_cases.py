@@ -13,19 +13,19 @@ import math
 
 import optax
 
-from metaoptax._src.deprecation import pop_deprecated, rename
 from metaoptax._src.hyperparams import check_meta_step_size
 from metaoptax._src.transform import metaoptimize
+
+__all__ = ("hypergradient_descent", "xu_idbd")
 
 
 def hypergradient_descent(
     base: optax.GradientTransformation | None = None,
     *,
-    meta_step_size: float | None = None,
+    meta_step_size: float,
     init_step_size: float,
     blocks="scalar",
     step_size_bounds=(0.0, math.inf),
-    **deprecated,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Hypergradient descent: :math:`\alpha_t = \alpha_{t-1} + \eta\, g_t \cdot d_{t-1}`.
 
@@ -43,8 +43,7 @@ def hypergradient_descent(
   Args:
     base: direction transformation (default: SGD, ``optax.identity()``).
     meta_step_size: :math:`\eta`, the step size of the step-size update (the same
-      name as in :func:`xu_idbd` and :func:`metaoptax.idbd`; ``hyper_step_size=`` is
-      its deprecated name).
+      name as in :func:`xu_idbd` and :func:`metaoptax.idbd`).
     init_step_size: :math:`\alpha_0`.
     blocks: as in :func:`metaoptax.metaoptimize` (scalar in the paper).
     step_size_bounds: step sizes are clipped to this range (default ``[0, inf)``).
@@ -53,13 +52,6 @@ def hypergradient_descent(
     Baydin et al., `Online Learning Rate Adaptation with Hypergradient Descent
     <https://arxiv.org/abs/1703.04782>`_, 2017.
   """
-  old = pop_deprecated("hypergradient_descent", deprecated,
-                       {"hyper_step_size": "`meta_step_size=`"})
-  meta_step_size = rename("hypergradient_descent", meta_step_size, None, old,
-                          "hyper_step_size", "meta_step_size")
-  if meta_step_size is None:
-    raise TypeError("hypergradient_descent() missing required keyword argument "
-                    "'meta_step_size'")
   check_meta_step_size("meta_step_size", meta_step_size)
   return metaoptimize(
       optax.identity() if base is None else base, optax.sgd(meta_step_size),

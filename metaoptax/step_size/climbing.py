@@ -62,6 +62,8 @@ import optax
 from metaoptax._src.hyperparams import concrete_number
 from metaoptax._src.learned import MetaParams
 
+__all__ = ("ClimbState", "climb")
+
 
 class ClimbState(NamedTuple):
   """State of :func:`climb`."""
@@ -93,7 +95,7 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
 
   Examples:
     >>> import jax.numpy as jnp, optax, metaoptax
-    >>> from metaoptax.metaoptimize.climb import climb
+    >>> from metaoptax import climb
     >>> tx = climb(optax.adam(1e-3), rate=0.05)
     >>> meta_params = metaoptax.MetaParams(step_size=jnp.zeros(1), hyperparams={})
     >>> state = tx.init(meta_params)

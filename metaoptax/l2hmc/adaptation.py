@@ -39,6 +39,8 @@ from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
 from metaoptax.l2hmc.kernel import build_kernel, init
 from metaoptax.l2hmc.whitening import Whitening
 
+__all__ = ("WarmupResult", "warmup")
+
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 
 

@@ -27,6 +27,10 @@ from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
 from metaoptax._src.hyperparams import check_meta_step_size
 from metaoptax._src.transform import metaoptimize
 
+__all__ = ("INIT_STEP_SIZE", "META_STEP_SIZE", "WEIGHT_DECAY", "EPS_ROOT", "meta_adam", "meta_lion",
+           "adamw_adam", "adamw_lion", "lion_lion", "rmsprop_adam", "sgd_momentum_adam", "sgd_sgd",
+           "sgd_adam", "amsgrad_adam", "PRESETS")
+
 #: Default initial step size :math:`\alpha_0` (the paper's).
 INIT_STEP_SIZE = 1e-6
 #: Default meta step size :math:`\eta` of the meta optimizer.

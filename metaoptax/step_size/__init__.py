@@ -8,18 +8,17 @@ from metaoptax._src.state import MetaOptimizeState
 from metaoptax._src.state import hyperparameters
 from metaoptax._src.state import sensitivity_trace
 from metaoptax._src.state import step_sizes
-from metaoptax._src.state import trace  # deprecated alias of sensitivity_trace
 from metaoptax._src.transform import metaoptimize
-from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.climb import ClimbState
-from metaoptax.metaoptimize.climb import climb
-from metaoptax.metaoptimize.drop_ins import adamw
-from metaoptax.metaoptimize.drop_ins import lion
-from metaoptax.metaoptimize.drop_ins import sgd
-from metaoptax.metaoptimize.idbd import IDBDState
-from metaoptax.metaoptimize.idbd import idbd
-from metaoptax.metaoptimize.special_cases import hypergradient_descent
-from metaoptax.metaoptimize.special_cases import xu_idbd
+from metaoptax.step_size import presets
+from metaoptax.step_size.climbing import ClimbState
+from metaoptax.step_size.climbing import climb
+from metaoptax.step_size.drop_ins import adamw
+from metaoptax.step_size.drop_ins import lion
+from metaoptax.step_size.drop_ins import sgd
+from metaoptax.step_size.delta_bar_delta import IDBDState
+from metaoptax.step_size.delta_bar_delta import idbd
+from metaoptax.step_size.special_cases import hypergradient_descent
+from metaoptax.step_size.special_cases import xu_idbd
 
 __all__ = (
     "ClimbState",

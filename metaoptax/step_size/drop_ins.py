@@ -48,9 +48,11 @@ import optax
 from metaoptax._src import learned
 from metaoptax._src.averaging import average_iterates
 from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
-from metaoptax.metaoptimize import presets
-from metaoptax.metaoptimize.climb import climb
+from metaoptax.step_size import presets
+from metaoptax.step_size.climbing import climb
 from metaoptax._src.transform import metaoptimize
+
+__all__ = ("adamw", "lion", "sgd")
 
 #: Default start: far below any sensible step size; the climb finds the range.
 INIT_STEP_SIZE = 1e-6

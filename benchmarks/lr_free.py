@@ -317,12 +317,13 @@ def target_lines(result, design) -> list[str]:
 
 def ablation(results) -> list[str]:
   """Mean validation metric of each design at each checkpoint, and its rank among them."""
+  designs = designs_run(results)
   lines = ["## Ablation of our designs (validation metric: accuracy ↑ or bits/char ↓)", "",
-           "| task | budget | " + " | ".join(DESIGNS) + " |", "|---|---|" + "---|" * len(DESIGNS)]
+           "| task | budget | " + " | ".join(designs) + " |", "|---|---|" + "---|" * len(designs)]
   for r in results:
     for f in FRACTIONS:
       c = r["cells"][str(f)]
-      vals = [float(np.mean(c[f"ours: {d}"]["val"])) for d in DESIGNS]
+      vals = [float(np.mean(c[f"ours: {d}"]["val"])) for d in designs]
       best = (np.argmax if r["higher_is_better"] else np.argmin)(vals)
       cells = [f"**{v:.4f}**" if j == best else f"{v:.4f}" for j, v in enumerate(vals)]
       lines.append(f"| {r['task']} | {int(f * 100)} % | " + " | ".join(cells) + " |")
@@ -377,48 +378,120 @@ def plot_warmup(warm, out):
   _report.save_figure(fig, out / "lr_free_warmup.png")
 
 
-def main(argv=None):
-  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT)
-  args.add_argument("--no-warmup", action="store_true", help="skip the warm-up check")
-  args = args.parse_args(argv)
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  progress = _report.progress_bars()
-  commit = _report.git_commit()
-  results = []
-  for name in args.tasks:
-    results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
-                            progress=progress))
-    plot_task(results[-1], out)
-    (out / "lr_free.json").write_text(json.dumps({"commit": commit, "results": results}))
-  warm = None if args.no_warmup else warmup_check(quick=args.quick, seeds=args.seeds,
-                                                  progress=progress)
-  lines = [f"# Learning-rate-free: `metaoptax.adamw()` on held-out metrics", "",
-           f"Commit `{commit}`; {args.seeds} seeds; command: `python benchmarks/lr_free.py "
-           f"--tasks {' '.join(args.tasks)}`" + (" --quick (smoke run, not results)" if
-                                                 args.quick else "") + ".", ""]
+def designs_run(results) -> list[str]:
+  """Our designs that every task in ``results`` ran, in the order of the first."""
+  labels = [k[len("ours: "):] for k in results[0]["cells"]["1.0"] if k.startswith("ours: ")]
+  return [d for d in labels if all(f"ours: {d}" in r["cells"]["1.0"] for r in results)]
+
+
+def chosen_design(results) -> str:
+  """The design of ours with the best mean rank on the validation metric over every
+  task and budget (rank 0 is best): the default, chosen without the test split."""
+  designs = designs_run(results)
+  ranks = {d: [] for d in designs}
+  for r in results:
+    for f in FRACTIONS:
+      c = r["cells"][str(f)]
+      scores = {d: float(np.mean(_oriented(np.asarray(c[f"ours: {d}"]["val"]),
+                                           r["higher_is_better"]))) for d in designs}
+      for rank, d in enumerate(sorted(scores, key=scores.get)):
+        ranks[d].append(rank)
+  return min(designs, key=lambda d: np.mean(ranks[d]))
+
+
+def plot_summary(results, design, out):
+  """The headline figure: each task's held-out metric at every budget, ours (``design``,
+  untuned) against the per-budget tuned cosine, tuned schedule-free and prodigy."""
+  plt = _report.pyplot()
+  rows = {f"ours: {design}": "metaoptax.adamw() (untuned)",
+          "AdamW warm-up + cosine, tuned for this budget": "AdamW + cosine, tuned per budget",
+          "schedule-free AdamW, tuned": "schedule-free AdamW, tuned",
+          "prodigy": "prodigy", "AdamW best constant": "AdamW, best constant"}
+  fig, axes = plt.subplots(1, len(results), figsize=(3.4 * len(results), 3.4), squeeze=False)
+  for ax, r in zip(axes[0], results):
+    budgets = [int(f * r["steps"]) for f in FRACTIONS]
+    for key, label in rows.items():
+      v = np.asarray([r["cells"][str(f)][key]["test"] for f in FRACTIONS], float)
+      style = dict(lw=2.4, color="C3") if key.startswith("ours") else dict(lw=1.1)
+      ax.errorbar(budgets, v.mean(1), yerr=v.std(1), marker="o", ms=3, capsize=2,
+                  label=label, **style)
+    ax.set(xscale="log", xlabel="budget (steps)", title=r["task"], ylabel=r["test_name"])
+    ax.set_xticks(budgets, [f"{b:,}" for b in budgets], fontsize=7)
+    ax.minorticks_off()
+    ours = np.asarray([r["cells"][str(f)][f"ours: {design}"]["test"] for f in FRACTIONS])
+    mid = float(np.mean(ours[1:]))
+    span = 0.12 if r["higher_is_better"] else 0.6
+    ax.set_ylim(mid - span, mid + span / 2) if r["higher_is_better"] else ax.set_ylim(
+        mid - span / 2, mid + span)
+  axes[0][0].legend(fontsize=7)
+  _report.save_figure(fig, out / "lr_free_summary.png")
+
+
+def report(results, warm, commits, seeds, command) -> list[str]:
+  """The markdown report of ``results`` (one per task) and the warm-up check."""
+  design = chosen_design(results)
+  lines = ["# Learning-rate-free: `metaoptax.adamw()` on held-out metrics", "",
+           f"Commit(s) `{', '.join(sorted(set(commits)))}`; {seeds} seeds, mean ± std; "
+           f"command: `{command}`. The winner of each column is in bold (test metric). "
+           "Settings in brackets were chosen on the validation split.", ""]
   for r in results:
     lines += task_table(r)
   lines += ablation(results)
-  lines += [f"## Targets for the default ({DEFAULT})", "",
+  lines += [f"Chosen on validation (best mean rank over the tasks and budgets): **{design}**.",
+            "", f"## Targets for the chosen design ({design})", "",
             "| task | budget | strongest rival (test) | within one std or better | "
             "not worse than the best constant |", "|---|---|---|---|---|"]
   for r in results:
-    for f, rival, within, not_worse in target_lines(r, DEFAULT):
+    for f, rival, within, not_worse in target_lines(r, design):
       lines.append(f"| {r['task']} | {int(f * 100)} % | {rival} | {'yes' if within else 'NO'}"
                    f" | {'yes' if not_worse else 'NO'} |")
   lines.append("")
   if warm is not None:
-    lines += [f"## Warm-up (digits): train loss − floor of the default at step "
-              f"{warm['check_step']} against the best AdamW ({warm['best_rate']}) at step "
-              f"{warm['target_step']}: {warm['target']:.4g}", "",
+    lines += [f"## Warm-up (digits): train loss − floor at step {warm['check_step']} against "
+              f"the best AdamW ({warm['best_rate']}) at step {warm['target_step']}: "
+              f"{warm['target']:.4g}", "",
               "| start | loss at the check | first step at the target |", "|---|---|---|"]
     lines += [f"| {r['start']:g} | {r['loss_at_check']:.4g} | {r['first_step_at_target']} |"
               for r in warm["rows"]]
+  return lines
+
+
+def main(argv=None):
+  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT)
+  args.add_argument("--no-warmup", action="store_true", help="skip the warm-up check")
+  args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
+                    help="no training: one report of the lr_free.json files of earlier runs")
+  args = args.parse_args(argv)
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  command = "python benchmarks/lr_free.py " + " ".join(argv if argv is not None else sys.argv[1:])
+  if args.combine:
+    runs = [json.loads(path.read_text()) for path in args.combine]
+    results = [r for run in runs for r in run["results"]]
+    warm = next((run["warmup"] for run in runs if run.get("warmup")), None)
+    commits = [run["commit"] for run in runs]
+    command = "; ".join(run.get("command", "?") for run in runs)
+  else:
+    progress = _report.progress_bars()
+    commits = [_report.git_commit()]
+    results = []
+    for name in args.tasks:
+      results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
+                              progress=progress))
+      (out / "lr_free.json").write_text(json.dumps(
+          {"commit": commits[0], "command": command, "results": results}))
+    warm = None if args.no_warmup else warmup_check(quick=args.quick, seeds=args.seeds,
+                                                    progress=progress)
+    (out / "lr_free.json").write_text(json.dumps(
+        {"commit": commits[0], "command": command, "results": results, "warmup": warm}))
+  for r in results:
+    plot_task(r, out)
+  if warm is not None:
     plot_warmup(warm, out)
-  (out / "lr_free.json").write_text(json.dumps({"commit": commit, "results": results,
-                                                "warmup": warm}))
-  _report.write_table(lines, str(out / "lr_free.md"))
+  if results:
+    plot_summary(results, chosen_design(results), out)
+  _report.write_table(report(results, warm, commits, args.seeds, command),
+                      str(out / "lr_free.md"))
 
 
 if __name__ == "__main__":

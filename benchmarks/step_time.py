@@ -23,7 +23,7 @@ import optax
 import _report
 import metaoptax
 
-TARGETS = {"Hessian-free": 1.10, "exact 2x2": 2.5,
+TARGETS = {"Hessian-free": 1.10, "exact 2x2": 2.5, "averaged": 1.15,
            # learned hyperparameters: (1.10 + 0.05 k) for k of them
            "learn k=1": 1.15, "learn k=2": 1.20, "learn k=3": 1.25}
 NOTES = """Notes: "no guard" (`skip_nonfinite=False`) passes the gradient and the trace through
@@ -63,6 +63,8 @@ def methods():
       "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), True, None),
       "metaoptax.adamw() (HF scalar, climb)": (metaoptax.adamw(1e-6, weight_decay=0.1), False,
                                                "Hessian-free"),
+      "metaoptax.adamw(average=0.1) (iterate average)": (
+          metaoptax.adamw(1e-6, weight_decay=0.1, average=0.1), False, "averaged"),
       "metaoptax.adamw(learn=('weight_decay',))": (
           metaoptax.adamw(1e-6, weight_decay=0.1, learn=("weight_decay",)), False, "learn k=1"),
       "metaoptax.adamw(learn=('b1', 'b2'))": (

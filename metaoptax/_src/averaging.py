@@ -27,6 +27,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from metaoptax._src import tree_utils
+from metaoptax._src.hyperparams import concrete_number
+
 
 class AverageState(NamedTuple):
   """The step count and the averaged weights :math:`\\bar w_t`."""
@@ -55,13 +58,16 @@ def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
     >>> round(float(metaoptax.averaged_params(state)["w"][0]), 4)  # 1 + (0.9 - 1) / 1.1
     0.9091
   """
-  if not 0.0 < horizon <= 1.0:
+  number = concrete_number("horizon", horizon)  # a traced value (inject_hyperparams) passes
+  if number is not None and not 0.0 < number <= 1.0:
     raise ValueError(f"average_iterates(horizon={horizon!r}): the horizon is a fraction "
                      "of the steps taken, in (0, 1].")
 
   def init_fn(params):
-    # A copy: the params and the state may both be donated to a jitted step.
-    return AverageState(count=jnp.zeros([], jnp.int32), average=jax.tree.map(jnp.copy, params))
+    # float32 or wider (as the library's other state), and a copy: the params and the
+    # state may both be donated to a jitted step.
+    return AverageState(count=jnp.zeros([], jnp.int32),
+                        average=jax.tree.map(jnp.copy, tree_utils.widen(params)))
 
   def update_fn(updates, state, params=None):
     if params is None:
@@ -70,7 +76,7 @@ def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
     weight = 1.0 / (horizon * count.astype(jnp.float32) + 1.0)
 
     def step(average, p, u):
-      new = p + u
+      new = p.astype(average.dtype) + u.astype(average.dtype)
       return (average + weight.astype(average.dtype) * (new - average)).astype(average.dtype)
 
     average = jax.tree.map(step, state.average, params, updates)
@@ -87,7 +93,7 @@ def averaged_params(state: Any) -> optax.Params:
       ``optax.chain``, a drop-in such as :func:`metaoptax.adamw`) holding exactly one.
 
   Returns:
-    The averaged params (the params' tree).
+    The averaged params (the params' tree, in float32 for lower-precision params).
   """
   found = [s for s in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, AverageState))
            if isinstance(s, AverageState)]

@@ -70,8 +70,17 @@ SGD_CLIMB_RATE = 0.03
 SGD_CLIMB_BACKOFF = 10.0
 #: Discount of the sensitivity trace: a horizon of ~100 steps (the paper uses 1).
 GAMMA = 0.99
-#: Horizon of the drop-ins' average of the weights (``None``: none).
+#: Horizon of :func:`lion`'s and :func:`sgd`'s average of the weights (``None``: none).
 AVERAGE = None
+#: :func:`adamw`: the climb ends 2x above the point where the meta-gradient turned
+#: (backoff 1/2: the greedy ~100-step meta-gradient stops below the rate that serves
+#: a long run, and the average removes the noise of the larger steps), the step size
+#: is then held (no meta step after the climb), and the average of the weights over
+#: the last ~10 % of the steps is kept for evaluation. Chosen on validation splits
+#: (``benchmarks/lr_free.py``: the ablation of docs/benchmarks.md).
+ADAMW_CLIMB_BACKOFF = 0.5
+ADAMW_META_STEP_SIZE = 0.0
+ADAMW_AVERAGE = 0.1
 #: :func:`sgd`'s discount: the paper's (see the module's docstring).
 SGD_GAMMA = 1.0
 
@@ -110,11 +119,11 @@ def adamw(
     mask: Any = None,
     *,
     nesterov: bool = False,
-    meta_step_size: float = META_STEP_SIZE,
+    meta_step_size: float = ADAMW_META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
-    climb_backoff: float = CLIMB_BACKOFF,
+    climb_backoff: float = ADAMW_CLIMB_BACKOFF,
     gamma: float = GAMMA,
-    average: float | None = AVERAGE,
+    average: float | None = ADAMW_AVERAGE,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""AdamW without a learning rate: a drop-in for ``optax.adamw``.
@@ -124,8 +133,24 @@ def adamw(
     w_{t+1} = w_t - \alpha_t\,\big(\hat m_t / (\sqrt{\hat v_t + \epsilon_{root}} + \epsilon)
     + \kappa w_t\big),
 
-  with :math:`\alpha_t` learned by MetaOptimize: an exponential climb from
-  ``init_step_size`` (:func:`metaoptax.climb`), then Adam on :math:`\log\alpha_t`.
+  with :math:`\alpha_t` found by MetaOptimize's meta-gradient: an exponential
+  climb from ``init_step_size`` (:func:`metaoptax.climb`) that ends once raising
+  :math:`\alpha` stops lowering the loss of the next ~100 steps, at twice that
+  point (``climb_backoff=0.5``). The step size is then held (``meta_step_size=0``):
+  instead of annealing it, the drop-in keeps the average of the weights
+
+  .. math::
+
+    \bar w_t = \bar w_{t-1} + (w_t - \bar w_{t-1}) / (c\,t + 1)
+
+  over the last :math:`c = 10\,\%` of the steps (:func:`metaoptax.average_iterates`).
+  **Evaluate** :func:`metaoptax.averaged_params` **of the state**: it removes the noise
+  of the last iterates as a decaying schedule would, at any budget, without knowing
+  the budget (the schedule-free view, Defazio et al. 2024,
+  https://arxiv.org/abs/2405.15682). A greedy meta-gradient anneals :math:`\alpha`
+  early (short-horizon bias, Wu et al. 2018, https://arxiv.org/abs/1803.02021);
+  ``meta_step_size=1e-3`` keeps Adam on :math:`\log\alpha_t` after the climb (the
+  paper's tracking, e.g. for non-stationary data), ``average=None`` drops the average.
 
   Args:
     init_step_size: starting step size; anything from ``1e-8`` up to a good step
@@ -133,10 +158,10 @@ def adamw(
     b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
-    meta_step_size: Adam's step on :math:`\log\alpha` after the climb.
+    meta_step_size: Adam's step on :math:`\log\alpha` after the climb (0: held).
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
-      ends, beyond the averaging lag (:func:`metaoptax.climb`).
+      ends, beyond the averaging lag (:func:`metaoptax.climb`; 0.5: doubled).
     gamma: discount :math:`\gamma` of the sensitivity trace (0.99: ~100 steps).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
@@ -155,6 +180,7 @@ def adamw(
     >>> params = {"w": jnp.ones(3)}
     >>> state = opt.init(params)
     >>> updates, state = opt.update({"w": jnp.array([0.1, -0.2, 0.3])}, state, params)
+    >>> evaluate_these = metaoptax.averaged_params(state)   # the weights to evaluate
   """
   learn = learned.check_learn(kwargs.get("learn", ()), like=optax.adamw)
   direction, decay = _direction_with_decay(

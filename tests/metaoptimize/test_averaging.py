@@ -49,7 +49,7 @@ def test_average_matches_the_recursion_and_passes_updates_through(horizon):
 
 def test_drop_in_with_average_under_donation():
   """The average starts as a copy: params and state can both be donated."""
-  opt = optax.chain(metaoptax.adamw(), metaoptax.average_iterates())
+  opt = metaoptax.adamw()  # keeps the average by default
   params = {"w": jnp.ones((4, 3)), "b": jnp.zeros(3)}
   state = opt.init(params)
   loss = lambda p: jnp.sum(jnp.tanh(jnp.ones(4) @ p["w"] + p["b"]) ** 2)
@@ -87,7 +87,8 @@ def test_drop_in_average_is_the_chain(name):
   """``metaoptax.<drop-in>(average=c)`` is the drop-in chained with ``average_iterates(c)``:
   the same updates and average, bit for bit."""
   drop_in = getattr(metaoptax, name)
-  ours, chained = drop_in(average=0.2), optax.chain(drop_in(), metaoptax.average_iterates(0.2))
+  ours = drop_in(average=0.2)
+  chained = optax.chain(drop_in(average=None), metaoptax.average_iterates(0.2))
   params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)}
   loss = lambda p: jnp.sum(jnp.sin(p["w"]) ** 2)
   states = [ours.init(params), chained.init(params)]

@@ -6,6 +6,8 @@ convergence on a quadratic and on Rosenbrock from alpha_0 = 1e-6 with the
 paper's default meta step size (20k steps under lax.scan).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -15,7 +17,10 @@ import metaoptax
 from metaoptax.step_size.drop_ins import DROP_INS
 from metaoptax.step_size.presets import PRESETS
 
-FACTORIES = {**PRESETS, **DROP_INS}
+# The transformation's own state: the drop-ins without their average of the weights
+# (tests/metaoptimize/test_averaging.py tests it).
+FACTORIES = {**PRESETS, **{name: functools.partial(drop_in, average=None)
+                           for name, drop_in in DROP_INS.items()}}
 
 # (preset, approximation): every preset Hessian-free, and exact variants of three
 # (2x2 with the climb's and with Lion's meta, L with SGD's; 2x2 with Adam's meta is

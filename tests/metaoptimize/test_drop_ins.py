@@ -97,7 +97,7 @@ def run_steps(opt, steps=30):
 
 
 MASK = {"w1": True, "b1": False, "w2": True, "b2": False}
-FROZEN = dict(meta_step_size=0.0, climb_rate=0.0, climb_backoff=1.0)
+FROZEN = dict(meta_step_size=0.0, climb_rate=0.0, climb_backoff=1.0, average=None)
 EQUIVALENT = {
     "adamw": (lambda: metaoptax.adamw(3e-3, weight_decay=0.1, **FROZEN),
               lambda: optax.adamw(3e-3, weight_decay=0.1)),
@@ -131,7 +131,8 @@ def test_frozen_drop_in_equals_its_optax_namesake(case):
 def test_drop_in_climbs_from_1e_8(name):
   """From 1e-8 log(alpha) rises by the climb rate per step (0.1; 0.03 for sgd) until the
   climb ends, 4 to 25 above where it started; the loss falls well below the start."""
-  opt = getattr(metaoptax, name)(1e-8, **({"momentum": 0.9} if name == "sgd" else {}))
+  opt = getattr(metaoptax, name)(1e-8, average=None,
+                                 **({"momentum": 0.9} if name == "sgd" else {}))
   rate = drop_ins.SGD_CLIMB_RATE if name == "sgd" else drop_ins.CLIMB_RATE
   params, state = run_steps(opt, steps=int(30 / rate))
   climb_state = state.meta_state

@@ -113,7 +113,17 @@ _PLAIN_GD_COMPLEX_ROSENBROCK = (
     "the minimum: the loss oscillates (0.04-0.16 over the last 4,000 steps from 1e-6) and "
     "ends 0.15-0.27 outside. With momentum 0.9 (optax's own test of sgd) it converges "
     "from every start 1e-8 ... 1e-2")
+_HELD_STEP_COMPLEX = (
+    "metaoptax.adamw() holds the step size after its climb (the averaged weights, not a "
+    "smaller step, remove the noise: chosen on held-out metrics, benchmarks/lr_free.py). "
+    "On the complex parabola and Rosenbrock function from 1e-3 the climb ends at "
+    "alpha = 0.81 and 0.22 (x2 at its end); Adam's steps of size ~alpha keep the raw "
+    "iterate 0.083 and 0.16 away (averaged weights: 5e-5 and 0.084). From 1e-6, and in "
+    "float32 from both starts, it converges; metaoptax.adamw(meta_step_size=1e-3) "
+    "(Adam on log alpha after the climb) converges in every case")
 EXPECTED_FAILURES = {
+    ("adamw", "parabola", "complex64", 1e-3): _HELD_STEP_COMPLEX,
+    ("adamw", "rosenbrock", "complex64", 1e-3): _HELD_STEP_COMPLEX,
     ("adamw_lion", "parabola", "float32", 1e-6): _LION_META,
     ("adamw_lion", "parabola", "complex64", 1e-6): _LION_META,
     ("sgd_sgd", "rosenbrock", "float32", 1e-6): _SGD_META,
@@ -222,7 +232,7 @@ def test_explicit_state_dtype(name, state_dtype, params_dtype):
   if name == "sgd_momentum":
     opt, field = metaoptax.sgd(0.1, momentum=0.9, accumulator_dtype=state_dtype), "trace"
   else:
-    opt, field = metaoptax.adamw(0.1, mu_dtype=state_dtype), "mu"
+    opt, field = metaoptax.adamw(0.1, mu_dtype=state_dtype, average=None), "mu"
   params_dtype = jax.dtypes.canonicalize_dtype(params_dtype)
   state = opt.init(jnp.zeros(2, params_dtype))
   expected = (jnp.result_type(jnp.float32, params_dtype) if state_dtype is None

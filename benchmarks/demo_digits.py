@@ -54,10 +54,12 @@ OUT = pathlib.Path(__file__).resolve().parent / "out"
 
 
 def drop_in_starts(starts) -> runner.Method:
-  """``metaoptax.adamw`` from every start in ``starts``, side by side, defaults otherwise."""
+  """``metaoptax.adamw`` from every start in ``starts``, side by side, defaults otherwise;
+  evaluated at its averaged weights (``metaoptax.averaged_params``), as a user would."""
   return runner.Method(
       "metaoptax.adamw() starts", "metaoptax",
       lambda a0: metaoptax.adamw(init_step_size=a0, weight_decay=methods.WEIGHT_DECAY),
+      eval_params=lambda state, params: metaoptax.averaged_params(state),
       learned_step_size=True, values=tuple(starts),
       names=tuple((f"metaoptax.adamw() from {a0:g}", f"start {a0:g}") for a0 in starts))
 

@@ -467,8 +467,11 @@ def main(argv=None):
   command = "python benchmarks/lr_free.py " + " ".join(argv if argv is not None else sys.argv[1:])
   if args.combine:
     runs = [json.loads(path.read_text()) for path in args.combine]
+    # a file with "rows" is a warm-up check alone (``warmup_check``'s dict)
+    warm = next((run.get("warmup") or run for run in runs
+                 if run.get("warmup") or "rows" in run), None)
+    runs = [run for run in runs if "results" in run]
     results = [r for run in runs for r in run["results"]]
-    warm = next((run["warmup"] for run in runs if run.get("warmup")), None)
     commits = [run["commit"] for run in runs]
     command = "; ".join(run.get("command", "?") for run in runs)
   else:

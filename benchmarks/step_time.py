@@ -61,17 +61,19 @@ def methods():
   return {
       "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), False, None),
       "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), True, None),
-      "metaoptax.adamw() (HF scalar, climb)": (metaoptax.adamw(1e-6, weight_decay=0.1), False,
-                                               "Hessian-free"),
-      "metaoptax.adamw(average=0.1) (iterate average)": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, average=0.1), False, "averaged"),
+      "metaoptax.adamw() (HF scalar, climb, average)": (
+          metaoptax.adamw(1e-6, weight_decay=0.1), False, "averaged"),
+      "metaoptax.adamw(average=None) (HF scalar, climb)": (
+          metaoptax.adamw(1e-6, weight_decay=0.1, average=None), False, "Hessian-free"),
       "metaoptax.adamw(learn=('weight_decay',))": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("weight_decay",)), False, "learn k=1"),
+          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("weight_decay",), average=None), False,
+          "learn k=1"),
       "metaoptax.adamw(learn=('b1', 'b2'))": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2")), False, "learn k=2"),
+          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2"), average=None), False,
+          "learn k=2"),
       "metaoptax.adamw(learn=('b1', 'b2', 'weight_decay'))": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2", "weight_decay")), False,
-          "learn k=3"),
+          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2", "weight_decay"),
+                          average=None), False, "learn k=3"),
       "(AdamW, Adam) HF scalar": (adam(1e-6), False, "Hessian-free"),
       "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), False, "Hessian-free"),
       "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), False, None),

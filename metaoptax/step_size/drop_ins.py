@@ -119,7 +119,7 @@ def adamw(
     mask: Any = None,
     *,
     nesterov: bool = False,
-    meta_step_size: float = ADAMW_META_STEP_SIZE,
+    meta_step_size: float | None = None,
     climb_rate: float = CLIMB_RATE,
     climb_backoff: float = ADAMW_CLIMB_BACKOFF,
     gamma: float = GAMMA,
@@ -158,7 +158,9 @@ def adamw(
     b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
-    meta_step_size: Adam's step on :math:`\log\alpha` after the climb (0: held).
+    meta_step_size: Adam's step on :math:`\log\alpha` after the climb and on the
+      learned hyperparameters; ``None``: 0 (the step size is held) without ``learn``,
+      the paper's 1e-3 with it (learned hyperparameters need a meta step).
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
       ends, beyond the averaging lag (:func:`metaoptax.climb`; 0.5: doubled).
@@ -183,6 +185,8 @@ def adamw(
     >>> evaluate_these = metaoptax.averaged_params(state)   # the weights to evaluate
   """
   learn = learned.check_learn(kwargs.get("learn", ()), like=optax.adamw)
+  if meta_step_size is None:
+    meta_step_size = META_STEP_SIZE if learn else ADAMW_META_STEP_SIZE
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)

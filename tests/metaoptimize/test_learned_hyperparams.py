@@ -129,7 +129,7 @@ def test_held_out_meta_gradient_is_the_trace_times_the_held_out_gradient():
 
 def test_non_finite_held_out_gradient_gives_a_zero_meta_gradient():
   params, (xs, ys) = problem()
-  opt = metaoptax.adamw(1e-3, learn=("weight_decay", "b2"))
+  opt = metaoptax.adamw(1e-3, learn=("weight_decay", "b2"), average=None)
   state = opt.init(params)
   update = jax.jit(opt.update)
   g = jax.grad(loss)(params, xs[0], ys[0])
@@ -204,7 +204,7 @@ def test_each_column_carries_only_the_state_its_hyperparameter_reaches():
   """weight_decay: no base state; b1: Adam's first moment (+ its own injected value), not
   the second; b2: the second moment, not the first."""
   params, _ = problem()
-  opt = metaoptax.adamw(learn=("b1", "b2", "weight_decay"))
+  opt = metaoptax.adamw(learn=("b1", "b2", "weight_decay"), average=None)
   trace = opt.init(params).trace.hyperparams
   n = sum(x.size for x in jax.tree.leaves(params))
   sizes = [sum(x.size for x in column) for column in trace.base_state]  # b1, b2, weight_decay
@@ -241,7 +241,7 @@ def test_learning_b2_with_a_weight_whose_gradient_is_always_zero():
   """A dead unit (g = 0, so v = 0): forward mode gives inf * 0 = NaN in the b2 column of
   sqrt(v)'s derivative; its sensitivity is 0, and the trace must not restart."""
   params = {"w": jnp.array([1.0, -2.0, 0.5])}
-  opt = metaoptax.adamw(1e-2, learn=("b1", "b2"))
+  opt = metaoptax.adamw(1e-2, learn=("b1", "b2"), average=None)
   step = jax.jit(lambda p, s: opt.update({"w": p["w"] * jnp.array([1.0, 1.0, 0.0])}, s, p))
   state = opt.init(params)
   for _ in range(5):

@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metaoptax._src import dependence
 from metaoptax._src.learned import MetaParams
 
 
@@ -82,11 +81,10 @@ def check_meta_ignores_beta(meta: Any, beta: Any = None) -> bool:
   breaks this (``optax.lion`` and ``optax.adamw`` decay their params by default),
   and pulls :math:`\beta = \log\alpha` toward 0, the step sizes toward 1.
 
-  The update is traced at a zero meta-gradient (``jax.make_jaxpr``, nothing is
-  computed) and refused where its output can depend on ``beta``. A zero decay given
-  as an array (``optax.inject_hyperparams(optax.lion)(..., weight_decay=0.0)``)
-  reads ``beta`` as well: keep it a Python number (``static_args=("weight_decay",)``),
-  which optax skips.
+  Two steps of the same meta-gradient are computed from a probe ``beta`` and from
+  ``beta + 1.5`` (eagerly, on arrays of ``beta``'s shapes) and the meta optimizer is
+  refused where the updates differ: an update that is a function of the meta-gradient
+  alone does not change.
 
   Args:
     meta: the meta optimizer.
@@ -96,12 +94,27 @@ def check_meta_ignores_beta(meta: Any, beta: Any = None) -> bool:
     ``False`` when the probe could not run (a meta optimizer that needs the
     meta-parameters' own structure, e.g. a mask): check again at ``init``.
   """
-  probe = MetaParams(jnp.zeros((1,), jnp.float32), {}) if beta is None else beta
+  probe = MetaParams(np.zeros((1,), np.float32), {}) if beta is None else beta
+  # Concrete values of beta's shapes: the probe runs eagerly even when init is traced.
+  probe = jax.tree.map(lambda b: np.zeros(np.shape(b), b.dtype), probe)
   try:
-    state = jax.eval_shape(meta.init, probe)
-    zeros = jax.tree.map(jnp.zeros_like, probe)
-    update = lambda g, s, b: meta.update(g, s, b)[0]
-    reads = any(dependence.dependent_outputs(update, (zeros, state, probe), (2,)))
+    # Numerically, not from the jaxpr (optax's add_decayed_weights(0.0) multiplies beta
+    # by zero, which reads beta and changes nothing): two steps of the same meta-gradient
+    # from beta and from beta + 1.5 must give the same updates. Two steps, since a
+    # wrapper such as climb() hands over to its inner optimizer after its first step
+    # at a positive meta-gradient.
+    def updates_from(shift):
+      beta0 = jax.tree.map(lambda b: (b + shift).astype(b.dtype), probe)
+      grads = jax.tree.map(jnp.ones_like, beta0)
+      state = meta.init(beta0)
+      first, state = meta.update(grads, state, beta0)
+      beta1 = jax.tree.map(lambda b, u: (b + u).astype(b.dtype), beta0, first)
+      return first, meta.update(grads, state, beta1)[0]
+
+    with jax.ensure_compile_time_eval():
+      low, high = updates_from(0.0), updates_from(1.5)
+    reads = any(not np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-9)
+                for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(high)))
   except Exception:  # pylint: disable=broad-except  # a probe: init checks again
     if beta is None:
       return False
@@ -112,7 +125,6 @@ def check_meta_ignores_beta(meta: Any, beta: Any = None) -> bool:
         "meta-gradient its update changes with beta (weight decay?), which pulls the step "
         "sizes toward 1 outside the meta-gradient that MetaOptimize computes. optax.lion "
         "and optax.adamw decay by default (weight_decay=1e-3 and 1e-4): pass "
-        "weight_decay=0.0, e.g. optax.lion(1e-3, weight_decay=0.0), or use optax.adam (under "
-        "optax.inject_hyperparams, keep it a number: static_args=('weight_decay',)).")
+        "weight_decay=0.0, e.g. optax.lion(1e-3, weight_decay=0.0), or use optax.adam.")
   return True
 

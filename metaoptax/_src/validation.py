@@ -115,6 +115,8 @@ def check_meta_ignores_beta(meta: Any, beta: Any = None) -> bool:
       low, high = updates_from(0.0), updates_from(1.5)
     reads = any(not np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-9)
                 for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(high)))
+  except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+    return False  # a traced meta optimizer (inject_hyperparams, jax.grad): not probed
   except Exception:  # pylint: disable=broad-except  # a probe: init checks again
     if beta is None:
       return False

@@ -74,12 +74,13 @@ GAMMA = 0.99
 AVERAGE = None
 #: :func:`adamw`: the climb ends 2x above the point where the meta-gradient turned
 #: (backoff 1/2: the greedy ~100-step meta-gradient stops below the rate that serves
-#: a long run, and the average removes the noise of the larger steps), the step size
-#: is then held (no meta step after the climb), and the average of the weights over
-#: the last ~10 % of the steps is kept for evaluation. Chosen on validation splits
-#: (``benchmarks/lr_free.py``: the ablation of docs/benchmarks.md).
+#: a long run, and the average removes the noise of the larger steps), Adam then
+#: follows on log(alpha) with the paper's unbounded horizon (gamma = 1), and the
+#: average of the weights over the last ~10 % of the steps is kept for evaluation.
+#: Chosen on validation splits (``benchmarks/lr_free.py``: the ablation of
+#: docs/benchmarks.md).
 ADAMW_CLIMB_BACKOFF = 0.5
-ADAMW_META_STEP_SIZE = 0.0
+ADAMW_GAMMA = 1.0
 ADAMW_AVERAGE = 0.1
 #: :func:`sgd`'s discount: the paper's (see the module's docstring).
 SGD_GAMMA = 1.0
@@ -119,10 +120,10 @@ def adamw(
     mask: Any = None,
     *,
     nesterov: bool = False,
-    meta_step_size: float | None = None,
+    meta_step_size: float = META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
     climb_backoff: float = ADAMW_CLIMB_BACKOFF,
-    gamma: float = GAMMA,
+    gamma: float = ADAMW_GAMMA,
     average: float | None = ADAMW_AVERAGE,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
@@ -136,8 +137,9 @@ def adamw(
   with :math:`\alpha_t` found by MetaOptimize's meta-gradient: an exponential
   climb from ``init_step_size`` (:func:`metaoptax.climb`) that ends once raising
   :math:`\alpha` stops lowering the loss of the next ~100 steps, at twice that
-  point (``climb_backoff=0.5``). The step size is then held (``meta_step_size=0``):
-  instead of annealing it, the drop-in keeps the average of the weights
+  point (``climb_backoff=0.5``); then Adam on :math:`\log\alpha_t` with the paper's
+  unbounded horizon (``gamma=1``), whose meta-gradient anneals less greedily than a
+  short one. Beside the iterates the drop-in keeps the average of the weights
 
   .. math::
 
@@ -147,10 +149,10 @@ def adamw(
   **Evaluate** :func:`metaoptax.averaged_params` **of the state**: it removes the noise
   of the last iterates as a decaying schedule would, at any budget, without knowing
   the budget (the schedule-free view, Defazio et al. 2024,
-  https://arxiv.org/abs/2405.15682). A greedy meta-gradient anneals :math:`\alpha`
-  early (short-horizon bias, Wu et al. 2018, https://arxiv.org/abs/1803.02021);
-  ``meta_step_size=1e-3`` keeps Adam on :math:`\log\alpha_t` after the climb (the
-  paper's tracking, e.g. for non-stationary data), ``average=None`` drops the average.
+  https://arxiv.org/abs/2405.15682). Greedy meta-gradients anneal :math:`\alpha` too
+  early (short-horizon bias, Wu et al. 2018, https://arxiv.org/abs/1803.02021): the
+  doubled end of the climb, the long horizon and the average each counter it.
+  ``average=None`` drops the average.
 
   Args:
     init_step_size: starting step size; anything from ``1e-8`` up to a good step
@@ -158,13 +160,13 @@ def adamw(
     b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
-    meta_step_size: Adam's step on :math:`\log\alpha` after the climb and on the
-      learned hyperparameters; ``None``: 0 (the step size is held) without ``learn``,
-      the paper's 1e-3 with it (learned hyperparameters need a meta step).
+    meta_step_size: Adam's step on :math:`\log\alpha` after the climb (and on the
+      learned hyperparameters); 0 holds the step size.
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
       ends, beyond the averaging lag (:func:`metaoptax.climb`; 0.5: doubled).
-    gamma: discount :math:`\gamma` of the sensitivity trace (0.99: ~100 steps).
+    gamma: discount :math:`\gamma` of the sensitivity trace after the climb (1: the
+      whole run, the paper's; 0.99: ~100 steps).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
@@ -185,8 +187,6 @@ def adamw(
     >>> evaluate_these = metaoptax.averaged_params(state)   # the weights to evaluate
   """
   learn = learned.check_learn(kwargs.get("learn", ()), like=optax.adamw)
-  if meta_step_size is None:
-    meta_step_size = META_STEP_SIZE if learn else ADAMW_META_STEP_SIZE
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)

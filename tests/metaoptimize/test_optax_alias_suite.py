@@ -113,17 +113,14 @@ _PLAIN_GD_COMPLEX_ROSENBROCK = (
     "the minimum: the loss oscillates (0.04-0.16 over the last 4,000 steps from 1e-6) and "
     "ends 0.15-0.27 outside. With momentum 0.9 (optax's own test of sgd) it converges "
     "from every start 1e-8 ... 1e-2")
-_HELD_STEP_COMPLEX = (
-    "metaoptax.adamw() holds the step size after its climb (the averaged weights, not a "
-    "smaller step, remove the noise: chosen on held-out metrics, benchmarks/lr_free.py). "
-    "On the complex parabola and Rosenbrock function from 1e-3 the climb ends at "
-    "alpha = 0.81 and 0.22 (x2 at its end); Adam's steps of size ~alpha keep the raw "
-    "iterate 0.083 and 0.16 away (averaged weights: 5e-5 and 0.084). From 1e-6, and in "
-    "float32 from both starts, it converges; metaoptax.adamw(meta_step_size=1e-3) "
-    "(Adam on log alpha after the climb) converges in every case")
+_UNBOUNDED_HORIZON = (
+    "metaoptax.adamw()'s default follows its climb with Adam on log(alpha) at the paper's "
+    "gamma = 1 (chosen on held-out metrics, benchmarks/lr_free.py): on the deterministic "
+    "parabola the unbounded trace sums the whole displacement since the start and its "
+    "meta-gradient anneals alpha too little; from 1e-6 the raw iterate ends 0.072 away "
+    "(tolerance 0.03). gamma=0.99 converges here")
 EXPECTED_FAILURES = {
-    ("adamw", "parabola", "complex64", 1e-3): _HELD_STEP_COMPLEX,
-    ("adamw", "rosenbrock", "complex64", 1e-3): _HELD_STEP_COMPLEX,
+    ("adamw", "parabola", "float32", 1e-6): _UNBOUNDED_HORIZON,
     ("adamw_lion", "parabola", "float32", 1e-6): _LION_META,
     ("adamw_lion", "parabola", "complex64", 1e-6): _LION_META,
     ("sgd_sgd", "rosenbrock", "float32", 1e-6): _SGD_META,

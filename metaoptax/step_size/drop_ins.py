@@ -10,13 +10,12 @@ scalar step size by default). They differ from the paper-faithful
   ``climb_rate`` per step until the total meta-gradient turns positive, so a
   start many orders of magnitude below a good step size costs tens to a few
   hundred steps instead of thousands (:func:`sgd` climbs more carefully);
-* a finite horizon for :func:`adamw` and :func:`lion`, ``gamma = 0.99``: the
-  Hessian-free trace forgets displacements older than ~100 steps. With the paper's
-  ``gamma = 1`` it is the whole displacement since the start, a random walk once the
-  loss is at its noise floor, and the meta-gradient loses the signal that anneals
-  the step size. :func:`sgd` keeps the paper's ``gamma = 1``: with a 100-step
-  horizon the noise of the next steps outweighs the slow gain of a larger step, and
-  SGD's step size stalls far below the best fixed rate;
+* a finite horizon for :func:`lion`, ``gamma = 0.99``: the Hessian-free trace
+  forgets displacements older than ~100 steps. :func:`sgd` keeps the paper's
+  ``gamma = 1`` (with a 100-step horizon SGD's step size stalls far below the best
+  fixed rate), and so does :func:`adamw`, whose climb ends at twice the point where
+  the meta-gradient turned and which keeps an average of the weights (chosen on
+  validation splits, ``benchmarks/lr_free.py``);
 * optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``);
 * ``average=``: with a horizon :math:`c` (e.g. ``0.1``), an average of the weights
   whose horizon is the fraction :math:`c` of the steps taken

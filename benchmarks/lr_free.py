@@ -258,10 +258,9 @@ def warmup_check(*, quick, seeds, progress):
 DEFAULT = "climb x2, hold + average"
 
 
-def _fmt(values, higher):
+def _fmt(values):
   v = np.asarray(values, float)
-  digits_ = 3 if higher else 3
-  return f"{np.mean(v):.{digits_}f} ± {np.std(v):.{digits_}f}"
+  return f"{np.mean(v):.3f} ± {np.std(v):.3f}"
 
 
 def task_table(result) -> list[str]:
@@ -282,7 +281,7 @@ def task_table(result) -> list[str]:
     row = []
     for f in FRACTIONS:
       c = cells[str(f)][label]
-      text = _fmt(c["test"], higher)
+      text = _fmt(c["test"])
       if label == winners[f]:
         text = f"**{text}**"
       if c["setting"] and not label.startswith("ours") and label not in ("prodigy",

@@ -101,6 +101,46 @@ def _design(**kwargs):
   return lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY, **kwargs)
 
 
+class InterpolationState(NamedTuple):
+  weight_sum: jax.Array  # sum of alpha_t^2 so far
+  base: optax.OptState  # the wrapped metaoptax.adamw(b1=0)'s state
+  z: optax.Params  # the base iterates
+
+
+def _interpolated(b1: float = 0.9, **kwargs) -> optax.GradientTransformation:
+  """Schedule-free's interpolation (Defazio et al. 2024) around a learned step size.
+
+  The base is ``metaoptax.adamw(b1=0, average=None, **kwargs)`` (its momentum
+  replaced by the interpolation); the user's params are ``y``, its gradient is taken
+  there, and ``z_{t+1} = z_t + u_t``, ``x_{t+1} = x_t + c_t (z_{t+1} - x_t)`` with
+  ``c_t = alpha_t^2 / sum_{s<=t} alpha_s^2`` (schedule-free's ``lr^2`` weights, the
+  learned ``alpha_t`` for ``lr``), ``y_{t+1} = b1 x_{t+1} + (1 - b1) z_{t+1}``.
+  Evaluate ``x`` (:func:`_interpolated_eval`). A design of the ablation only."""
+  base = metaoptax.adamw(b1=0.0, weight_decay=WEIGHT_DECAY, average=None, **kwargs)
+
+  def init(params):
+    return InterpolationState(jnp.zeros([], jnp.float32), base.init(params),
+                              jax.tree.map(jnp.copy, params))
+
+  def update(grads, state, params):
+    u, base_state = base.update(grads, state.base, params)
+    weight = jnp.mean(jnp.atleast_1d(metaoptax.step_sizes(base_state))) ** 2
+    total = state.weight_sum + weight
+    c = weight / total
+    z = jax.tree.map(jnp.add, state.z, u)
+    x = jax.tree.map(lambda y, z0, z1: (1 - c) * (y - (1 - b1) * z0) / b1 + c * z1,
+                     params, state.z, z)
+    updates = jax.tree.map(lambda xi, zi, y: b1 * xi + (1 - b1) * zi - y, x, z, params)
+    return updates, InterpolationState(total, base_state, z)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _interpolated_eval(state, params, b1=0.9):
+  """``x = (y - (1 - b1) z) / b1``: the average that :func:`_interpolated` evaluates."""
+  return jax.tree.map(lambda y, z: (y - (1 - b1) * z) / b1, params, state.z)
+
+
 #: Ours, untuned: name -> (optimizer, evaluate the averaged weights). Each design's
 #: settings are spelled out, so the ablation runs the same at any commit. An earlier
 #: round (the grids then stopped at 1e-2) also ran a faster climb (``climb_rate=0.3``):
@@ -115,14 +155,18 @@ DESIGNS = {
                                  True),
     "climb x2, gamma=1 + average": (_design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0,
                                             average=0.1), True),
+    "interpolation, climb x2, hold": (lambda: _interpolated(climb_backoff=0.5,
+                                                            meta_step_size=0.0), _interpolated_eval),
 }
 
 
-def design_methods() -> list[Method]:
+def design_methods(names=None) -> list[Method]:
+  """Our designs (``names`` of ``DESIGNS``, default all); ``average`` is ``True`` for
+  the drop-in's average, or the design's own evaluation."""
   return [Method(f"ours: {name}", "metaoptax", lambda _, make=make: make(),
-                 eval_params=_averaged if average else None, learned_step_size=True,
-                 info="untuned")
-          for name, (make, average) in DESIGNS.items()]
+                 eval_params=(_averaged if average is True else average or None),
+                 learned_step_size=True, info="untuned")
+          for name, (make, average) in DESIGNS.items() if names is None or name in names]
 
 
 def adamw_grid() -> Method:
@@ -180,6 +224,41 @@ def _best(logs, i, higher):
   return logs[int(np.argmin(scores))]
 
 
+def run_designs(name, task, designs, *, quick, seeds, progress):
+  """Only ``designs`` of ours on one task (no baselines): cells and curves that
+  ``--combine`` merges into an earlier full run of the task."""
+  problem = task.make()
+  steps = task.quick_steps if quick else task.steps
+  chunk = steps // CHECKPOINTS
+  ours = [log for m in design_methods(designs)
+          for log in runner.train(problem, m, steps=steps, seeds=seeds, chunk=chunk,
+                                  progress=progress)]
+  cells = {str(f): {log.method.name: {**_cell(log, _index(steps, chunk, f)), "setting": "untuned"}
+                    for log in ours} for f in FRACTIONS}
+  curves = {"steps": ours[0].steps.tolist(),
+            "ours": {log.method.name: {"test": log.test.tolist(), "val": log.val.tolist(),
+                                       "alpha": log.step_sizes[..., 0].tolist()}
+                     for log in ours}}
+  return {"task": name, "steps": steps, "test_name": problem.test_name,
+          "higher_is_better": problem.higher_is_better, "cells": cells, "curves": curves}
+
+
+def merge(results) -> list:
+  """Results of the same task (a full run and runs of more designs) as one."""
+  merged = {}
+  for r in results:
+    if r["task"] not in merged:
+      merged[r["task"]] = json.loads(json.dumps(r))
+      continue
+    m = merged[r["task"]]
+    if m["steps"] != r["steps"]:
+      raise ValueError(f"{r['task']}: runs of {m['steps']} and {r['steps']} steps")
+    for f, cells in r["cells"].items():
+      m["cells"][f].update(cells)
+    m["curves"]["ours"].update(r["curves"]["ours"])
+  return list(merged.values())
+
+
 def run_task(name, task, *, quick, seeds, progress):
   """Every method on one task; returns the scores at each budget and the curves."""
   problem = task.make()
@@ -235,9 +314,9 @@ def warmup_check(*, quick, seeds, progress):
         lambda b: jnp.full_like(b, jnp.log(start)), s.meta_params)) if is_meta(s) else s,
                         state, is_leaf=is_meta)
 
-  default = DESIGNS[DEFAULT][0]
   sweep = runner.train(problem, Method(
-      "default, start sweep", "metaoptax", lambda _: default(), learned_step_size=True,
+      "default, start sweep", "metaoptax",
+      lambda _: metaoptax.adamw(weight_decay=WEIGHT_DECAY), learned_step_size=True,
       values=WARMUP_STARTS, prepare=set_start,
       names=tuple((f"from {a:g}", f"start {a:g}") for a in WARMUP_STARTS)),
                        steps=steps, seeds=seeds, chunk=chunk, progress=progress)
@@ -254,8 +333,6 @@ def warmup_check(*, quick, seeds, progress):
                         for l in grid}}
 
 
-#: The design reported as ``metaoptax.adamw()``'s default (chosen on validation).
-DEFAULT = "climb x2, hold + average"
 
 
 def _fmt(values):
@@ -458,6 +535,9 @@ def report(results, warm, commits, seeds, command) -> list[str]:
 def main(argv=None):
   args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT)
   args.add_argument("--no-warmup", action="store_true", help="skip the warm-up check")
+  args.add_argument("--designs", nargs="+", choices=list(DESIGNS), metavar="DESIGN",
+                    help="run only these designs of ours (no baselines), to --combine with "
+                         "an earlier full run")
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
@@ -470,7 +550,7 @@ def main(argv=None):
     warm = next((run.get("warmup") or run for run in runs
                  if run.get("warmup") or "rows" in run), None)
     runs = [run for run in runs if "results" in run]
-    results = [r for run in runs for r in run["results"]]
+    results = merge([r for run in runs for r in run["results"]])
     commits = [run["commit"] for run in runs]
     command = "; ".join(run.get("command") or "python benchmarks/lr_free.py --no-warmup --tasks "
                         + " ".join(r["task"] for r in run["results"]) for run in runs)
@@ -482,14 +562,21 @@ def main(argv=None):
     commits = [_report.git_commit()]
     results = []
     for name in args.tasks:
-      results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
-                              progress=progress))
+      if args.designs:
+        results.append(run_designs(name, TASKS[name], args.designs, quick=args.quick,
+                                   seeds=args.seeds, progress=progress))
+      else:
+        results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
+                                progress=progress))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
-    warm = None if args.no_warmup else warmup_check(quick=args.quick, seeds=args.seeds,
+    warm = None if args.no_warmup or args.designs else warmup_check(quick=args.quick, seeds=args.seeds,
                                                     progress=progress)
     (out / "lr_free.json").write_text(json.dumps(
         {"commit": commits[0], "command": command, "results": results, "warmup": warm}))
+  if args.designs and not args.combine:
+    print(f"wrote {out / 'lr_free.json'}: combine it with a full run (--combine)")
+    return
   for r in results:
     plot_task(r, out)
   if warm is not None:

@@ -232,7 +232,7 @@ def test_temperature_and_first_order_force_in_training():
   first loss) is unchanged and the updates differ."""
   target = l2hmc.targets.gaussian(jnp.diag(jnp.array([1.0, 2.0])))
   wide = l2hmc.targets.gaussian(jnp.diag(jnp.array([4.0, 8.0])))
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=2)
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=1, hidden=4)
   training = l2hmc.TrainingConfig(num_chains=8)
 
   def train(target, **fields):

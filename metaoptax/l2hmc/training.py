@@ -287,6 +287,16 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
   return at
 
 
+@functools.cache
+def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
+                   init_step_size: float) -> Callable:
+  """The jitted warm-up of one target and configuration (runs from other seeds reuse its
+  compilation)."""
+  return jax.jit(functools.partial(warmup, logdensity_fn, num_steps=num_steps,
+                                   num_iterations=num_iterations,
+                                   init_step_size=init_step_size))
+
+
 def init_training(target: Target, config: L2HMCConfig,
                   training: TrainingConfig = TrainingConfig(), *,
                   optimizer: optax.GradientTransformation | None = None, seed: int = 0
@@ -311,10 +321,9 @@ def init_training(target: Target, config: L2HMCConfig,
   if training.warmup_iterations:
     k_chains, k_warmup = jax.random.split(k_chains)
     # at the target itself (temperature 1): its scales are where the sampler must end
-    found = jax.jit(functools.partial(
-        warmup, target.logdensity_fn, num_steps=config.num_steps,
-        num_iterations=training.warmup_iterations, init_step_size=config.init_step_size))(
-            positions, k_warmup)
+    found = _jitted_warmup(target.logdensity_fn, config.num_steps,
+                           training.warmup_iterations, config.init_step_size)(
+                               positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = found.step_size
     if config.per_coordinate:

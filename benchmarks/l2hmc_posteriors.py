@@ -70,10 +70,14 @@ VARIANTS = {
     "networks, width 10": dict(use_networks=True, hidden=10),
     "networks, width 50": dict(use_networks=True, hidden=50),
 }
-# the mixture: (label, objective, annealing (T0, fraction of the iterations) or None)
-MIXTURE_OBJECTIVES = (("esjd_squares", "esjd_squares"),
-                      ("esjd_coordinates", "esjd_coordinates"),
-                      ("esjd (paper's)", "esjd"))
+# the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
+# the fresh-sample term); the last two rows are the paper's setting (no warm-up and
+# whitening, fresh standard-normal samples in the loss), where its ESJD crosses by reflection
+MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
+                ("esjd_coordinates", "esjd_coordinates", None, 0.0),
+                ("esjd (paper's)", "esjd", None, 0.0),
+                ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
+                ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
 
 
 def targets() -> dict:
@@ -120,10 +124,10 @@ def _annealing(initial, until):
 
 
 def train(target, variant: dict, objective: str, seed: int, iterations: int, chains: int,
-          warmup: int, num_steps: int, anneal=None):
+          warmup: int, num_steps: int, anneal=None, aux_weight: float = 0.0):
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
                              per_coordinate=True, init_step_size=0.1, **variant)
-  options = dict(num_chains=chains, aux_weight=0.0, objective=objective,
+  options = dict(num_chains=chains, aux_weight=aux_weight, objective=objective,
                  warmup_iterations=warmup, drop_nonfinite_chains=True)
   if anneal is not None:
     options["temperature"] = _annealing(anneal[0], max(1, int(anneal[1] * iterations)))
@@ -180,10 +184,11 @@ def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in,
 
 
 def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
-              iterations=None):
+              iterations=None, warmup=None, aux_weight=0.0):
   config, result, trained = train(target, variant, objective, seed,
-                                  iterations or args.iterations, args.chains, args.warmup,
-                                  args.num_steps, anneal)
+                                  iterations or args.iterations, args.chains,
+                                  args.warmup if warmup is None else warmup, args.num_steps,
+                                  anneal, aux_weight)
   # from the training chains (burnt in by the warm-up and training), as NUTS's
   # measured chains continue from its adaptation
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
@@ -192,7 +197,8 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   scores = checked(_sampler_metrics.score(run["draws"], args.num_steps, run["seconds"]),
                    run["draws"], ref)
   eps = np.exp(np.asarray(result.params.log_step_size_x))
-  scores.update(sampler=label, seed=seed, objective=objective, acceptance=run["acceptance"],
+  scores.update(sampler=label, seed=seed, objective=objective, aux_weight=aux_weight,
+                warmup=args.warmup if warmup is None else warmup, acceptance=run["acceptance"],
                 divergent=run["divergent"], training_seconds=trained,
                 skipped=result.skipped_updates,
                 step_size=f"{eps.min():.3g}-{eps.max():.3g}")
@@ -287,17 +293,18 @@ def main(argv=None):
                         functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
       rows = []
       if name == "mixture":
-        runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3))
-                for label, objective in MIXTURE_OBJECTIVES]
+        runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
+                 aux_weight) for label, objective, warmup, aux_weight in MIXTURE_RUNS]
         iterations = args.mixture_iterations
       else:
-        runs = [(label, VARIANTS[label], args.objective, None) for label in args.variants
-                if name in ABLATION or label != "networks, width 50"]
+        runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)
+                for label in args.variants if name in ABLATION or label != "networks, width 50"]
         iterations = args.iterations
       jobs = [(run, seed) for run in runs for seed in range(args.seeds)]
-      for (label, variant, objective, anneal), seed in progress(jobs, desc=f"{name}: L2HMC"):
+      for (label, variant, objective, anneal, warmup, aux_weight), seed in progress(
+          jobs, desc=f"{name}: L2HMC"):
         rows.append(l2hmc_row(target, ref, label, variant, objective, seed, args, anneal,
-                              iterations)[0])
+                              iterations, warmup, aux_weight)[0])
       records[name] = dict(target=target.name, reference=ref, nuts=found["nuts"],
                            hmc=found["hmc"], l2hmc=rows, commit=commit, quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,

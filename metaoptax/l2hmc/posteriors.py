@@ -46,8 +46,9 @@ __all__ = ("neals_funnel", "eight_schools", "EIGHT_SCHOOLS_Y", "EIGHT_SCHOOLS_SI
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
-#: Eight schools: estimated coaching effects and their standard errors (BDA3 table 5.2).
+#: Eight schools: the estimated coaching effects (BDA3 table 5.2).
 EIGHT_SCHOOLS_Y = (28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0)
+#: Eight schools: the standard errors of the estimated effects (BDA3 table 5.2).
 EIGHT_SCHOOLS_SIGMA = (15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0)
 
 

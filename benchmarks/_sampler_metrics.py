@@ -12,6 +12,9 @@ evaluations it spent per transition and the wall time of the sampling:
   (the side of the mixture of two Gaussians).
 * seconds per effective sample: wall time over the effective sample count
   ``fraction * num_samples * chains``.
+* R-hat: the split potential scale reduction (Gelman et al., BDA3 11.4: every
+  chain split in halves, :math:`\sqrt{\widehat{\mathrm{var}}^+/W}`), the maximum over
+  dimensions, of x and of x^2.
 """
 
 from __future__ import annotations
@@ -60,6 +63,18 @@ def compiled_and_timed(fn, *args):
   return out, time.perf_counter() - start
 
 
+def split_rhat(draws) -> float:
+  """BDA3's split R-hat of ``(num_samples, chains, dim)`` draws, max over dimensions."""
+  draws = np.asarray(draws, np.float64)
+  half = draws.shape[0] // 2
+  split = np.concatenate([draws[:half], draws[half: 2 * half]], axis=1)  # (n, 2 chains, dim)
+  n = split.shape[0]
+  within = split.var(axis=0, ddof=1).mean(axis=0)
+  between = n * split.mean(axis=0).var(axis=0, ddof=1)
+  var_plus = (n - 1) / n * within + between / n
+  return float(np.max(np.sqrt(var_plus / np.maximum(within, 1e-300))))
+
+
 def score(draws, grads_per_transition: float, seconds: float) -> dict:
   """The metrics of one run (see the module docstring)."""
   draws = np.asarray(draws, np.float64)
@@ -72,4 +87,5 @@ def score(draws, grads_per_transition: float, seconds: float) -> dict:
               seconds=float(seconds),
               seconds_per_ess_x=seconds / (ess_x * count),
               seconds_per_ess_x2=seconds / (ess_x2 * count),
+              rhat_x=split_rhat(draws), rhat_x2=split_rhat(draws**2),
               ess_cap=float(np.log10(count)))  # Geyer's ceiling: tau >= 1/log10(samples x chains)

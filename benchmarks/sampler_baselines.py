@@ -79,17 +79,18 @@ def sample_nuts(target, key, chains: int, adaptation: int, samples: int) -> dict
 
       def one(state, key):
         state, info = step(key, state)
-        return state, (state.position, info.num_integration_steps, info.acceptance_rate)
+        return state, (state.position, info.num_integration_steps, info.acceptance_rate,
+                       info.is_divergent)
 
       return jax.lax.scan(one, state, jax.random.split(key, samples))[1]
 
     return jax.vmap(chain)(keys, states, parameters)
 
-  (draws, steps, acceptance), seconds = _sampler_metrics.compiled_and_timed(
+  (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
       run, jax.random.split(k_run, chains), states, parameters)
   return dict(draws=np.swapaxes(np.asarray(draws), 0, 1),
               grads_per_transition=float(np.mean(steps)), seconds=seconds,
-              acceptance=float(np.mean(acceptance)),
+              acceptance=float(np.mean(acceptance)), divergent=float(np.mean(divergent)),
               step_size=np.asarray(parameters["step_size"]))
 
 
@@ -108,19 +109,20 @@ def sample_hmc(target, key, chains: int, burn_in: int, samples: int, num_steps: 
   def run(key, states, length):
     def one(states, key):
       states, info = jax.vmap(hmc.step)(jax.random.split(key, chains), states)
-      return states, (states.position, info.acceptance_rate)
+      return states, (states.position, info.acceptance_rate, info.is_divergent)
 
     return jax.lax.scan(one, states, jax.random.split(key, length))
 
   states, _ = jax.jit(run, static_argnums=2)(k_burn, states, burn_in)
-  (_, (draws, acceptance)), seconds = _sampler_metrics.compiled_and_timed(
+  (_, (draws, acceptance, divergent)), seconds = _sampler_metrics.compiled_and_timed(
       functools.partial(run, length=samples), k_run, states)
   return dict(draws=np.asarray(draws), grads_per_transition=float(num_steps), seconds=seconds,
-              acceptance=float(np.mean(acceptance)))
+              acceptance=float(np.mean(acceptance)), divergent=float(np.mean(divergent)))
 
 
 def run_baselines(target, key, chains: int = 200, burn_in: int = 1000, samples: int = 2000,
-                  num_steps: int = 10, grid=HMC_GRID, progress=None) -> dict:
+                  num_steps: int = 10, grid=HMC_GRID, progress=None,
+                  keep_draws: bool = False) -> dict:
   """NUTS and the best HMC of ``grid`` on ``target``: their scores (``_sampler_metrics.score``).
 
   Args:
@@ -130,10 +132,12 @@ def run_baselines(target, key, chains: int = 200, burn_in: int = 1000, samples: 
     num_steps: HMC's leapfrog steps per transition (L2HMC's K).
     grid: HMC step sizes.
     progress: wraps the iterable of runs (e.g. ``tqdm.tqdm``), or None.
+    keep_draws: also return every run's draws (``"draws"`` in its scores' dict).
 
   Returns:
     ``{"nuts": scores, "hmc": scores of the best step size, "hmc_grid": [scores...]}``;
-    each has ``acceptance`` and ``step_size`` (NUTS: the median of its chains').
+    each has ``acceptance``, ``step_size`` (NUTS: the median of its chains') and
+    ``divergent`` (the share of divergent transitions, blackjax's ``is_divergent``).
   """
   runs = [("nuts", None)] + [("hmc", eps) for eps in grid]
   result = {"hmc_grid": []}
@@ -145,7 +149,10 @@ def run_baselines(target, key, chains: int = 200, burn_in: int = 1000, samples: 
       run = sample_hmc(target, key, chains, burn_in, samples, num_steps, eps)
       step_size = eps
     scores = _sampler_metrics.score(run["draws"], run["grads_per_transition"], run["seconds"])
-    scores.update(acceptance=run["acceptance"], step_size=step_size)
+    scores.update(acceptance=run["acceptance"], step_size=step_size,
+                  divergent=run["divergent"])
+    if keep_draws:
+      scores["draws"] = run["draws"]
     if name == "nuts":
       result["nuts"] = scores
     else:

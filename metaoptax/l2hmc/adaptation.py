@@ -8,6 +8,14 @@ point. HMC chains (the networks off) run in three windows:
    standard deviation of the chains over the second half of window 1;
 3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2.
 
+After each window, a chain whose mean acceptance probability over the window's
+second half is below 0.05 restarts from the state of a chain drawn at random
+among the others: one shared :math:`h` suits the chains in the bulk, and a chain
+started where the gradients are large (a standard normal start on a posterior
+with sds ~0.1) can reject every proposal at that :math:`h`, never move, and spoil
+the scales of the next window. The warm-up's positions are starting points, not
+draws, so moving them leaves the sampler exact.
+
 In every window :math:`\log h` follows the chains' mean acceptance probability
 :math:`\bar a_t` towards a target :math:`a^*` (stochastic approximation, one
 shared :math:`h`):
@@ -42,6 +50,7 @@ from metaoptax.l2hmc.whitening import Whitening
 __all__ = ("WarmupResult", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
+STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
 
 
 class WarmupResult(NamedTuple):
@@ -78,21 +87,39 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
     x = states.position - shift
     sums = (sums[0] + in_second_half * jnp.sum(x, 0),
             sums[1] + in_second_half * jnp.sum(x * x, 0),
-            sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance)
+            sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance,
+            sums[4] + in_second_half * info.acceptance_rate)
     log_h = log_h + rate * (acceptance - target)
     return (states, log_h, sums), None
 
   zeros = jnp.zeros(dim, states.position.dtype)
   zero = jnp.zeros((), states.position.dtype)
-  (states, log_h, (s1, s2, s_log_h, s_acc)), _ = jax.lax.scan(
-      transition, (states, log_h, (zeros, zeros, zero, zero)),
+  chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
+  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain)), _ = jax.lax.scan(
+      transition, (states, log_h, (zeros, zeros, zero, zero, chains)),
       (jax.random.split(key, length), jnp.arange(length)))
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
   mean = shift + centred_mean
   variance = n / (n + 5.0) * variance + 1e-3 * 5.0 / (n + 5.0)
-  return states, log_h, mean, variance, s_log_h / half, s_acc / half
+  return states, log_h, mean, variance, s_log_h / half, s_acc / half, s_chain / half
+
+
+def _restart_stuck(key, states, chain_acceptance):
+  """Chains whose mean acceptance is below ``STUCK`` move to the state of a moving chain
+  drawn at random (all kept if none moves)."""
+  stuck = chain_acceptance < STUCK
+  moving = jnp.logical_not(stuck)
+  weights = jnp.where(jnp.any(moving), moving.astype(jnp.float32), 1.0)
+  donor = jax.random.choice(key, stuck.shape[0], stuck.shape, p=weights / jnp.sum(weights))
+  stuck = stuck & jnp.any(moving)
+
+  def restart(a):
+    where = jnp.reshape(stuck, stuck.shape + (1,) * (a.ndim - 1))
+    return jnp.where(where, a[donor], a)
+
+  return jax.tree.map(restart, states)
 
 
 def _hmc_params(log_h):
@@ -142,11 +169,12 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   states = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
   log_h = jnp.log(jnp.asarray(init_step_size, positions.dtype))
   scale = jnp.ones(dim, positions.dtype)
-  keys = jax.random.split(key, 3)
+  keys = jax.random.split(key, 6)
   for i, length in enumerate(lengths):
-    states, log_h, mean, variance, mean_log_h, acceptance = _window(
+    states, log_h, mean, variance, mean_log_h, acceptance, chain_acceptance = _window(
         logdensity_fn, kernel, masks, keys[i], states, log_h, scale, length,
         target_acceptance, adaptation_rate, dim)
+    states = _restart_stuck(keys[3 + i], states, chain_acceptance)
     if i < 2:
       scale = jnp.sqrt(variance)
       log_h = mean_log_h  # the new scale's h starts from the last window's average

@@ -82,7 +82,8 @@ class TrainingConfig(NamedTuple):
       inside the leapfrog (for rough targets; see the module docstring).
     objective: ``"esjd"`` (the paper's), ``"esjd_squares"`` (also the jumps of
       :math:`z^2`, which reflections do not make) or ``"esjd_lag1"`` (a penalty
-      on negative lag-1 autocorrelation); see :func:`objective_loss`.
+      on negative lag-1 autocorrelation) or ``"esjd_coordinates"`` (both terms of
+      ``"esjd_squares"`` per coordinate); see :func:`objective_loss`.
     warmup_iterations: if > 0, :func:`init_training` first runs
       :func:`metaoptax.l2hmc.warmup` for this many HMC transitions of the
       chains. Then the sampler moves the standardized coordinates
@@ -154,7 +155,7 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
 
 
 #: The training objectives (:func:`objective_loss`).
-OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1")
+OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1", "esjd_coordinates")
 
 
 def objective_loss(objective: str, z_before, z_after, acceptance, scale: float = 0.1,
@@ -179,6 +180,16 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     spread evenly over them). Since :math:`E\|z-z'\|^2A = 2E\|z\|^2(1-\rho)`,
     the penalty turns the reward for :math:`\rho < 0` into a cost: the optimum
     moves from :math:`\rho = -1` to :math:`\rho = 0`.
+  * ``"esjd_coordinates"``: both terms of ``"esjd_squares"`` per coordinate,
+    averaged over the :math:`d` coordinates:
+    :math:`\frac1d\sum_i \big[\ell(A(z_i - z_i')^2 + \epsilon) +
+    \ell(\tfrac12 A(z_i^2 - z_i'^2)^2 + \epsilon)\big]`. Every coordinate's barrier
+    :math:`\lambda^2/\delta` charges a proposal that leaves that coordinate (or its
+    square) in place, so a jump of the whole norm can no longer hide a coordinate
+    that is stuck or only reflected (the ESS scores take the minimum over
+    coordinates). A mode crossing that reflects one coordinate (the mixture's
+    :math:`z_0 \to -z_0`) is not charged as long as :math:`z_0^2` moves within
+    the mode and the other coordinates move as well.
 
   Returns per-chain losses ``(chains,)``.
   """
@@ -193,6 +204,10 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
         1.0 - acceptance) * norm
     rho = jnp.mean(lag1) / jnp.mean(norm)
     loss = loss + 4.0 / scale * jnp.mean(norm) * jnp.maximum(0.0, -rho)
+  elif objective == "esjd_coordinates":
+    jumps = _accepted_jump((z_before - z_after) ** 2, acceptance[..., None]) + eps
+    squares = _accepted_jump(0.5 * (z_before**2 - z_after**2) ** 2, acceptance[..., None]) + eps
+    loss = jnp.mean(scale / jumps - jumps / scale + scale / squares - squares / scale, axis=-1)
   elif objective != "esjd":
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
   return loss
@@ -272,6 +287,16 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
   return at
 
 
+@functools.cache
+def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
+                   init_step_size: float) -> Callable:
+  """The jitted warm-up of one target and configuration (runs from other seeds reuse its
+  compilation)."""
+  return jax.jit(functools.partial(warmup, logdensity_fn, num_steps=num_steps,
+                                   num_iterations=num_iterations,
+                                   init_step_size=init_step_size))
+
+
 def init_training(target: Target, config: L2HMCConfig,
                   training: TrainingConfig = TrainingConfig(), *,
                   optimizer: optax.GradientTransformation | None = None, seed: int = 0
@@ -296,10 +321,9 @@ def init_training(target: Target, config: L2HMCConfig,
   if training.warmup_iterations:
     k_chains, k_warmup = jax.random.split(k_chains)
     # at the target itself (temperature 1): its scales are where the sampler must end
-    found = jax.jit(functools.partial(
-        warmup, target.logdensity_fn, num_steps=config.num_steps,
-        num_iterations=training.warmup_iterations, init_step_size=config.init_step_size))(
-            positions, k_warmup)
+    found = _jitted_warmup(target.logdensity_fn, config.num_steps,
+                           training.warmup_iterations, config.init_step_size)(
+                               positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = found.step_size
     if config.per_coordinate:

@@ -1,0 +1,476 @@
+"""L2HMC against NUTS and tuned HMC on real posteriors, per gradient and per second.
+
+Targets (``metaoptax.l2hmc.posteriors``): Neal's funnel (10-d), eight schools
+centered and non-centered (10-d), Bayesian logistic regression on scikit-learn's
+breast-cancer data (31-d), and the paper's mixture of two Gaussians (the
+objective ablation). For each target:
+
+* **reference**: the funnel's exact moments; for the others a long blackjax NUTS
+  run (``--reference-chains`` x ``--reference-samples`` after 1,000 steps of window
+  adaptation; the centered eight schools' from the non-centered run, mapped by
+  :math:`\\theta = \\mu + \\tau\\tilde\\theta`, which NUTS samples without divergences).
+  Every sampler's draws are checked against it: the largest error of a mean in
+  reference standard deviations, and the ratio of the standard deviation of x[0]
+  (the funnel's v, the schools' mu, the regression's intercept).
+* **NUTS** (window adaptation, diagonal mass matrix, adapted per chain) and
+  **HMC** (K = 10, identity mass matrix, the best step size of a grid) from
+  ``sampler_baselines.run_baselines``.
+* **L2HMC** variants (``VARIANTS``), each trained from 3 seeds: a warm-up of
+  HMC transitions gives the whitening and the initial step size, then training
+  (``esjd_squares`` unless the row says otherwise) of per-step per-coordinate
+  step sizes alone (the networks off: HMC's cost per transition), or with S, Q, T
+  networks of width 10 or 50.
+
+Scores (``_sampler_metrics.score``): Geyer's ESS (min over dimensions) of x and
+x^2 per gradient and per second of sampling (jitted, chains vmapped, compiled
+before the clock; training and adaptation not counted), split R-hat (max over
+dimensions), divergences (NUTS, HMC: blackjax's ``is_divergent``; L2HMC: the
+share of proposals with acceptance probability exactly 0, i.e. non-finite or an
+energy error beyond ~100) and, on the mixture, the share of transitions that
+cross between the modes.
+
+``--transfer``: a sampler trained on a 200-row subsample of the breast-cancer
+data runs without retraining on the full data and on another 200-row subsample,
+with its own whitening and after a new warm-up's whitening (HMC adaptation, no
+training).
+
+    taskset -c 0 python benchmarks/l2hmc_posteriors.py --quick     # smoke run
+    taskset -c 0 python benchmarks/l2hmc_posteriors.py --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import l2hmc_ess  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+OUT = HERE / "out" / "l2hmc_posteriors"  # git-ignored; the committed table: --out results
+HMC_GRID = (0.02, 0.045, 0.1, 0.22, 0.5)
+
+# label -> L2HMCConfig fields; width 50 (the paper benchmark's) only where ABLATION runs
+ABLATION = ("logistic",)
+VARIANTS = {
+    "step sizes only": dict(use_networks=False, hidden=1),
+    "networks, width 10": dict(use_networks=True, hidden=10),
+    "networks, width 50": dict(use_networks=True, hidden=50),
+}
+# the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
+# the fresh-sample term); the last two rows are the paper's setting (no warm-up and
+# whitening, fresh standard-normal samples in the loss), where its ESJD crosses by reflection
+MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
+                ("esjd_coordinates", "esjd_coordinates", None, 0.0),
+                ("esjd (paper's)", "esjd", None, 0.0),
+                ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
+                ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
+
+
+def targets() -> dict:
+  found = dict(l2hmc.posteriors.all_posteriors())
+  found["mixture"] = l2hmc.targets.mixture_of_gaussians()
+  return found
+
+
+def reference(name, target, key, chains, samples) -> dict:
+  """Per-dimension mean and sd of x and x^2: exact (funnel, mixture) or a long NUTS run."""
+  if target.sample is not None:
+    draws = np.asarray(target.sample(key, 1_000_000), np.float64)[:, None]
+    source = "exact draws (10^6)"
+  else:
+    source_target = target
+    if name == "schools_centered":
+      source_target = l2hmc.posteriors.eight_schools(centered=False)
+    run = sampler_baselines.sample_nuts(source_target, key, chains, 1000, samples)
+    draws = np.asarray(run["draws"], np.float64)
+    if name == "schools_centered":
+      draws = np.concatenate([draws[..., :2], draws[..., :1] + np.exp(draws[..., 1:2])
+                              * draws[..., 2:]], -1)
+    source = (f"NUTS, {chains} chains x {samples} after 1,000 adaptation steps"
+              + (" (non-centered, mapped)" if name == "schools_centered" else "")
+              + f", divergent {run['divergent']:.4f}, R-hat "
+              f"{_sampler_metrics.split_rhat(draws):.4f}")
+  flat = draws.reshape(-1, draws.shape[-1])
+  return dict(mean=flat.mean(0).tolist(), sd=flat.std(0).tolist(), source=source)
+
+
+def checked(scores: dict, draws, ref: dict) -> dict:
+  """Adds the moment checks against the reference."""
+  flat = np.asarray(draws, np.float64).reshape(-1, np.shape(draws)[-1])
+  mean, sd = np.asarray(ref["mean"]), np.asarray(ref["sd"])
+  scores["mean_error"] = float(np.max(np.abs(flat.mean(0) - mean) / sd))
+  scores["sd_ratio_x0"] = float(flat[:, 0].std() / sd[0])
+  return scores
+
+
+@functools.lru_cache(maxsize=None)
+def _annealing(initial, until):
+  """``l2hmc_ess.annealing``, one object per schedule (seeds share the compiled step)."""
+  return l2hmc_ess.annealing(initial, until)
+
+
+def train(target, variant: dict, objective: str, seed: int, iterations: int, chains: int,
+          warmup: int, num_steps: int, anneal=None, aux_weight: float = 0.0):
+  config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
+                             per_coordinate=True, init_step_size=0.1, **variant)
+  options = dict(num_chains=chains, aux_weight=aux_weight, objective=objective,
+                 warmup_iterations=warmup, drop_nonfinite_chains=True)
+  if anneal is not None:
+    options["temperature"] = _annealing(anneal[0], max(1, int(anneal[1] * iterations)))
+  training = l2hmc.TrainingConfig(**options)
+  start = time.perf_counter()
+  result = l2hmc.train(target, config, training, num_iterations=iterations,
+                       init_state=l2hmc.init_training(target, config, training, seed=seed),
+                       progress=None)
+  return config, result, time.perf_counter() - start
+
+
+@functools.lru_cache(maxsize=None)
+def _chains_runner(logdensity_fn, config, chains: int, length: int):
+  """``run(params, masks, whitening, key, positions)``: ``length`` transitions of every
+  chain (jitted once per target, configuration and shapes: the seeds share it)."""
+
+  def run(params, masks, whitening, key, positions):
+    sampler = l2hmc.l2hmc(logdensity_fn, config, params, masks, whitening)
+    states = jax.vmap(sampler.init)(positions)
+
+    def one(states, key):
+      states, info = jax.vmap(sampler.step)(jax.random.split(key, chains), states)
+      return states, (states.position, info.acceptance_rate)
+
+    return jax.lax.scan(one, states, jax.random.split(key, length))
+
+  return jax.jit(run)
+
+
+_COMPILED = {}
+
+
+def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in, samples,
+                 positions):
+  """Draws of the sampler (after ``burn_in`` transitions from ``positions``, or from
+  exact draws where the target has them), timed after compilation; acceptance and the
+  share of proposals with acceptance probability 0."""
+  k_start, k_burn, k_run = jax.random.split(key, 3)
+  burn = _chains_runner(target.logdensity_fn, config, chains, burn_in)
+  if target.sample is not None:
+    positions = _sampler_metrics.start_positions(target, k_start, chains)
+  states, _ = burn(params, masks, whitening, k_burn, positions)
+  args = (params, masks, whitening, k_run, states.position)
+  cache_key = (target.logdensity_fn, config, chains, samples, whitening is None)
+  if cache_key not in _COMPILED:
+    _COMPILED[cache_key] = _chains_runner(target.logdensity_fn, config, chains,
+                                          samples).lower(*args).compile()
+  start = time.perf_counter()
+  _, (draws, acceptance) = jax.block_until_ready(_COMPILED[cache_key](*args))
+  seconds = time.perf_counter() - start
+  acceptance = np.asarray(acceptance)
+  return dict(draws=np.asarray(draws), seconds=seconds, acceptance=float(acceptance.mean()),
+              divergent=float(np.mean(acceptance == 0.0)))
+
+
+def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
+              iterations=None, warmup=None, aux_weight=0.0):
+  config, result, trained = train(target, variant, objective, seed,
+                                  iterations or args.iterations, args.chains,
+                                  args.warmup if warmup is None else warmup, args.num_steps,
+                                  anneal, aux_weight)
+  # from the training chains (burnt in by the warm-up and training), as NUTS's
+  # measured chains continue from its adaptation
+  run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
+                     jax.random.key(1000 + seed), args.chains, args.burn_in, args.samples,
+                     result.state.chains.position)
+  scores = checked(_sampler_metrics.score(run["draws"], args.num_steps, run["seconds"]),
+                   run["draws"], ref)
+  eps = np.exp(np.asarray(result.params.log_step_size_x))
+  scores.update(sampler=label, seed=seed, objective=objective, aux_weight=aux_weight,
+                warmup=args.warmup if warmup is None else warmup, acceptance=run["acceptance"],
+                divergent=run["divergent"], training_seconds=trained,
+                skipped=result.skipped_updates,
+                step_size=f"{eps.min():.3g}-{eps.max():.3g}")
+  return scores, (config, result)
+
+
+def baselines(target, ref, args, key, progress):
+  grid = HMC_GRID if not args.quick else HMC_GRID[1:3]
+  found = sampler_baselines.run_baselines(target, key, args.chains, args.burn_in, args.samples,
+                                          args.num_steps, grid, progress, keep_draws=True)
+  for scores in [found["nuts"]] + found["hmc_grid"]:
+    checked(scores, scores.pop("draws"), ref)
+  return found
+
+
+def transfer(args, key, progress) -> dict:
+  """Train on one 200-row subsample; sample the full data and another subsample."""
+  rows = 200 if not args.quick else 50
+  source = l2hmc.posteriors.breast_cancer(rows, seed=0)
+  destinations = {"subsample 0 (trained on)": source,
+                  "subsample 1": l2hmc.posteriors.breast_cancer(rows, seed=1),
+                  "full data (569 rows)": l2hmc.posteriors.breast_cancer()}
+  out = []
+  for seed in progress(range(args.seeds), desc="transfer: training"):
+    config, result, trained = train(source, VARIANTS[args.transfer_variant], args.objective,
+                                    seed, args.iterations, args.chains, args.warmup,
+                                    args.num_steps)
+    for name, target in destinations.items():
+      k_warm, k_run = jax.random.split(jax.random.fold_in(key, seed))
+      # a new warm-up (HMC adaptation, no training) burns in the chains on the
+      # destination and measures its scales; both rows start from its chains
+      own = l2hmc.warmup(target.logdensity_fn, jax.random.normal(k_warm, (args.chains,
+                                                                          target.dim)),
+                         k_warm, num_steps=args.num_steps, num_iterations=args.warmup)
+      for whitening_label, whitening in (("trained whitening", result.whitening),
+                                         ("new warm-up's whitening", own.whitening)):
+        run = sample_l2hmc(target, config, result.params, result.masks, whitening, k_run,
+                           args.chains, args.burn_in, args.samples, own.positions)
+        scores = _sampler_metrics.score(run["draws"], args.num_steps, run["seconds"])
+        scores.update(destination=name, whitening=whitening_label, seed=seed,
+                      acceptance=run["acceptance"], divergent=run["divergent"],
+                      training_seconds=trained)
+        out.append(scores)
+  nuts = {}
+  for name, target in destinations.items():
+    run = sampler_baselines.sample_nuts(target, key, args.chains, args.burn_in, args.samples)
+    nuts[name] = _sampler_metrics.score(run["draws"], run["grads_per_transition"],
+                                        run["seconds"])
+  return dict(rows=out, nuts=nuts, variant=args.transfer_variant, data_rows=rows)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  names = ["logistic", "funnel", "schools_centered", "mixture", "schools_noncentered"]
+  parser.add_argument("--targets", nargs="+", default=names, choices=names)
+  parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--chains", type=int, default=32)
+  parser.add_argument("--burn-in", type=int, default=300)
+  parser.add_argument("--samples", type=int, default=1000)
+  parser.add_argument("--iterations", type=int, default=300, help="L2HMC training iterations")
+  parser.add_argument("--warmup", type=int, default=300, help="L2HMC warm-up transitions")
+  parser.add_argument("--num-steps", type=int, default=10)
+  parser.add_argument("--objective", default="esjd_squares", choices=l2hmc.OBJECTIVES)
+  parser.add_argument("--mixture-iterations", type=int, default=600)
+  parser.add_argument("--reference-chains", type=int, default=8)
+  parser.add_argument("--reference-samples", type=int, default=4000)
+  parser.add_argument("--transfer", action="store_true")
+  parser.add_argument("--transfer-variant", default="step sizes only", choices=list(VARIANTS))
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--report-only", action="store_true")
+  parser.add_argument("--out", type=pathlib.Path, default=OUT)
+  args = parser.parse_args(argv)
+  if args.quick:
+    args.seeds, args.chains, args.burn_in, args.samples = 1, 8, 20, 100
+    args.iterations, args.warmup, args.mixture_iterations = 10, 40, 10
+    args.reference_chains, args.reference_samples = 4, 200
+  args.out.mkdir(parents=True, exist_ok=True)
+  path = args.out / "l2hmc_posteriors.json"
+  records = json.loads(path.read_text()) if path.exists() else {}
+  progress = _report.progress_bars()
+  if not args.report_only:
+    commit = _report.git_commit(short=True)
+    all_targets = targets()
+    key = jax.random.key(0)
+    for name in progress(args.targets, desc="targets"):
+      target = all_targets[name]
+      start = time.perf_counter()
+      ref = reference(name, target, jax.random.key(99), args.reference_chains,
+                      args.reference_samples)
+      found = baselines(target, ref, args, key,
+                        functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
+      rows = []
+      if name == "mixture":
+        runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
+                 aux_weight) for label, objective, warmup, aux_weight in MIXTURE_RUNS]
+        iterations = args.mixture_iterations
+      else:
+        runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)
+                for label in args.variants if name in ABLATION or label != "networks, width 50"]
+        iterations = args.iterations
+      jobs = [(run, seed) for run in runs for seed in range(args.seeds)]
+      for (label, variant, objective, anneal, warmup, aux_weight), seed in progress(
+          jobs, desc=f"{name}: L2HMC"):
+        rows.append(l2hmc_row(target, ref, label, variant, objective, seed, args, anneal,
+                              iterations, warmup, aux_weight)[0])
+      records[name] = dict(target=target.name, reference=ref, nuts=found["nuts"],
+                           hmc=found["hmc"], l2hmc=rows, commit=commit, quick=args.quick,
+                           protocol=dict(chains=args.chains, burn_in=args.burn_in,
+                                         samples=args.samples, iterations=iterations,
+                                         warmup=args.warmup, num_steps=args.num_steps),
+                           seconds=time.perf_counter() - start)
+      path.write_text(json.dumps(records, indent=1))
+    if args.transfer:
+      start = time.perf_counter()
+      records["transfer"] = dict(transfer(args, key, progress), commit=commit,
+                                 quick=args.quick, seconds=time.perf_counter() - start)
+      path.write_text(json.dumps(records, indent=1))
+  records = json.loads(path.read_text())
+  table = _report.write_table(report(records), str(args.out / "l2hmc_posteriors.md"))
+  plot(records, args.out / "l2hmc_posteriors.png")
+  return table
+
+
+def _spread(values):
+  values = np.asarray(values, np.float64)
+  return f"{values.mean():.3g} ± {values.std():.2g}" if len(values) > 1 else f"{values[0]:.3g}"
+
+
+def _rhat(value):
+  return f"{value:.3f}" if value < 100 else "> 100"
+
+
+def _per_second(scores, key):
+  count = 1.0 / scores[f"seconds_per_ess_{key}"]
+  return count
+
+
+def _groups(record):
+  groups = {}
+  for row in record["l2hmc"]:
+    groups.setdefault(row["sampler"], []).append(row)
+  return groups
+
+
+def report(records) -> list[str]:
+  lines = ["# L2HMC against NUTS and tuned HMC on real posteriors, per gradient and per second",
+           "", "ESS: Geyer's, min over dimensions, as a fraction of the draws, per gradient "
+           "evaluation (/grad) and effective samples per second of sampling (/s: jitted, "
+           "chains vmapped, after compilation, on 1 pinned CPU core shared with other work: "
+           "compare within a target). L2HMC rows: mean ± std over 3 training seeds; ratios: "
+           "the seeds' mean over NUTS. R-hat: split, max over dimensions, of x and x^2 (worst "
+           "seed). Diverg.: NUTS/HMC divergent transitions; L2HMC proposals with acceptance "
+           "exactly 0 (worst seed). Mean err: largest |mean - reference| in reference sds; "
+           "sd x0: sd of x[0] over the reference's (worst seed by |log|). Crossings: share of "
+           "transitions changing the sign of x[0] (the mixture). L2HMC's measured chains continue "
+           "from its training chains (exact draws where the target has them). ms/transition: wall time of one "
+           "transition of all chains (vmapped).", ""]
+  header = ("| target | sampler | ESS/grad x | ESS/grad x² | ESS/s x | ESS/s x² | "
+            "/NUTS grad x, x² | /NUTS s x, x² | R-hat x, x² | diverg. | mean err | sd x0 | "
+            "crossings | accept | ms/transition | train s |")
+  lines += [header, "|" + "---|" * header.count("|")[:-1] if False else
+            "|" + "|".join(["---"] * (header.count("|") - 1)) + "|"]
+  for name, record in records.items():
+    if name == "transfer":
+      continue
+    nuts = record["nuts"]
+    samples = record["protocol"]["samples"]
+
+    def ratio(rows, key, per):
+      if per == "grad":
+        ours = np.mean([r[f"ess_per_grad_{key}"] for r in rows])
+        return ours / nuts[f"ess_per_grad_{key}"]
+      ours = np.mean([_per_second(r, key) for r in rows])
+      return ours / _per_second(nuts, key)
+
+    def line(label, rows, train=True):
+      worst_sd = max((r["sd_ratio_x0"] for r in rows), key=lambda v: abs(np.log(v)))
+      return (f"| {record['target']} | {label} | "
+              f"{_spread([r['ess_per_grad_x'] for r in rows])} | "
+              f"{_spread([r['ess_per_grad_x2'] for r in rows])} | "
+              f"{_spread([_per_second(r, 'x') for r in rows])} | "
+              f"{_spread([_per_second(r, 'x2') for r in rows])} | "
+              f"{ratio(rows, 'x', 'grad'):.2g}, {ratio(rows, 'x2', 'grad'):.2g} | "
+              f"{ratio(rows, 'x', 's'):.2g}, {ratio(rows, 'x2', 's'):.2g} | "
+              f"{_rhat(max(r['rhat_x'] for r in rows))}, "
+              f"{_rhat(max(r['rhat_x2'] for r in rows))} | "
+              f"{max(r['divergent'] for r in rows):.4f} | "
+              f"{max(r['mean_error'] for r in rows):.2f} | {worst_sd:.2f} | "
+              f"{_spread([r['crossings'] for r in rows])} | "
+              f"{_spread([r['acceptance'] for r in rows])} | "
+              f"{_spread([1e3 * r['seconds'] / samples for r in rows])} | "
+              + (f"{np.mean([r['training_seconds'] for r in rows]):.0f} |" if train else " |"))
+
+    lines.append(line("NUTS (window adaptation)", [nuts], False))
+    lines.append(line(f"HMC (K = 10, step {record['hmc']['step_size']:.3g})",
+                      [record["hmc"]], False))
+    for label, rows in _groups(record).items():
+      lines.append(line(f"L2HMC, {label}", rows))
+  lines += ["", "| target | reference | NUTS grads/transition | protocol | commit | seconds |",
+            "|---|---|---|---|---|---|"]
+  for name, record in records.items():
+    if name == "transfer":
+      continue
+    p = record["protocol"]
+    lines.append(f"| {record['target']} | {record['reference']['source']} | "
+                 f"{record['nuts']['grads_per_transition']:.1f} | {p['chains']} chains, burn-in "
+                 f"{p['burn_in']}, {p['samples']} samples, L2HMC: warm-up {p['warmup']}, "
+                 f"{p['iterations']} training it., K = {p['num_steps']} | `{record['commit']}`"
+                 f"{' (--quick)' if record['quick'] else ''} | {record['seconds']:.0f} |")
+  if "transfer" in records:
+    t = records["transfer"]
+    lines += ["", f"## Transfer: L2HMC ({t['variant']}) trained on {t['data_rows']} rows "
+              "(subsample 0), used without retraining", "",
+              "| destination | whitening | ESS/grad x | ESS/grad x² | / NUTS x, x² | R-hat x |"
+              " accept | zero-acceptance share |", "|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for row in t["rows"]:
+      groups.setdefault((row["destination"], row["whitening"]), []).append(row)
+    for (destination, whitening), rows in groups.items():
+      nuts = t["nuts"][destination]
+      gx = np.mean([r["ess_per_grad_x"] for r in rows]) / nuts["ess_per_grad_x"]
+      gx2 = np.mean([r["ess_per_grad_x2"] for r in rows]) / nuts["ess_per_grad_x2"]
+      lines.append(f"| {destination} | {whitening} | "
+                   f"{_spread([r['ess_per_grad_x'] for r in rows])} | "
+                   f"{_spread([r['ess_per_grad_x2'] for r in rows])} | {gx:.2g}, {gx2:.2g} | "
+                   f"{_rhat(max(r['rhat_x'] for r in rows))} | "
+                   f"{_spread([r['acceptance'] for r in rows])} | "
+                   f"{max(r['divergent'] for r in rows):.4f} |")
+    for destination, nuts in t["nuts"].items():
+      lines.append(f"| {destination} | NUTS (window adaptation) | {nuts['ess_per_grad_x']:.3g} "
+                   f"| {nuts['ess_per_grad_x2']:.3g} | 1, 1 | {_rhat(nuts['rhat_x'])} | | |")
+    lines.append(f"\ncommit `{t['commit']}`{' (--quick)' if t['quick'] else ''}, "
+                 f"{t['seconds']:.0f} s")
+  return lines
+
+
+def plot(records, path):
+  plt = _report.pyplot()
+  names = [n for n in records if n != "transfer"]
+  if not names:
+    return
+  fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+  for ax, per, title in ((axes[0], "grad", "ESS of x² per gradient / NUTS's"),
+                         (axes[1], "s", "ESS of x² per second / NUTS's")):
+    labels = []
+    for name in names:
+      for label in ["HMC"] + list(_groups(records[name])):
+        if label not in labels:
+          labels.append(label)
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+      values = []
+      for name in names:
+        record = records[name]
+        rows = [record["hmc"]] if label == "HMC" else _groups(record).get(label)
+        if not rows:
+          values.append(np.nan)
+          continue
+        if per == "grad":
+          values.append(np.mean([r["ess_per_grad_x2"] for r in rows])
+                        / record["nuts"]["ess_per_grad_x2"])
+        else:
+          values.append(np.mean([_per_second(r, "x2") for r in rows])
+                        / _per_second(record["nuts"], "x2"))
+      ax.bar(np.arange(len(names)) + i * width, values, width, label=label)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, fontsize=8)
+    ax.set(yscale="log", title=title)
+    ax.legend(fontsize=7)
+  _report.save_figure(fig, path)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,173 @@
+r"""Posteriors to sample beyond the paper's toys: Neal's funnel, eight schools, logistic regression.
+
+Each function returns a :class:`metaoptax.l2hmc.targets.Target` over unconstrained
+coordinates, with the normalised log density (every constant kept, so it can be
+checked against a reference implementation) and, where known in closed form, the
+exact mean, covariance and draws.
+
+* :func:`neals_funnel` (Neal 2003, `Slice sampling <https://arxiv.org/abs/physics/0009028>`_):
+  :math:`v \sim \mathcal N(0, \sigma_v^2)`, :math:`x_i \mid v \sim \mathcal N(0, e^{v})`
+  for :math:`i = 1..d-1`; coordinates :math:`(v, x_1, \dots, x_{d-1})`. Exact marginals:
+  :math:`v \sim \mathcal N(0, \sigma_v^2)`, :math:`E x_i = 0`,
+  :math:`E x_i^2 = E e^{v} = e^{\sigma_v^2/2}`. The neck (:math:`v \ll 0`) needs step
+  sizes :math:`\sim e^{v/2}`: a sampler that never enters it still shows short
+  autocorrelations, with too small a spread of :math:`v`.
+* :func:`eight_schools` (Rubin 1981; Gelman et al., BDA3 5.5): :math:`y_j \sim
+  \mathcal N(\theta_j, \sigma_j^2)`, :math:`\theta_j \sim \mathcal N(\mu, \tau^2)`,
+  :math:`\mu \sim \mathcal N(0, 5^2)`, :math:`\tau \sim \mathrm{HalfCauchy}(5)`, in the
+  coordinates :math:`(\mu, \log\tau, \theta_{1..8})` (centered) or
+  :math:`(\mu, \log\tau, \tilde\theta_{1..8})` with :math:`\theta = \mu + \tau\tilde\theta`,
+  :math:`\tilde\theta_j \sim \mathcal N(0, 1)` (non-centered); the density of
+  :math:`\log\tau` includes the Jacobian :math:`\tau`. The centered posterior is a funnel
+  in :math:`(\log\tau, \theta)`.
+* :func:`logistic_regression`: :math:`\beta \sim \mathcal N(0, s^2 I)`,
+  :math:`y_n \sim \mathrm{Bernoulli}(\sigma(\tilde x_n^\top\beta))` with
+  :math:`\tilde x_n = (1, x_n)` (an intercept), so
+  :math:`\log p(\beta \mid y) = \sum_n \big(y_n \log\sigma(\eta_n) + (1-y_n)\log\sigma(-\eta_n)\big)
+  + \log\mathcal N(\beta; 0, s^2 I) + \text{const}`, :math:`\eta = \tilde X\beta`
+  (the constant, the evidence, is left out).
+  :func:`breast_cancer` builds it on scikit-learn's breast-cancer data (569 tumours,
+  30 features standardized over all 569 rows, so that a subsample's coordinates mean
+  what the full data's do: a sampler trained on one posterior runs on another).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metaoptax.l2hmc.targets import Target
+
+__all__ = ("neals_funnel", "eight_schools", "EIGHT_SCHOOLS_Y", "EIGHT_SCHOOLS_SIGMA",
+           "logistic_regression", "breast_cancer", "all_posteriors")
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+#: Eight schools: the estimated coaching effects (BDA3 table 5.2).
+EIGHT_SCHOOLS_Y = (28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0)
+#: Eight schools: the standard errors of the estimated effects (BDA3 table 5.2).
+EIGHT_SCHOOLS_SIGMA = (15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0)
+
+
+def _normal_logpdf(x, scale):
+  return -0.5 * (x / scale) ** 2 - jnp.log(scale) - _LOG_SQRT_2PI
+
+
+def neals_funnel(dim: int = 10, scale: float = 3.0) -> Target:
+  r"""Neal's funnel in ``dim`` dimensions: :math:`(v, x_{1..d-1})`, :math:`\sigma_v` = ``scale``.
+
+  :math:`\log p = \log\mathcal N(v; 0, \sigma_v^2) + \sum_i \log\mathcal N(x_i; 0, e^{v})`,
+  normalised. Exact mean 0, covariance :math:`\mathrm{diag}(\sigma_v^2, e^{\sigma_v^2/2}, \dots)`
+  (the coordinates are uncorrelated) and exact draws.
+  """
+  if dim < 2:
+    raise ValueError(f"dim must be >= 2, got {dim}.")
+
+  def logdensity_fn(position):
+    v, x = position[0], position[1:]
+    return _normal_logpdf(v, scale) + jnp.sum(_normal_logpdf(x, jnp.exp(0.5 * v)))
+
+  def sample(key, n):
+    k_v, k_x = jax.random.split(key)
+    v = scale * jax.random.normal(k_v, (n, 1))
+    return jnp.concatenate([v, jnp.exp(0.5 * v) * jax.random.normal(k_x, (n, dim - 1))], -1)
+
+  variance = jnp.concatenate([jnp.array([scale**2]),
+                              jnp.full((dim - 1,), math.exp(scale**2 / 2))])
+  return Target(f"Neal's funnel ({dim}-d)", dim, logdensity_fn, jnp.zeros(dim),
+                jnp.diag(variance), sample)
+
+
+def eight_schools(centered: bool = True) -> Target:
+  r"""The eight schools hierarchical model, centered or non-centered (module docstring).
+
+  Coordinates :math:`(\mu, \log\tau, \theta_{1..8})` or
+  :math:`(\mu, \log\tau, \tilde\theta_{1..8})`; the normalised log density of the
+  unconstrained coordinates (priors, the Jacobian of :math:`\tau = e^{\log\tau}`,
+  the likelihood) up to the evidence. No closed-form moments.
+  """
+  y = jnp.asarray(EIGHT_SCHOOLS_Y)
+  sigma = jnp.asarray(EIGHT_SCHOOLS_SIGMA)
+  half_cauchy_norm = math.log(2.0 / (math.pi * 5.0))
+
+  def logdensity_fn(position):
+    mu, log_tau, effects = position[0], position[1], position[2:]
+    tau = jnp.exp(log_tau)
+    prior = (_normal_logpdf(mu, 5.0) + half_cauchy_norm - jnp.log1p((tau / 5.0) ** 2)
+             + log_tau)  # + log tau: the Jacobian of tau = exp(log tau)
+    if centered:
+      theta = effects
+      hierarchy = jnp.sum(-0.5 * ((theta - mu) / tau) ** 2 - log_tau - _LOG_SQRT_2PI)
+    else:
+      theta = mu + tau * effects
+      hierarchy = jnp.sum(_normal_logpdf(effects, 1.0))
+    return prior + hierarchy + jnp.sum(_normal_logpdf(y - theta, sigma))
+
+  name = "eight schools, " + ("centered" if centered else "non-centered") + " (10-d)"
+  return Target(name, 10, logdensity_fn, None, None)
+
+
+def logistic_regression(features, labels, prior_scale: float = 1.0,
+                        name: str = "logistic regression") -> Target:
+  r"""Bayesian logistic regression with an intercept (module docstring).
+
+  Args:
+    features: ``(n, p)`` covariates (an intercept column is prepended).
+    labels: ``(n,)`` of 0/1.
+    prior_scale: :math:`s`, the prior standard deviation of every coefficient.
+    name: the target's name.
+
+  Returns:
+    A :class:`~metaoptax.l2hmc.targets.Target` of dimension ``p + 1``
+    (coordinates: intercept, then the coefficients), no closed-form moments.
+  """
+  features = np.asarray(features, np.float32)
+  labels = np.asarray(labels, np.float32)
+  if features.ndim != 2 or labels.shape != features.shape[:1]:
+    raise ValueError(f"features must be (n, p) and labels (n,), got {features.shape} and "
+                     f"{labels.shape}.")
+  design = jnp.asarray(np.concatenate([np.ones((len(features), 1), np.float32), features], 1))
+  labels = jnp.asarray(labels)
+
+  def logdensity_fn(beta):
+    eta = design @ beta
+    likelihood = jnp.sum(labels * jax.nn.log_sigmoid(eta)
+                         + (1.0 - labels) * jax.nn.log_sigmoid(-eta))
+    return likelihood + jnp.sum(_normal_logpdf(beta, prior_scale))
+
+  return Target(f"{name} ({design.shape[1]}-d, {design.shape[0]} rows)", design.shape[1],
+                logdensity_fn, None, None)
+
+
+def breast_cancer(num_data: int | None = None, seed: int = 0,
+                  prior_scale: float = 1.0) -> Target:
+  """Logistic regression on scikit-learn's breast-cancer data (31-d: intercept + 30 features).
+
+  The features are standardized with the mean and standard deviation of all 569
+  rows; ``num_data`` rows (all if ``None``) are then drawn without replacement
+  with ``numpy.random.default_rng(seed)``, so two seeds give two posteriors of the
+  same model over the same coordinates. Needs scikit-learn (the data ship with it).
+  """
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+  features, labels = datasets.load_breast_cancer(return_X_y=True)
+  features = (features - features.mean(0)) / features.std(0)
+  name = "breast-cancer logistic regression"
+  if num_data is not None:
+    if not 1 <= num_data <= len(labels):
+      raise ValueError(f"num_data must be in [1, {len(labels)}], got {num_data}.")
+    rows = np.random.default_rng(seed).permutation(len(labels))[:num_data]
+    features, labels = features[rows], labels[rows]
+    name += f", subsample {seed}"
+  return logistic_regression(features, labels, prior_scale, name)
+
+
+def all_posteriors() -> dict[str, Target]:
+  """The funnel (10-d), eight schools centered and non-centered, and breast-cancer
+  logistic regression on all rows, by short name."""
+  return {"funnel": neals_funnel(),
+          "schools_centered": eight_schools(centered=True),
+          "schools_noncentered": eight_schools(centered=False),
+          "logistic": breast_cancer()}

@@ -1,0 +1,32 @@
+"""esjd_coordinates on a hand-computed case."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from metaoptax import l2hmc
+
+
+def _ell(delta, scale=0.1):
+  return scale / delta - delta / scale
+
+
+def test_esjd_coordinates_by_hand():
+  """One chain, z = (1, 2) -> z' = (-1, 2.5), A = 0.5: coordinate 0 is reflected
+  (its square does not move: the barrier 0.1 / 1e-4), coordinate 1 moves both."""
+  z, moved, accept = jnp.array([[1.0, 2.0]]), jnp.array([[-1.0, 2.5]]), jnp.array([0.5])
+  eps = 1e-4
+  jumps = [0.5 * 4.0 + eps, 0.5 * 0.25 + eps]
+  squares = [0.5 * 0.5 * 0.0 + eps, 0.5 * 0.5 * (4.0 - 6.25) ** 2 + eps]
+  expected = np.mean([_ell(j) + _ell(s) for j, s in zip(jumps, squares)])
+  loss = l2hmc.objective_loss("esjd_coordinates", z, moved, accept)
+  np.testing.assert_allclose(loss, [expected], rtol=1e-6)
+  # a crossing of coordinate 0 that also moves its square is not charged the barrier
+  crossing = l2hmc.objective_loss("esjd_coordinates", z, jnp.array([[-1.2, 2.5]]), accept)
+  assert float(crossing[0]) < float(loss[0]) - 100
+
+
+def test_esjd_coordinates_non_finite_proposal_is_no_jump():
+  z = jnp.array([[1.0, 2.0]])
+  loss = l2hmc.objective_loss("esjd_coordinates", z, jnp.array([[jnp.inf, jnp.nan]]),
+                              jnp.array([0.0]))
+  np.testing.assert_allclose(loss, [2 * (0.1 / 1e-4 - 1e-4 / 0.1)], rtol=1e-6)

@@ -116,18 +116,24 @@ def test_minibatch_family_gradients_vary_with_the_step():
   assert float(family.loss(task, params)) == pytest.approx(np.log(10), rel=0.5)
 
 
-def test_meta_training_on_two_families_lowers_the_meta_loss():
+def test_meta_training_on_two_families_beats_its_start():
   """A few task batches alternating between two architectures lower the held-out score
-  below Adam's (the starting weights) and the meta-loss below its start."""
+  below that of the starting weights (Adam 1e-4, far too slow); the score of several
+  families is the geometric mean of their medians."""
   data = _digits()
   families = [l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=32),
               l2o.tasks.mlp_minibatch(data, (64, 6, 6, 10), "tanh", examples=100, batch=32)]
-  config = l2o.ScaledAdamConfig(hidden=4, learning_rate=1e-4)  # Adam far too slow
+  config = l2o.ScaledAdamConfig(hidden=4, learning_rate=1e-4)
   training = l2o.MetaTrainingConfig(tasks_per_step=2, horizon=20, unroll=10, log_loss=True)
-  validation = l2o.Validation(families, jax.random.key(9), num_tasks=4, steps=20, every=6)
-  result = l2o.meta_train(config, families, training, num_iterations=12, progress=None,
-                          meta_optimizer=l2o.default_meta_optimizer(3e-2),
-                          validation=validation)
+  start = l2o.init_meta_training(config, seed=0,
+                                 meta_optimizer=l2o.default_meta_optimizer(5e-2))
+  result = l2o.meta_train(config, families, training, num_iterations=6, progress=None,
+                          init_state=start, meta_optimizer=l2o.default_meta_optimizer(5e-2))
   assert result.skipped_updates == 0
-  assert np.mean(result.losses[-4:]) < np.mean(result.losses[:4])
-  assert result.validation_scores[-1, 1] < result.validation_scores[0, 1]
+  validation = l2o.Validation(families, jax.random.key(9), num_tasks=4, steps=20)
+  score = l2o.validation.validation_scorer(config, validation)
+  assert score(result.params) < 0.9 * score(start.params)
+  one = [l2o.validation.validation_scorer(config, validation._replace(
+      family=f, key=jax.random.fold_in(validation.key, i))) for i, f in enumerate(families)]
+  net = result.params
+  assert score(net) == pytest.approx(np.sqrt(one[0](net) * one[1](net)), rel=1e-6)

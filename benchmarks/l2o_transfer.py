@@ -72,16 +72,16 @@ def training_families(digits_train, mnist1d_train):
   ]
 
 
-def meta_train(families, args):
+def meta_train(families, args, config):
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
                                     unroll=args.unroll, log_loss=True, mask_diverged_tasks=True)
   updates = args.meta_iterations * (args.horizon // args.unroll)
   meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
                               steps=args.horizon, every=args.validate_every)
-  result = l2o.meta_train(CONFIG, families, training, num_iterations=args.meta_iterations,
+  result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              CONFIG, seed=0, meta_optimizer=meta_optimizer),
+                              config, seed=0, meta_optimizer=meta_optimizer),
                           log_every=max(1, args.meta_iterations // 50), validation=validation)
   return training, result
 
@@ -91,14 +91,14 @@ def problems():
           "MNIST-1D CNN (unseen architecture)": cnn1d.make_problem()}
 
 
-def methods(network):
+def methods(network, config):
   adam = runner.Method("Adam grid", "adam", optax.adam, values=ADAM_GRID,
                        names=tuple((f"Adam {lr:g}", f"lr {lr:g}") for lr in ADAM_GRID))
   drop_in = runner.Method("metaoptax.adamw()", "metaoptax", lambda _: metaoptax.adamw(),
                           eval_params=lambda s, p: metaoptax.averaged_params(s),
                           info="defaults, averaged weights")
   learned = runner.Method("learned (scaled_adam)", "l2o",
-                          lambda _: l2o.scaled_adam(network, CONFIG))
+                          lambda _: l2o.scaled_adam(network, config))
   return [adam, drop_in, learned]
 
 
@@ -120,18 +120,18 @@ def best_adam(adam_logs, step):
   return adam_logs[int(np.argmin(np.where(np.isfinite(means), means, np.inf)))]
 
 
-def evaluate(network, args, progress):
+def evaluate(network, config, args, progress):
   out = {}
   for name, problem in problems().items():
     logs = []
-    for method in methods(network):
+    for method in methods(network, config):
       logs += runner.train(problem, method, steps=args.steps, seeds=SEEDS, chunk=args.chunk,
                            progress=progress)
     out[name] = (problem, logs)
   return out
 
 
-def step_times(network, repeats, steps=200):
+def step_times(network, config, repeats, steps=200):
   """Median seconds per step of ``optax.adam`` and the learned optimizer on the digits MLP,
   ``{"train step": (adam, learned), "update": (adam, learned)}`` (alternating repeats)."""
   problem = digits.make_problem()
@@ -158,7 +158,7 @@ def step_times(network, repeats, steps=200):
 
     return {"train step": train, "update": update}, opt.init(params)
 
-  optimizers = {"adam": runs(optax.adam(1e-3)), "learned": runs(l2o.scaled_adam(network, CONFIG))}
+  optimizers = {"adam": runs(optax.adam(1e-3)), "learned": runs(l2o.scaled_adam(network, config))}
   times = {kind: {name: [] for name in optimizers} for kind in ("train step", "update")}
   for name, (fns, state) in optimizers.items():
     for fn in fns.values():
@@ -239,12 +239,12 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   lines += [f"Meta-training: {args.meta_iterations} task batches of {training.tasks_per_step} "
             f"tasks, horizon {training.horizon} in truncations of {training.unroll} "
             f"({result.losses.size} meta-updates), log meta-loss, Adam {args.meta_lr:g} with "
-            f"cosine decay; families in turn: {', '.join(f.name for f in families)}. "
+            f"cosine decay; base step size {config.learning_rate:g}; families in turn: {', '.join(f.name for f in families)}. "
             f"{result.seconds:.0f} s ({result.seconds / 60:.1f} min, compilation included) on "
             f"{os.cpu_count()} CPU cores shared with other jobs; skipped meta-updates "
             f"{result.skipped_updates}, diverged tasks {result.diverged_tasks}. Held-out score "
             "(geometric mean over the families of the median loss at step "
-            f"{training.horizon}): Adam 1e-3 (start) {scores[0, 1]:.4g}, selected "
+            f"{training.horizon}): Adam {config.learning_rate:g} (start) {scores[0, 1]:.4g}, selected "
             f"{np.min(scores[:, 1]):.4g} at batch {result.best_iteration}, last "
             f"{scores[-1, 1]:.4g}.", ""]
   return lines
@@ -275,6 +275,8 @@ def main(argv=None):
   parser.add_argument("--horizon", type=int, default=300)
   parser.add_argument("--unroll", type=int, default=30)
   parser.add_argument("--meta-lr", type=float, default=1e-3)
+  parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
+                      help="the base Adam step size of the learned optimizer")
   parser.add_argument("--validation-tasks", type=int, default=8)
   parser.add_argument("--validate-every", type=int, default=100)
   parser.add_argument("--time-repeats", type=int, default=11)
@@ -294,12 +296,13 @@ def main(argv=None):
   x_digits, y_digits, _, _ = digits.load_split()
   x_m1d, y_m1d, _, _ = mnist1d.load_data()
   families = training_families((x_digits, y_digits), (x_m1d, y_m1d))
-  training, result = meta_train(families, args)
+  config = CONFIG._replace(learning_rate=args.learning_rate)
+  training, result = meta_train(families, args, config)
   network = result.params
-  results = evaluate(network, args, _report.progress_bars())
+  results = evaluate(network, config, args, _report.progress_bars())
   rows = summary(results, budgets)
   verdict = target(rows, budgets)
-  times = step_times(network, args.time_repeats)
+  times = step_times(network, config, args.time_repeats)
   seconds = time.perf_counter() - start
   out.mkdir(parents=True, exist_ok=True)
   header = ["# A learned optimizer on networks it has never seen", "",

@@ -47,7 +47,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--iterations", type=int, default=300)
   parser.add_argument("--num-tasks", type=int, default=200)
-  parser.add_argument("--seeds", type=int, default=2, help="training seeds per setting")
+  parser.add_argument("--seeds", type=int, default=1, help="training seeds per setting")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   parser.add_argument("--results", action="store_true",
                       help="write into benchmarks/results/ instead of --out")

@@ -91,7 +91,7 @@ def problems():
           "MNIST-1D CNN (unseen architecture)": cnn1d.make_problem()}
 
 
-def methods(network, config):
+def methods(network, config, learned_only=False):
   adam = runner.Method("Adam grid", "adam", optax.adam, values=ADAM_GRID,
                        names=tuple((f"Adam {lr:g}", f"lr {lr:g}") for lr in ADAM_GRID))
   drop_in = runner.Method("metaoptax.adamw()", "metaoptax", lambda _: metaoptax.adamw(),
@@ -99,7 +99,7 @@ def methods(network, config):
                           info="defaults, averaged weights")
   learned = runner.Method("learned (scaled_adam)", "l2o",
                           lambda _: l2o.scaled_adam(network, config))
-  return [adam, drop_in, learned]
+  return [learned] if learned_only else [adam, drop_in, learned]
 
 
 def at_step(log, step):
@@ -124,7 +124,7 @@ def evaluate(network, config, args, progress):
   out = {}
   for name, problem in problems().items():
     logs = []
-    for method in methods(network, config):
+    for method in methods(network, config, args.learned_only):
       logs += runner.train(problem, method, steps=args.steps, seeds=SEEDS, chunk=args.chunk,
                            progress=progress)
     out[name] = (problem, logs)
@@ -250,6 +250,28 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   return lines
 
 
+def learned_only_report(results, budgets, result, training, args, config, times, commit):
+  lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
+           f"measured at commit `{commit}`, jax {jax.__version__}; base step size "
+           f"{config.learning_rate:g}, {args.meta_iterations} task batches, horizon "
+           f"{training.horizon} / unroll {training.unroll}; meta-training {result.seconds:.0f} s; "
+           f"selected batch {result.best_iteration}; held-out scores "
+           + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores) + ".", "",
+           "| network | steps | train loss | test accuracy | non-finite |", "|---|---|---|---|---|"]
+  for name, (problem, logs) in results.items():
+    (log,) = logs
+    for budget in budgets:
+      i = at_step(log, budget)
+      lines.append(f"| {name} | {budget} | {mean_std(log.train_loss[:, i] - problem.train_loss_floor)}"
+                   f" | {mean_std(log.test[:, i], 4)} | "
+                   f"{int(np.sum(~np.isfinite(log.train_loss[:, -1])))} |")
+  lines += ["", f"Step time ratio (training step / update alone): "
+            f"{times['train step'][1] / times['train step'][0]:.2f} / "
+            f"{times['update'][1] / times['update'][0]:.2f}"]
+  args.out.mkdir(parents=True, exist_ok=True)
+  _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
+
+
 def plot(results, path):
   plt = _report.pyplot()
   fig, axes = plt.subplots(2, len(results), figsize=(5 * len(results), 7.5))
@@ -285,6 +307,9 @@ def main(argv=None):
   parser.add_argument("--results", action="store_true",
                       help="write into benchmarks/results/ instead of --out")
   parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets")
+  parser.add_argument("--learned-only", action="store_true",
+                      help="evaluate only the learned optimizer (the baselines do not depend "
+                      "on the meta-training settings: compare with a full run's)")
   args = parser.parse_args(argv)
   if args.quick:
     (args.steps, args.chunk, args.meta_iterations, args.horizon, args.unroll,
@@ -300,9 +325,11 @@ def main(argv=None):
   training, result = meta_train(families, args, config)
   network = result.params
   results = evaluate(network, config, args, _report.progress_bars())
+  times = step_times(network, config, args.time_repeats)
+  if args.learned_only:
+    return learned_only_report(results, budgets, result, training, args, config, times, commit)
   rows = summary(results, budgets)
   verdict = target(rows, budgets)
-  times = step_times(network, config, args.time_repeats)
   seconds = time.perf_counter() - start
   out.mkdir(parents=True, exist_ok=True)
   header = ["# A learned optimizer on networks it has never seen", "",

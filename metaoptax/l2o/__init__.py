@@ -10,7 +10,7 @@ from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaT
 from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_network,
                                    preprocess)
 from metaoptax.l2o.optimizer import L2OState, learned_optimizer, step
-from metaoptax.l2o.scaled_adam import (ScaledAdamConfig, ScaledAdamState, TensorLSTM,
+from metaoptax.l2o.learned_adam import (ScaledAdamConfig, ScaledAdamState, TensorLSTM,
                                        scaled_adam, scaled_adam_features)
 from metaoptax.l2o.validation import Validation
 

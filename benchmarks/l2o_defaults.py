@@ -10,7 +10,7 @@ distribution (det-bounded, the paper code's unbounded draw, ill-conditioned):
 median loss at step 11, as in ``benchmarks/l2o_teleport.py``. The geometric mean
 of the three medians ranks the settings.
 
-    taskset -c 1 python benchmarks/l2o_defaults.py             # ~15 min on one busy core
+    taskset -c 1 python benchmarks/l2o_defaults.py             # 12 min on 2 busy cores
     python benchmarks/l2o_defaults.py --quick                  # smoke run
     python benchmarks/l2o_defaults.py --results                # write benchmarks/results/
 

@@ -20,7 +20,7 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
-    taskset -c 1 python benchmarks/l2o_transfer.py            # ~25 min on one core
+    taskset -c 1 python benchmarks/l2o_transfer.py            # 51 min on 2 busy cores
     python benchmarks/l2o_transfer.py --quick                 # smoke run: tiny budgets
     python benchmarks/l2o_transfer.py --results               # write benchmarks/results/
 

@@ -1,4 +1,5 @@
-"""Learned (LSTM) optimizers that can teleport, their tasks and meta-training."""
+"""Learned (LSTM) optimizers that can teleport, a learned scaling of Adam that transfers
+to unseen networks, their tasks and meta-training."""
 
 from metaoptax.l2o import tasks
 from metaoptax.l2o.evaluation import evaluate
@@ -9,9 +10,12 @@ from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaT
 from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_network,
                                    preprocess)
 from metaoptax.l2o.optimizer import L2OState, learned_optimizer, step
+from metaoptax.l2o.learned_adam import (ScaledAdamConfig, ScaledAdamState, TensorLSTM,
+                                       scaled_adam, scaled_adam_features)
 from metaoptax.l2o.validation import Validation
 
 __all__ = ("tasks", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
            "MetaTrainingState", "build_meta_step", "default_meta_optimizer", "init_meta_training",
            "meta_train", "sample_problems", "HEADS", "CoordinateLSTM", "L2OConfig", "init_network",
-           "preprocess", "L2OState", "learned_optimizer", "step", "Validation")
+           "preprocess", "L2OState", "learned_optimizer", "step", "ScaledAdamConfig",
+           "ScaledAdamState", "TensorLSTM", "scaled_adam", "scaled_adam_features", "Validation")

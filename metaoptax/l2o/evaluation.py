@@ -11,7 +11,7 @@ import optax
 
 from metaoptax.l2o.network import L2OConfig
 from metaoptax.l2o.problems import sample_problems
-from metaoptax.l2o.tasks import TaskFamily
+from metaoptax.l2o.tasks import TaskFamily, gradient
 
 __all__ = ("evaluate",)
 
@@ -41,19 +41,21 @@ def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: j
 def trajectory_losses(optimizer: optax.GradientTransformation, family: TaskFamily, tasks: Any,
                       params: Any, steps: int) -> jax.Array:
   """Losses ``(num_tasks, steps + 1)`` of ``optimizer`` from ``params`` on ``tasks``
-  (a batch, as :func:`~metaoptax.l2o.problems.sample_problems` draws them); jit-able."""
+  (a batch, as :func:`~metaoptax.l2o.problems.sample_problems` draws them); jit-able.
+  The optimizer receives :func:`~metaoptax.l2o.tasks.gradient` at each step (the
+  minibatch gradient of families that have one); the losses are ``family.loss``."""
   optimizer = optax.with_extra_args_support(optimizer)
 
   def run(task, p):
     act = functools.partial(family.act, task)
 
-    def body(carry, _):
+    def body(carry, step):
       x, s = carry
-      u, s = optimizer.update(jax.grad(family.loss, argnums=1)(task, x), s, x, act=act)
+      u, s = optimizer.update(gradient(family, task, x, step), s, x, act=act)
       x = optax.apply_updates(x, u)
       return (x, s), family.loss(task, x)
 
-    _, losses = jax.lax.scan(body, (p, optimizer.init(p)), None, length=steps)
+    _, losses = jax.lax.scan(body, (p, optimizer.init(p)), jnp.arange(steps, dtype=jnp.int32))
     return jnp.concatenate([family.loss(task, p)[None], losses])
 
   return jax.vmap(run)(tasks, params)

@@ -34,8 +34,8 @@ from metaoptax._src import loop, tree_utils
 from metaoptax._src.data_parallel import data_parallel, hashable_axis
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
-from metaoptax.l2o.network import L2OConfig, init_network
-from metaoptax.l2o.optimizer import step
+from metaoptax.l2o.tasks import gradient as task_gradient
+from metaoptax.l2o.network import L2OConfig
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 from metaoptax.l2o.validation import Selection as validation_selection
@@ -118,10 +118,10 @@ def _unroll(config, family, network_params, task, params, state, length, second_
 
   def body(carry, _):
     x, st = carry
-    g = jax.grad(family.loss, argnums=1)(task, x)
+    g = task_gradient(family, task, x, st.count)
     if not second_order:
       g = jax.lax.stop_gradient(g)
-    x, st, _ = step(network_params, config, st, x, g, act)
+    x, st, _ = config.step(network_params, st, x, g, act)
     value = family.loss(task, x)
     return (x, st), jnp.log(value + 1e-12) if log_loss else value
 
@@ -189,7 +189,7 @@ def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTrans
   """
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   key, init_key = jax.random.split(jax.random.key(seed))
-  net = init_network(init_key, config) if params is None else params
+  net = config.init_network(init_key) if params is None else params
   zero = jnp.zeros([], jnp.int32)
   return MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero)
 
@@ -210,7 +210,7 @@ def _training_config(training: MetaTrainingConfig) -> MetaTrainingConfig:
 
 def build_meta_step(
     config: L2OConfig,
-    family: TaskFamily,
+    family: TaskFamily | Sequence[TaskFamily],
     training: MetaTrainingConfig = MetaTrainingConfig(),
     *,
     meta_optimizer: optax.GradientTransformation | None = None,
@@ -223,7 +223,8 @@ def build_meta_step(
   ``horizon`` optimizee steps as ``horizon // unroll`` truncations
   (``jax.lax.scan``), and after each takes a meta-optimizer step, or skips it
   (counted) when the meta-gradient or the meta-loss is not finite. Pure and
-  jit-able.
+  jit-able. With a sequence of families, batch ``k`` (``state.meta_step``) is
+  drawn from family ``k mod len(family)``.
 
   With ``mesh``, the tasks (and the optimizees' params and states) are split
   over the devices of ``data_axis`` (default: every axis of the mesh) and the
@@ -232,14 +233,35 @@ def build_meta_step(
   """
   training = _training_config(training)
   # one step object per configuration: its jit shares meta_train's compilation
-  return loop.built(_build_meta_step, config, family, training,
+  return loop.built(_build_meta_step, config, _families(family), training,
                     meta_optimizer or default_meta_optimizer(), mesh, hashable_axis(data_axis))
 
 
-def _build_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTrainingConfig,
-                     meta_optimizer: optax.GradientTransformation,
+def _families(family: TaskFamily | Sequence[TaskFamily]) -> tuple[TaskFamily, ...]:
+  """``family`` as a (hashable) tuple of one or more families."""
+  families = (family,) if isinstance(family, TaskFamily) else tuple(family)
+  if not families or not all(isinstance(f, TaskFamily) for f in families):
+    raise ValueError("family must be a TaskFamily or a non-empty sequence of them.")
+  return families
+
+
+def _build_meta_step(config: L2OConfig, family: TaskFamily | tuple[TaskFamily, ...],
+                     training: MetaTrainingConfig, meta_optimizer: optax.GradientTransformation,
                      mesh: jax.sharding.Mesh | None, data_axis: str | tuple[str, ...] | None):
-  """:func:`build_meta_step` of a checked configuration."""
+  """:func:`build_meta_step` of a checked configuration: with several families, task batch
+  ``k`` is drawn from family ``k mod len(families)`` (``jax.lax.switch``)."""
+  steps = [_one_family_meta_step(config, f, training, meta_optimizer, mesh, data_axis)
+           for f in _families(family)]
+  if len(steps) == 1:
+    return steps[0]
+  return lambda state: jax.lax.switch(state.meta_step % len(steps), steps, state)
+
+
+def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTrainingConfig,
+                          meta_optimizer: optax.GradientTransformation,
+                          mesh: jax.sharding.Mesh | None,
+                          data_axis: str | tuple[str, ...] | None):
+  """The meta step of one family."""
   tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights, masking = training
   parallel = data_parallel(mesh, data_axis, tasks_per_step, "tasks_per_step")
   weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
@@ -325,7 +347,7 @@ def _summarize(infos: MetaStepInfo) -> tuple[float, dict]:
 
 def meta_train(
     config: L2OConfig,
-    family: TaskFamily,
+    family: TaskFamily | Sequence[TaskFamily],
     training: MetaTrainingConfig = MetaTrainingConfig(),
     *,
     num_iterations: int = 100,
@@ -347,8 +369,11 @@ def meta_train(
   only at progress reports and checkpoints.
 
   Args:
-    config: the learned optimizer's configuration (heads, sizes).
-    family: the task family to train on.
+    config: the learned optimizer's configuration: an ``L2OConfig`` (heads,
+      sizes) or a ``ScaledAdamConfig``.
+    family: the task family to train on, or a sequence of families (e.g.
+      architectures whose params differ in shape): task batch ``k`` is drawn from
+      family ``k mod len(family)``, every batch has the same ``training``.
     training: tasks per batch, horizon, truncation and meta-loss
       (:class:`MetaTrainingConfig`).
     num_iterations: task batches in the whole run (a resumed run does the
@@ -396,7 +421,7 @@ def meta_train(
   if init_state is None:
     init_state = init_meta_training(config, meta_optimizer=meta_optimizer)
   parallel = data_parallel(mesh, data_axis, training.tasks_per_step, "tasks_per_step")
-  meta_step = loop.jitted(_build_meta_step, config, family, training, meta_optimizer, mesh,
+  meta_step = loop.jitted(_build_meta_step, config, _families(family), training, meta_optimizer, mesh,
                           data_axis)
   selection = (None if validation is None else
                validation_selection(config, validation, num_iterations))

@@ -68,6 +68,26 @@ class L2OConfig(NamedTuple):
   teleport_pooling: str = "mean"
   num_coordinates: int = 0
 
+  # The interface the meta-training engine calls (as for ``ScaledAdamConfig``).
+  def init_network(self, key: jax.Array):
+    """:func:`init_network` of this configuration."""
+    return init_network(key, self)
+
+  def init_state(self, params):
+    """Zero LSTM state and momentum (:func:`metaoptax.l2o.optimizer.init_state`)."""
+    from metaoptax.l2o import optimizer  # pylint: disable=g-import-not-at-top
+    return optimizer.init_state(self, params)
+
+  def step(self, network_params, state, params, grads, act=None):
+    """One learned step (:func:`metaoptax.l2o.step`)."""
+    from metaoptax.l2o import optimizer  # pylint: disable=g-import-not-at-top
+    return optimizer.step(network_params, self, state, params, grads, act)
+
+  def transformation(self, network_params):
+    """The trained network as an optax transformation (:func:`metaoptax.l2o.learned_optimizer`)."""
+    from metaoptax.l2o import optimizer  # pylint: disable=g-import-not-at-top
+    return optimizer.learned_optimizer(network_params, self)
+
 
 def validate(config: L2OConfig) -> None:
   unknown = set(config.heads) - set(HEADS)

@@ -12,6 +12,8 @@ its symmetry group: ``act(task, theta, params)`` keeps the loss unchanged.
   acted on by :math:`g = I + T` on the layer pair (``group_dim`` = width²).
 * :func:`mlp_classifier` - an MLP on minibatches of a classification set
   (by default scikit-learn's bundled digits).
+* :func:`mlp_minibatch` - an MLP of any depth, width and activation trained with
+  stochastic minibatches of a random subset of a classification set.
 
 Samplers keep maps away from singular: :math:`|\det A|`, :math:`|a|` and
 :math:`|c|` are bounded below, so :math:`h^{-1}` stays finite.
@@ -29,8 +31,9 @@ import jax.numpy as jnp
 
 from metaoptax.teleport import groups
 
-__all__ = ("TaskFamily", "ELLIPSE_SAMPLERS", "ellipse", "rosenbrock", "glorot_normal", "he_normal",
-           "mlp_regression", "mlp_classifier")
+__all__ = ("TaskFamily", "gradient", "ELLIPSE_SAMPLERS", "ellipse", "rosenbrock",
+           "glorot_normal", "he_normal", "mlp_regression", "mlp_classifier", "ACTIVATIONS",
+           "mlp_minibatch")
 
 
 class TaskFamily(NamedTuple):
@@ -42,6 +45,17 @@ class TaskFamily(NamedTuple):
   loss: Callable[[Any, Any], jax.Array]  # task, params -> scalar
   act: Callable[[Any, jax.Array, Any], Any]  # task, theta, params -> params
   group_dim: int  # size of theta
+  # task, params, step -> scalar: the stochastic objective whose gradient the optimizer
+  # receives at ``step`` (a minibatch); None: the gradient of ``loss`` (deterministic)
+  minibatch_loss: Callable[[Any, Any, jax.Array], jax.Array] | None = None
+
+
+def gradient(family: TaskFamily, task: Any, params: Any, step: jax.Array) -> Any:
+  """The gradient the optimizer receives at ``step``: of ``family.minibatch_loss`` if the
+  family has one, else of ``family.loss``."""
+  if family.minibatch_loss is None:
+    return jax.grad(family.loss, argnums=1)(task, params)
+  return jax.grad(family.minibatch_loss, argnums=1)(task, params, step)
 
 
 def _away_from_zero(x, minimum):
@@ -263,3 +277,77 @@ def mlp_classifier(hidden: int = 32, batch: int = 128, data: tuple | None = None
 
   return TaskFamily("mlp_classifier", sample_task, init_params, loss,
                     lambda task, theta, p: p, 0)
+
+
+#: Activations of :func:`mlp_minibatch`.
+ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "gelu": jax.nn.gelu}
+
+
+def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu", *,
+                  examples: int = 512, batch: int = 64, label_smoothing: float = 0.0,
+                  name: str | None = None) -> TaskFamily:
+  r"""An MLP classifier trained on stochastic minibatches of a random subset of a data set.
+
+  A task is ``examples`` examples of ``data`` drawn without replacement and a PRNG
+  key; at optimizee step :math:`t` the optimizer receives the gradient on a
+  minibatch of ``batch`` of them (drawn with replacement from the key folded with
+  :math:`t`, as ``minibatch_loss``), while ``loss`` is the cross-entropy on all
+  ``examples`` (what the meta-loss and the evaluation score). Layers
+  ``sizes[0] - ... - sizes[-1]`` (inputs to classes), ``activation`` between them,
+  He initialization for ReLU and GELU, Glorot for tanh, zero biases. Cross-entropy
+  with ``label_smoothing`` (targets :math:`(1-\varepsilon)\,\mathrm{onehot} +
+  \varepsilon / K`). No symmetry group (``group_dim = 0``).
+
+  Args:
+    data: ``(inputs (examples, features), labels (examples,))``, e.g. a training split.
+    sizes: layer widths, the first the number of features, the last of classes.
+    activation: a key of :data:`ACTIVATIONS`.
+    examples: examples per task.
+    batch: minibatch size.
+    label_smoothing: :math:`\varepsilon`.
+    name: the family's name (default from the sizes and activation).
+  """
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
+  x, y = jnp.asarray(data[0], jnp.float32), jnp.asarray(data[1], jnp.int32)
+  if x.ndim != 2 or y.shape != x.shape[:1] or x.shape[1] != sizes[0]:
+    raise ValueError(f"data must be (inputs (examples, {sizes[0]}), labels (examples,)), got "
+                     f"shapes {x.shape} and {y.shape}.")
+  if not 0 < examples <= x.shape[0] or batch < 1:
+    raise ValueError(f"Need 0 < examples <= {x.shape[0]} and batch >= 1, got {examples} and "
+                     f"{batch}.")
+  sigma, classes = ACTIVATIONS[activation], sizes[-1]
+  init = glorot_normal if activation == "tanh" else he_normal
+
+  def sample_task(key):
+    k_idx, k_batches = jax.random.split(key)
+    idx = jax.random.choice(k_idx, x.shape[0], (examples,), replace=False)
+    return {"x": x[idx], "y": y[idx], "key": jax.random.key_data(k_batches)}
+
+  def init_params(key, task):
+    params = []
+    for index, (k, (fan_in, fan_out)) in enumerate(zip(jax.random.split(key, len(sizes) - 1),
+                                                       zip(sizes, sizes[1:]))):
+      w = (glorot_normal if index == len(sizes) - 2 else init)(k, fan_out, fan_in)
+      params.append({"w": w.T, "b": jnp.zeros(fan_out)})
+    return params
+
+  def cross_entropy(p, inputs, labels):
+    h = inputs
+    for layer in p[:-1]:
+      h = sigma(h @ layer["w"] + layer["b"])
+    logits = h @ p[-1]["w"] + p[-1]["b"]
+    targets = jax.nn.one_hot(labels, classes) * (1 - label_smoothing) + label_smoothing / classes
+    return jnp.mean(-jnp.sum(targets * jax.nn.log_softmax(logits), -1))
+
+  def loss(task, p):
+    return cross_entropy(p, task["x"], task["y"])
+
+  def minibatch_loss(task, p, step):
+    key = jax.random.fold_in(jax.random.wrap_key_data(task["key"]), step)
+    idx = jax.random.randint(key, (batch,), 0, examples)
+    return cross_entropy(p, task["x"][idx], task["y"][idx])
+
+  default = f"mlp_{'-'.join(map(str, sizes))}_{activation}"
+  return TaskFamily(name or default, sample_task, init_params, loss,
+                    lambda task, theta, p: p, 0, minibatch_loss)

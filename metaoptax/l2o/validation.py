@@ -12,14 +12,14 @@ tasks must not be the tasks the optimizer is finally evaluated on.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from metaoptax.l2o.evaluation import trajectory_losses
 from metaoptax.l2o.network import L2OConfig
-from metaoptax.l2o.optimizer import learned_optimizer
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 
@@ -32,11 +32,14 @@ class Validation(NamedTuple):
   The score is the median over ``num_tasks`` tasks of the loss after ``at``
   steps of the learned optimizer (a non-finite loss counts as ``+inf``), the
   same losses as ``evaluate(learned_optimizer(params, config), family, key,
-  num_tasks, steps)[:, at]``.
+  num_tasks, steps)[:, at]``. With a sequence of families (meta-training on
+  several), ``num_tasks`` tasks of each and the geometric mean of their
+  medians: every family counts alike whatever the scale of its loss.
 
   Attributes:
     family: the family the held-out tasks are drawn from (the training family,
-      or the same distribution, never the final evaluation's tasks).
+      or the same distribution, never the final evaluation's tasks), or a
+      sequence of families.
     key: PRNG key of the held-out tasks and starting points (fixed for the run;
       a key not used for the training batches or the final evaluation).
     num_tasks: held-out tasks.
@@ -48,7 +51,7 @@ class Validation(NamedTuple):
       earliest on ties); otherwise the last ones.
   """
 
-  family: TaskFamily
+  family: TaskFamily | Sequence[TaskFamily]
   key: jax.Array
   num_tasks: int = 200
   steps: int = 20
@@ -68,21 +71,29 @@ def check(validation: Validation) -> None:
 
 @functools.partial(jax.jit, static_argnames=("config", "family", "steps", "at"))
 def _median_loss(network_params, tasks, starts, *, config, family, steps, at):
-  losses = trajectory_losses(learned_optimizer(network_params, config), family, tasks, starts,
+  losses = trajectory_losses(config.transformation(network_params), family, tasks, starts,
                              steps)[:, at]
   return jnp.median(jnp.where(jnp.isfinite(losses), losses, jnp.inf))
 
 
 def validation_scorer(config: L2OConfig, validation: Validation) -> Callable[[Any], float]:
-  """``score(network_params) -> float``: the median held-out loss (compiled once per
-  configuration, family and steps)."""
+  """``score(network_params) -> float``: the median held-out loss, or the geometric mean
+  of the families' medians (compiled once per configuration, family and steps)."""
   check(validation)
   at = validation.steps if validation.at is None else validation.at
-  tasks, starts, _ = jax.jit(sample_problems, static_argnums=(0, 1, 3))(
-      config, validation.family, validation.key, validation.num_tasks)
-  return lambda network_params: float(_median_loss(
-      network_params, tasks, starts, config=config, family=validation.family,
-      steps=validation.steps, at=at))
+  single = isinstance(validation.family, TaskFamily)
+  families = (validation.family,) if single else tuple(validation.family)
+  problems = [jax.jit(sample_problems, static_argnums=(0, 1, 3))(
+      config, family, jax.random.fold_in(validation.key, i) if not single else validation.key,
+      validation.num_tasks) for i, family in enumerate(families)]
+
+  def score(network_params):
+    medians = [float(_median_loss(network_params, tasks, starts, config=config, family=family,
+                                  steps=validation.steps, at=at))
+               for family, (tasks, starts, _) in zip(families, problems)]
+    return medians[0] if single else float(np.exp(np.mean(np.log(medians))))
+
+  return score
 
 
 class Selection:

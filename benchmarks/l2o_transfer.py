@@ -1,0 +1,355 @@
+"""A learned optimizer meta-trained on small MLPs, applied to networks it has never seen.
+
+1. Meta-training (``metaoptax.l2o.meta_train``) of ``l2o.scaled_adam``: Adam whose
+   step is scaled, per tensor, by a bounded learned factor ``exp(S tanh(.))``
+   (exactly Adam 1e-3 at initialization). The training distribution
+   (``training_families``): MLPs of 1 or 2 hidden layers, widths 32 to 80, ReLU,
+   tanh or GELU, each task a random subset of 512 examples of the training split of
+   scikit-learn's digits or of MNIST-1D trained on stochastic minibatches of 32 to
+   128, plus the two-layer regression of ``l2o.tasks.mlp_regression``; 300-step
+   trajectories in truncations of 30, log meta-loss, one family per task batch in
+   turn; the weights are those that score best on held-out tasks of the same
+   families (``l2o.Validation``), scored every ``--validate-every`` batches.
+2. Evaluation on networks and data no training task had, 3 seeds, 5,000 steps,
+   reported at 1,000 and 5,000: the suite's digits MLP 64-128-128-10 (label
+   smoothing 0.1), the MNIST-1D MLP 40-100-100-10 and the 1-D convnet on MNIST-1D
+   (``suite_tasks/cnn1d.py``; no convolution in the training family). Against
+   ``optax.adam`` at every rate of a grid, the best rate chosen per network and
+   per budget by the lowest mean train loss, and ``metaoptax.adamw()`` at its
+   defaults (evaluated at its averaged weights).
+3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
+   in this process, median of repeats (a whole training step, and the update alone).
+
+    taskset -c 1 python benchmarks/l2o_transfer.py            # 51 min on 2 busy cores
+    python benchmarks/l2o_transfer.py --quick                 # smoke run: tiny budgets
+    python benchmarks/l2o_transfer.py --results               # write benchmarks/results/
+
+Writes ``l2o_transfer.md``, ``.json`` and ``.png`` into ``--out`` (by default
+``benchmarks/out/``, not tracked by git) and prints their paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import _report
+import metaoptax
+from metaoptax import l2o
+from suite_tasks import cnn1d
+from suite_tasks import digits
+from suite_tasks import mnist1d
+from suite_tasks import runner
+
+ADAM_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+SEEDS = 3
+STEPS = 5000
+BUDGETS = (1000, 5000)
+OUT = pathlib.Path(__file__).resolve().parent / "out"
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+CONFIG = l2o.ScaledAdamConfig()
+
+
+def training_families(digits_train, mnist1d_train):
+  """The meta-training distribution: ``(name, family)`` pairs (training splits only)."""
+  mlp = l2o.tasks.mlp_minibatch
+  return [
+      mlp(digits_train, (64, 32, 10), "relu", batch=64),
+      mlp(digits_train, (64, 64, 10), "tanh", batch=32),
+      mlp(digits_train, (64, 48, 48, 10), "gelu", batch=128, label_smoothing=0.1),
+      mlp(mnist1d_train, (40, 64, 10), "relu", batch=128),
+      mlp(mnist1d_train, (40, 32, 32, 10), "tanh", batch=64),
+      mlp(mnist1d_train, (40, 80, 80, 10), "relu", batch=128),
+      l2o.tasks.mlp_regression(),
+  ]
+
+
+def meta_train(families, args, config):
+  training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
+                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True)
+  updates = args.meta_iterations * (args.horizon // args.unroll)
+  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates)
+  validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
+                              steps=args.horizon, every=args.validate_every)
+  result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
+                          meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
+                              config, seed=0, meta_optimizer=meta_optimizer),
+                          log_every=max(1, args.meta_iterations // 50), validation=validation)
+  return training, result
+
+
+def problems():
+  return {"digits MLP": digits.make_problem(), "MNIST-1D MLP": mnist1d.make_problem(),
+          "MNIST-1D CNN (unseen architecture)": cnn1d.make_problem()}
+
+
+def methods(network, config, learned_only=False):
+  adam = runner.Method("Adam grid", "adam", optax.adam, values=ADAM_GRID,
+                       names=tuple((f"Adam {lr:g}", f"lr {lr:g}") for lr in ADAM_GRID))
+  drop_in = runner.Method("metaoptax.adamw()", "metaoptax", lambda _: metaoptax.adamw(),
+                          eval_params=lambda s, p: metaoptax.averaged_params(s),
+                          info="defaults, averaged weights")
+  learned = runner.Method("learned (scaled_adam)", "l2o",
+                          lambda _: l2o.scaled_adam(network, config))
+  return [learned] if learned_only else [adam, drop_in, learned]
+
+
+def at_step(log, step):
+  return int(np.searchsorted(log.steps, step))
+
+
+def mean_std(x, digits_=3):
+  x = np.asarray(x, float)
+  finite = np.isfinite(x)
+  if not finite.any():
+    return f"diverged ({x.size} of {x.size})"
+  text = f"{x[finite].mean():.{digits_}g} ± {x[finite].std():.1g}"
+  return text if finite.all() else text + f" ({int(np.sum(~finite))} non-finite)"
+
+
+def best_adam(adam_logs, step):
+  means = np.array([np.mean(log.train_loss[:, at_step(log, step)]) for log in adam_logs])
+  return adam_logs[int(np.argmin(np.where(np.isfinite(means), means, np.inf)))]
+
+
+def evaluate(network, config, args, progress):
+  out = {}
+  for name, problem in problems().items():
+    logs = []
+    for method in methods(network, config, args.learned_only):
+      logs += runner.train(problem, method, steps=args.steps, seeds=SEEDS, chunk=args.chunk,
+                           progress=progress)
+    out[name] = (problem, logs)
+  return out
+
+
+def step_times(network, config, repeats, steps=200):
+  """Median seconds per step of ``optax.adam`` and the learned optimizer on the digits MLP,
+  ``{"train step": (adam, learned), "update": (adam, learned)}`` (alternating repeats)."""
+  problem = digits.make_problem()
+  params = problem.init(jax.random.key(0))
+  keys = jax.random.split(jax.random.key(1), steps)
+  grads = jax.grad(problem.loss)(params, problem.batch(keys[0]))
+
+  def runs(opt):
+    @jax.jit
+    def train(p, s):
+      def body(c, k):
+        p, s = c
+        u, s = opt.update(jax.grad(problem.loss)(p, problem.batch(k)), s, p)
+        return (optax.apply_updates(p, u), s), None
+      return jax.lax.scan(body, (p, s), keys)[0]
+
+    @jax.jit
+    def update(p, s):
+      def body(c, _):
+        p, s = c
+        u, s = opt.update(grads, s, p)
+        return (optax.apply_updates(p, u), s), None
+      return jax.lax.scan(body, (p, s), None, length=steps)[0]
+
+    return {"train step": train, "update": update}, opt.init(params)
+
+  optimizers = {"adam": runs(optax.adam(1e-3)), "learned": runs(l2o.scaled_adam(network, config))}
+  times = {kind: {name: [] for name in optimizers} for kind in ("train step", "update")}
+  for name, (fns, state) in optimizers.items():
+    for fn in fns.values():
+      jax.block_until_ready(fn(params, state))  # compile
+  for _ in range(repeats):
+    for kind in times:
+      for name, (fns, state) in optimizers.items():
+        start = time.perf_counter()
+        jax.block_until_ready(fns[kind](params, state))
+        times[kind][name].append((time.perf_counter() - start) / steps)
+  return {kind: (float(np.median(t["adam"])), float(np.median(t["learned"])))
+          for kind, t in times.items()}
+
+
+def summary(results, budgets):
+  """Per network and budget: the best Adam, adamw() and the learned optimizer's numbers."""
+  rows = {}
+  for name, (problem, logs) in results.items():
+    adam = [log for log in logs if log.method.family == "adam"]
+    others = [log for log in logs if log.method.family != "adam"]
+    for budget in budgets:
+      best = best_adam(adam, budget)
+      row = {}
+      for label, log in [(f"best Adam ({best.method.info})", best)] + [
+          (log.method.name, log) for log in others]:
+        i = at_step(log, budget)
+        row[label] = {"train_loss": (log.train_loss[:, i] - problem.train_loss_floor).tolist(),
+                      "test": log.test[:, i].tolist(),
+                      "non_finite": int(np.sum(~np.isfinite(log.train_loss[:, -1])))}
+      rows[(name, budget)] = row
+  return rows
+
+
+def target(rows, budgets):
+  """Per network: whether the learned optimizer's mean train loss is at most, and mean test
+  accuracy at least, the best Adam's at every budget."""
+  verdict = {}
+  for (name, budget), row in rows.items():
+    best = next(v for k, v in row.items() if k.startswith("best Adam"))
+    mine = row["learned (scaled_adam)"]
+    ok = (np.mean(mine["train_loss"]) <= np.mean(best["train_loss"])
+          and np.mean(mine["test"]) >= np.mean(best["test"]))
+    verdict[name] = verdict.get(name, True) and bool(ok)
+  return verdict
+
+
+def tables(results, rows, verdict, budgets, training, result, args, times, families):
+  lines = ["Train loss (full training split; digits: minus the label-smoothing floor) and test "
+           f"accuracy, mean ± std over {SEEDS} seeds. Best Adam: the rate of the grid "
+           f"{', '.join(f'{lr:g}' for lr in ADAM_GRID)} with the lowest mean train loss at that "
+           "budget, per network. Non-finite: runs whose final train loss is not finite.", ""]
+  for name in results:
+    lines += [f"**{name}** (learned ≥ best Adam on train loss and test accuracy at every "
+              f"budget: {'yes' if verdict[name] else 'no'})", "",
+              "| method | steps | train loss | test accuracy | non-finite |",
+              "|---|---|---|---|---|"]
+    for budget in budgets:
+      for label, v in rows[(name, budget)].items():
+        lines.append(f"| {label} | {budget} | {mean_std(v['train_loss'])} | "
+                     f"{mean_std(v['test'], 4)} | {v['non_finite']} |")
+    lines.append("")
+  met = sum(verdict.values())
+  non_finite = sum(rows[(n, budgets[-1])]["learned (scaled_adam)"]["non_finite"] for n in results)
+  skipped = "n/a"
+  lines += [f"Target (learned ≥ per-network tuned Adam at both budgets on 2 of 3 networks): "
+            f"{met} of {len(results)} networks; non-finite learned runs: {non_finite} of "
+            f"{SEEDS * len(results)}.{'' if skipped == 'n/a' else ''}", ""]
+  adam_t, learned_t = times["train step"]
+  adam_u, learned_u = times["update"]
+  lines += ["Step time on the digits MLP (this process, median of "
+            f"{args.time_repeats} repeats of 200 steps in a jitted scan):", "",
+            "| | optax.adam | scaled_adam | ratio |", "|---|---|---|---|",
+            f"| training step (gradient + update) | {adam_t * 1e6:.1f} µs | "
+            f"{learned_t * 1e6:.1f} µs | {learned_t / adam_t:.2f} |",
+            f"| update alone | {adam_u * 1e6:.1f} µs | {learned_u * 1e6:.1f} µs | "
+            f"{learned_u / adam_u:.2f} |", ""]
+  scores = result.validation_scores
+  lines += [f"Meta-training: {args.meta_iterations} task batches of {training.tasks_per_step} "
+            f"tasks, horizon {training.horizon} in truncations of {training.unroll} "
+            f"({result.losses.size} meta-updates), log meta-loss, Adam {args.meta_lr:g} with "
+            f"cosine decay; base step size {config.learning_rate:g}; families in turn: {', '.join(f.name for f in families)}. "
+            f"{result.seconds:.0f} s ({result.seconds / 60:.1f} min, compilation included) on "
+            f"{os.cpu_count()} CPU cores shared with other jobs; skipped meta-updates "
+            f"{result.skipped_updates}, diverged tasks {result.diverged_tasks}. Held-out score "
+            "(geometric mean over the families of the median loss at step "
+            f"{training.horizon}): Adam {config.learning_rate:g} (start) {scores[0, 1]:.4g}, selected "
+            f"{np.min(scores[:, 1]):.4g} at batch {result.best_iteration}, last "
+            f"{scores[-1, 1]:.4g}.", ""]
+  return lines
+
+
+def learned_only_report(results, budgets, result, training, args, config, times, commit):
+  lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
+           f"measured at commit `{commit}`, jax {jax.__version__}; base step size "
+           f"{config.learning_rate:g}, {args.meta_iterations} task batches, horizon "
+           f"{training.horizon} / unroll {training.unroll}; meta-training {result.seconds:.0f} s; "
+           f"selected batch {result.best_iteration}; held-out scores "
+           + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores) + ".", "",
+           "| network | steps | train loss | test accuracy | non-finite |", "|---|---|---|---|---|"]
+  for name, (problem, logs) in results.items():
+    (log,) = logs
+    for budget in budgets:
+      i = at_step(log, budget)
+      lines.append(f"| {name} | {budget} | {mean_std(log.train_loss[:, i] - problem.train_loss_floor)}"
+                   f" | {mean_std(log.test[:, i], 4)} | "
+                   f"{int(np.sum(~np.isfinite(log.train_loss[:, -1])))} |")
+  lines += ["", f"Step time ratio (training step / update alone): "
+            f"{times['train step'][1] / times['train step'][0]:.2f} / "
+            f"{times['update'][1] / times['update'][0]:.2f}"]
+  args.out.mkdir(parents=True, exist_ok=True)
+  _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
+
+
+def plot(results, path):
+  plt = _report.pyplot()
+  fig, axes = plt.subplots(2, len(results), figsize=(5 * len(results), 7.5))
+  for col, (name, (problem, logs)) in enumerate(results.items()):
+    for log in logs:
+      adam = log.method.family == "adam"
+      style = dict(color="0.6", lw=0.8, ls=":") if adam else dict(lw=1.6)
+      axes[0, col].plot(log.steps, (log.train_loss - problem.train_loss_floor).mean(0),
+                        label=log.method.name, **style)
+      axes[1, col].plot(log.steps, log.test.mean(0), label=log.method.name, **style)
+    axes[0, col].set(yscale="log", title=name, xlabel="step", ylabel="train loss")
+    axes[1, col].set(xlabel="step", ylabel="test accuracy", ylim=(0.5, 1.0))
+  axes[0, 0].legend(fontsize=7)
+  _report.save_figure(fig, path)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--steps", type=int, default=STEPS)
+  parser.add_argument("--chunk", type=int, default=250)
+  parser.add_argument("--meta-iterations", type=int, default=700)
+  parser.add_argument("--tasks-per-step", type=int, default=4)
+  parser.add_argument("--horizon", type=int, default=300)
+  parser.add_argument("--unroll", type=int, default=30)
+  parser.add_argument("--meta-lr", type=float, default=1e-3)
+  parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
+                      help="the base Adam step size of the learned optimizer")
+  parser.add_argument("--validation-tasks", type=int, default=8)
+  parser.add_argument("--validate-every", type=int, default=100)
+  parser.add_argument("--time-repeats", type=int, default=11)
+  parser.add_argument("--out", type=pathlib.Path, default=OUT,
+                      help="output folder (default: benchmarks/out/, git-ignored)")
+  parser.add_argument("--results", action="store_true",
+                      help="write into benchmarks/results/ instead of --out")
+  parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets")
+  parser.add_argument("--learned-only", action="store_true",
+                      help="evaluate only the learned optimizer (the baselines do not depend "
+                      "on the meta-training settings: compare with a full run's)")
+  args = parser.parse_args(argv)
+  if args.quick:
+    (args.steps, args.chunk, args.meta_iterations, args.horizon, args.unroll,
+     args.validate_every, args.validation_tasks, args.time_repeats) = 200, 100, 7, 20, 10, 7, 2, 2
+  budgets = BUDGETS if not args.quick else (100, 200)
+  out = RESULTS if args.results else args.out
+  commit = _report.git_commit(short=True)
+  start = time.perf_counter()
+  x_digits, y_digits, _, _ = digits.load_split()
+  x_m1d, y_m1d, _, _ = mnist1d.load_data()
+  families = training_families((x_digits, y_digits), (x_m1d, y_m1d))
+  config = CONFIG._replace(learning_rate=args.learning_rate)
+  training, result = meta_train(families, args, config)
+  network = result.params
+  results = evaluate(network, config, args, _report.progress_bars())
+  times = step_times(network, config, args.time_repeats)
+  if args.learned_only:
+    return learned_only_report(results, budgets, result, training, args, config, times, commit)
+  rows = summary(results, budgets)
+  verdict = target(rows, budgets)
+  seconds = time.perf_counter() - start
+  out.mkdir(parents=True, exist_ok=True)
+  header = ["# A learned optimizer on networks it has never seen", "",
+            f"measured at commit `{commit}`, jax {jax.__version__}"
+            + (" (--quick)" if args.quick else "") + f"; total {seconds / 60:.1f} min", ""]
+  _report.write_table(header + tables(results, rows, verdict, budgets, training, result, args,
+                                      times, families), str(out / "l2o_transfer.md"))
+  record = {"commit": commit, "seconds": seconds, "meta_training_seconds": result.seconds,
+            "best_iteration": result.best_iteration,
+            "validation_scores": result.validation_scores.tolist(),
+            "step_times": times, "target": verdict,
+            "rows": {f"{name} @ {budget}": row for (name, budget), row in rows.items()}}
+  (out / "l2o_transfer.json").write_text(json.dumps(record, indent=1))
+  plot(results, out / "l2o_transfer.png")
+  np.savez(args.out / "l2o_transfer_network.npz" if not args.results else OUT /
+           "l2o_transfer_network.npz",
+           **{"/".join(str(k.key) for k in path): np.asarray(leaf)
+              for path, leaf in jax.tree_util.tree_leaves_with_path(network)})
+  print(f"wrote {out / 'l2o_transfer.md'}, .json, .png")
+
+
+if __name__ == "__main__":
+  main()

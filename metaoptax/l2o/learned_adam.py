@@ -1,0 +1,271 @@
+r"""A learned optimizer that is Adam at initialization: bounded, learned log-multipliers of
+Adam's direction, one per tensor.
+
+Method. With the gradient :math:`g_t` and Adam's moments (Kingma and Ba 2015)
+:math:`m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t`,
+:math:`v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2`, the base direction is Adam's
+:math:`d_t = \hat m_t / (\sqrt{\hat v_t} + \epsilon)` (bias-corrected moments).
+Tensor :math:`i` (a leaf of the params pytree) takes the step
+
+.. math::
+
+  u_t^{(i)} = -\eta\, e^{s_t^{(i)}}\, d_t^{(i)}, \qquad
+  s_t^{(i)} = S \tanh\!\big(w^\top h_t^{(i)} + b\big),
+
+where :math:`h_t^{(i)}` is the hidden state of an LSTM run once per step over the
+tensors (one row per tensor, shared weights, a ``(c, h)`` state per tensor), and
+:math:`S` = ``max_log_scale`` bounds the multiplier to :math:`[e^{-S}, e^{S}]`:
+whatever the network's weights and inputs, every step is Adam's direction
+scaled by a bounded factor, so the optimizer cannot step further than Adam at
+:math:`\eta e^{S}`. The read-out :math:`(w, b)` starts at zero, so that at
+initialization :math:`s = 0` and the optimizer **is** ``optax.adam(eta)``;
+meta-training moves it away from Adam only where that lowers the meta-loss.
+
+The LSTM reads per-tensor features that do not depend on the scale of the loss,
+of the parameters or of the tensor's size, so that one network applies to
+architectures it has not seen:
+
+1. :math:`\cos(g_t, d_{t-1})` and 2. :math:`\cos(d_t, d_{t-1})`: whether the
+   step keeps its direction (too small a step) or reverses it (too large); the
+   first is the sign of the hypergradient of the step size (Baydin et al. 2018);
+3. :math:`\log \mathrm{rms}(d_t) / 5`: Adam's signal-to-noise ratio (near 0 for
+   consistent gradients, negative for noisy ones);
+4. :math:`\log(\eta e^{s_{t-1}} \mathrm{rms}(d_t) / \mathrm{rms}(x))/10`, clipped
+   to :math:`[-2, 0.5]`: the relative size of the step (LARS, You et al. 2017);
+5. :math:`s_{t-1} / S`: the previous log-multiplier;
+6. :math:`\log(\text{size}) / 10` and 7. whether the tensor is a vector (bias, scale);
+8. :math:`\tanh(t/10)` and 9. :math:`\tanh(t/100)`: the step count, saturated
+   within a few hundred steps so that long runs stay inside the range seen in
+   meta-training;
+10.-12. the means of features 1-3 over the tensors (the whole network's state).
+
+The LSTM is per tensor, not per coordinate: its cost is independent of the
+tensors' sizes, and a step costs Adam's elementwise work plus a few reductions
+per tensor.
+
+Learned optimizers with a learned step size (LSTM(lr), Andrychowicz et al. 2016;
+Chen et al. 2022) scale the raw gradient; scaling a preconditioned direction by
+a normalized, bounded factor follows the lesson of Celo (Moudgil et al. 2025,
+arXiv:2501.12670) and VeLO (Metz et al. 2022, arXiv:2211.09760): keep a
+well-understood base direction and normalize what the network outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from metaoptax._src import tree_utils
+
+__all__ = ("ScaledAdamConfig", "ScaledAdamState", "TensorLSTM", "scaled_adam_features",
+           "scaled_adam")
+
+#: Features per tensor (see the module docstring).
+NUM_FEATURES = 12
+
+
+class ScaledAdamConfig(NamedTuple):
+  """Static configuration of the learned Adam-scaling optimizer.
+
+  Attributes:
+    learning_rate: :math:`\\eta`, Adam's step size at initialization.
+    max_log_scale: :math:`S`, the bound of the log-multiplier.
+    hidden: LSTM hidden size (per tensor).
+    layers: stacked LSTM layers.
+    b1, b2, eps: Adam's moment decays and denominator constant (optax's defaults).
+  """
+
+  learning_rate: float = 1e-3
+  max_log_scale: float = 3.0
+  hidden: int = 32
+  layers: int = 1
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-8
+
+  # The interface the meta-training engine calls (as for ``L2OConfig``).
+  def init_network(self, key: jax.Array):
+    """Initial network weights: random LSTM, zero read-out (exactly Adam)."""
+    _check(self)
+    carry = _initial_carry(self, 1, jnp.float32)
+    return TensorLSTM(self).init(key, carry, jnp.zeros((1, NUM_FEATURES)))
+
+  def init_state(self, params: Any) -> "ScaledAdamState":
+    """Zero moments, LSTM state and multipliers (float32 or wider)."""
+    dtype = tree_utils.wide_dtype(jnp.result_type(*jax.tree.leaves(params)))
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, dtype), params)
+    n = len(jax.tree.leaves(params))
+    return ScaledAdamState(zeros, zeros, _initial_carry(self, n, dtype), jnp.zeros(n, dtype),
+                           jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
+
+  def step(self, network_params, state: "ScaledAdamState", params: Any, grads: Any,
+           act: Callable | None = None):
+    """``(new_params, new_state, {"log_scale": s})``; ``act`` is ignored (no teleport head)."""
+    del act
+    updates, state, log_scale = _update(network_params, self, state, params, grads)
+    new_params = jax.tree.map(lambda p, u: (p + u).astype(p.dtype), params, updates)
+    return new_params, state, {"log_scale": log_scale}
+
+  def transformation(self, network_params) -> optax.GradientTransformationExtraArgs:
+    """The trained network as an optax transformation (:func:`scaled_adam`)."""
+    return scaled_adam(network_params, self)
+
+
+class ScaledAdamState(NamedTuple):
+  """State of :func:`scaled_adam`: Adam's moments, the LSTM state and the multipliers."""
+
+  mu: Any  # first moment, params-shaped (float32 or wider)
+  nu: Any  # second moment, params-shaped
+  carry: tuple  # LSTM (c, h) per layer, each (num_tensors, hidden)
+  log_scale: jax.Array  # (num_tensors,) the last log-multipliers s
+  count: jax.Array  # int32 steps taken
+  skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
+
+
+def _check(config: ScaledAdamConfig) -> None:
+  if config.hidden < 1 or config.layers < 1:
+    raise ValueError(f"hidden and layers must be >= 1, got {config.hidden} and {config.layers}.")
+  if not config.max_log_scale > 0 or not config.learning_rate > 0:
+    raise ValueError("max_log_scale and learning_rate must be > 0, got "
+                     f"{config.max_log_scale} and {config.learning_rate}.")
+
+
+def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
+  zeros = jnp.zeros((rows, config.hidden), dtype)
+  return tuple((zeros, zeros) for _ in range(config.layers))
+
+
+class TensorLSTM(nn.Module):
+  """``(carry, features (tensors, F)) -> (carry, raw (tensors,))``: an LSTM over the rows
+  (one per tensor) and a zero-initialized linear read-out."""
+
+  config: ScaledAdamConfig
+
+  @nn.compact
+  def __call__(self, carry, features):
+    x, new_carry = features, []
+    for layer in range(self.config.layers):
+      c, x = nn.OptimizedLSTMCell(self.config.hidden, name=f"lstm_{layer}")(carry[layer], x)
+      new_carry.append(c)
+    raw = nn.Dense(1, kernel_init=nn.initializers.zeros, name="log_scale")(x)[:, 0]
+    return tuple(new_carry), raw
+
+
+def _cosine(a, b):
+  return jnp.vdot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b) + 1e-30)
+
+
+def _rms(x):
+  return jnp.sqrt(jnp.mean(x * x))
+
+
+def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, params: Any,
+                         grads: Any):
+  """``(features (tensors, 12), mu, nu, directions)``: the network's inputs at this step,
+  Adam's new moments and its direction :math:`d_t`, per tensor (pure, jit-able)."""
+  b1, b2, eps = config.b1, config.b2, config.eps
+  count = state.count  # steps taken before this one
+  t = (count + 1).astype(state.log_scale.dtype)
+  dtype = state.log_scale.dtype
+
+  def direction(m, v, steps):
+    steps = jnp.maximum(steps, 1).astype(dtype)
+    return (m / (1 - b1**steps)) / (jnp.sqrt(v / (1 - b2**steps)) + eps)
+
+  leaves_g, treedef = jax.tree.flatten(grads)
+  leaves_p = treedef.flatten_up_to(params)
+  leaves_m, leaves_v = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)
+  rows, mus, nus, dirs = [], [], [], []
+  for i, (g, p, m_prev, v_prev) in enumerate(zip(leaves_g, leaves_p, leaves_m, leaves_v)):
+    g = g.astype(dtype)
+    d_prev = jnp.where(count > 0, direction(m_prev, v_prev, count), 0.0)
+    m = b1 * m_prev + (1 - b1) * g
+    v = b2 * v_prev + (1 - b2) * g * g
+    d = direction(m, v, count + 1)
+    rms_d = _rms(d)
+    relative = jnp.log(config.learning_rate * jnp.exp(state.log_scale[i]) * rms_d
+                       / (_rms(p.astype(dtype)) + 1e-30) + 1e-30) / 10
+    rows.append(jnp.stack([
+        _cosine(g, d_prev), _cosine(d, d_prev), jnp.log(rms_d + 1e-8) / 5,
+        jnp.clip(relative, -2.0, 0.5), state.log_scale[i] / config.max_log_scale,
+        jnp.full((), jnp.log(max(g.size, 1)) / 10, dtype), jnp.full((), g.ndim <= 1, dtype),
+        jnp.tanh(t / 10), jnp.tanh(t / 100)]))
+    mus.append(m)
+    nus.append(v)
+    dirs.append(d)
+  local = jnp.stack(rows)
+  pooled = jnp.broadcast_to(jnp.mean(local[:, :3], axis=0), (local.shape[0], 3))
+  unflatten = lambda leaves: jax.tree.unflatten(treedef, leaves)
+  return (jnp.concatenate([local, pooled], axis=1), unflatten(mus), unflatten(nus),
+          unflatten(dirs))
+
+
+def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, params, grads):
+  """``(updates, new_state, log_scale)`` of one step (no finiteness guard)."""
+  features, mu, nu, directions = scaled_adam_features(config, state, params, grads)
+  carry, raw = TensorLSTM(config).apply(network_params, state.carry, features)
+  log_scale = config.max_log_scale * jnp.tanh(raw)
+  rates = config.learning_rate * jnp.exp(log_scale)
+  leaves, treedef = jax.tree.flatten(directions)
+  updates = jax.tree.unflatten(treedef, [-rate * d for rate, d in zip(rates, leaves)])
+  updates = jax.tree.map(lambda u, p: u.astype(p.dtype), updates, params)
+  return updates, ScaledAdamState(mu, nu, carry, log_scale, state.count + 1,
+                                  state.skipped_steps), log_scale
+
+
+def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
+                ) -> optax.GradientTransformationExtraArgs:
+  r"""The learned Adam-scaling optimizer as an optax transformation on any params pytree.
+
+  Steps :math:`u^{(i)} = -\eta\, e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat v^{(i)}} + \epsilon)`
+  with :math:`s^{(i)} = S \tanh(\cdot)` from a per-tensor LSTM (module docstring).
+  With freshly initialized weights (``config.init_network``) it is
+  ``optax.adam(config.learning_rate, config.b1, config.b2, config.eps)``.
+  A non-finite gradient or step is skipped (zero update, state kept, counted in
+  ``skipped_steps``), as in :func:`~metaoptax.l2o.learned_optimizer`.
+
+  Args:
+    network_params: the network's weights (``config.init_network(key)`` or
+      ``meta_train(config, ...).params``).
+    config: the :class:`ScaledAdamConfig` they belong to.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``; ``update(grads, state, params)``
+    needs ``params``; other extra arguments are ignored.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from metaoptax import l2o
+    >>> config = l2o.ScaledAdamConfig()
+    >>> opt = l2o.scaled_adam(config.init_network(jax.random.key(0)), config)
+    >>> params = {"w": jnp.ones(3)}
+    >>> updates, _ = opt.update({"w": jnp.ones(3)}, opt.init(params), params)
+    >>> [round(float(u), 6) for u in updates["w"]]  # Adam's first step: -lr * sign(g)
+    [-0.001, -0.001, -0.001]
+
+  References:
+    Kingma and Ba 2015, https://arxiv.org/abs/1412.6980; Andrychowicz et al. 2016,
+    https://arxiv.org/abs/1606.04474; Moudgil et al. 2025 (Celo),
+    https://arxiv.org/abs/2501.12670
+  """
+  _check(config)
+
+  def init_fn(params):
+    tree_utils.check_float_params(params, "scaled_adam")
+    return config.init_state(params)
+
+  def update_fn(updates, state, params=None, **extra_args):
+    del extra_args
+    if params is None:
+      raise ValueError("scaled_adam needs params: update(grads, state, params).")
+    deltas, new_state, _ = _update(network_params, config, state, params, updates)
+    ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)
+    new_state = optax.tree_utils.tree_where(ok, new_state, state)
+    return tree_utils.zeros_unless(ok, deltas), new_state._replace(
+        skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)

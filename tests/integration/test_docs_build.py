@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 # One subprocess serves the whole module: keep it on one pytest-xdist worker, started first.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs_build")]
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.xdist_group("docs_build")]
 
 for _module in ("sphinx", "myst_parser", "furo"):
   pytest.importorskip(_module, reason=f'{_module} is not installed: pip install -e ".[docs]"')

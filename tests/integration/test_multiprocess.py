@@ -56,7 +56,7 @@ from metaoptax import checkpoint, l2hmc, l2o
 from metaoptax._src import multihost
 
 # One launch of the process pair serves the whole module: keep it on one xdist worker.
-pytestmark = [pytest.mark.slow, pytest.mark.multidevice, pytest.mark.xdist_group("multiprocess")]
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.xdist_group("multiprocess")]
 
 PROCESSES, LOCAL_DEVICES = 2, 2
 TIMEOUT = 300  # seconds for all (the pair and the one-process reference run at once)

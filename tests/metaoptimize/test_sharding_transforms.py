@@ -38,7 +38,7 @@ import time
 import pytest
 
 # One subprocess serves the whole module: keep it on one pytest-xdist worker, started first.
-pytestmark = [pytest.mark.slow, pytest.mark.multidevice, pytest.mark.xdist_group("sharding")]
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.xdist_group("sharding")]
 
 MESHES = ("auto", "explicit", "flat")
 # one preset per base optimizer family (Adam's and Lion's meta steps, RMSProp, momentum)

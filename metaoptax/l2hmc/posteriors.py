@@ -37,6 +37,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.stats import norm
 import numpy as np
 
 from metaoptax.l2hmc.targets import Target
@@ -52,10 +53,6 @@ EIGHT_SCHOOLS_Y = (28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0)
 EIGHT_SCHOOLS_SIGMA = (15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0)
 
 
-def _normal_logpdf(x, scale):
-  return -0.5 * (x / scale) ** 2 - jnp.log(scale) - _LOG_SQRT_2PI
-
-
 def neals_funnel(dim: int = 10, scale: float = 3.0) -> Target:
   r"""Neal's funnel in ``dim`` dimensions: :math:`(v, x_{1..d-1})`, :math:`\sigma_v` = ``scale``.
 
@@ -68,7 +65,7 @@ def neals_funnel(dim: int = 10, scale: float = 3.0) -> Target:
 
   def logdensity_fn(position):
     v, x = position[0], position[1:]
-    return _normal_logpdf(v, scale) + jnp.sum(_normal_logpdf(x, jnp.exp(0.5 * v)))
+    return norm.logpdf(v, scale=scale) + jnp.sum(norm.logpdf(x, scale=jnp.exp(0.5 * v)))
 
   def sample(key, n):
     k_v, k_x = jax.random.split(key)
@@ -96,15 +93,15 @@ def eight_schools(centered: bool = True) -> Target:
   def logdensity_fn(position):
     mu, log_tau, effects = position[0], position[1], position[2:]
     tau = jnp.exp(log_tau)
-    prior = (_normal_logpdf(mu, 5.0) + half_cauchy_norm - jnp.log1p((tau / 5.0) ** 2)
+    prior = (norm.logpdf(mu, scale=5.0) + half_cauchy_norm - jnp.log1p((tau / 5.0) ** 2)
              + log_tau)  # + log tau: the Jacobian of tau = exp(log tau)
     if centered:
       theta = effects
       hierarchy = jnp.sum(-0.5 * ((theta - mu) / tau) ** 2 - log_tau - _LOG_SQRT_2PI)
     else:
       theta = mu + tau * effects
-      hierarchy = jnp.sum(_normal_logpdf(effects, 1.0))
-    return prior + hierarchy + jnp.sum(_normal_logpdf(y - theta, sigma))
+      hierarchy = jnp.sum(norm.logpdf(effects))
+    return prior + hierarchy + jnp.sum(norm.logpdf(y, theta, sigma))
 
   name = "eight schools, " + ("centered" if centered else "non-centered") + " (10-d)"
   return Target(name, 10, logdensity_fn, None, None)
@@ -136,7 +133,7 @@ def logistic_regression(features, labels, prior_scale: float = 1.0,
     eta = design @ beta
     likelihood = jnp.sum(labels * jax.nn.log_sigmoid(eta)
                          + (1.0 - labels) * jax.nn.log_sigmoid(-eta))
-    return likelihood + jnp.sum(_normal_logpdf(beta, prior_scale))
+    return likelihood + jnp.sum(norm.logpdf(beta, scale=prior_scale))
 
   return Target(f"{name} ({design.shape[1]}-d, {design.shape[0]} rows)", design.shape[1],
                 logdensity_fn, None, None)

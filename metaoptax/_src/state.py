@@ -57,6 +57,15 @@ class ExactTrace(NamedTuple):
   meta_state: tuple  # Y for the float leaves of the meta optimizer state
 
 
+class ClimbState(NamedTuple):
+  """State of :func:`metaoptax.climb`."""
+
+  average: jax.Array  # the smoothed total meta-gradient (a scalar in beta's dtype)
+  climbing: jax.Array  # bool scalar: the climb has not ended
+  climb_steps: jax.Array  # int32: steps taken while climbing
+  meta_state: optax.OptState  # state of the meta optimizer that takes over
+
+
 class MetaOptimizeState(NamedTuple):
   """State of :func:`metaoptax.metaoptimize`."""
 

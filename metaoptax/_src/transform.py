@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
-from metaoptax._src import validation
+from metaoptax._src import restart, validation
 from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
@@ -46,6 +46,7 @@ def metaoptimize(
     learn: tuple[str, ...] = (),
     held_out: str = "all",
     sensitivity_radius: float = exact.DEFAULT_SENSITIVITY_RADIUS,
+    restart_after_climb: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -125,6 +126,11 @@ def metaoptimize(
       that distance, which keeps the recursion stable (see
       ``metaoptax._src.exact.stabilize``). ``float("inf")`` disables the pull
       (the paper's plain recursion).
+    restart_after_climb: with ``meta`` a :func:`metaoptax.climb`: at the step at
+      which the climb ends, the base state (e.g. Adam's moments) and the trace
+      restart from their initial values, so that the gradients seen at the
+      climb's tiny step sizes do not shrink the steps that follow (see
+      ``metaoptax._src.restart``). :func:`metaoptax.adamw` sets it.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -191,6 +197,8 @@ def metaoptimize(
     if not meta_probed:
       validation.check_meta_ignores_beta(meta, meta_params)
     meta_state = meta.init(meta_params)
+    if restart_after_climb:
+      restart.check_climbs(meta_state)
     return MetaOptimizeState(
         base_state=base_state,
         meta_params=meta_params,
@@ -227,6 +235,11 @@ def metaoptimize(
           check_new_trace=implementation.checks_new_trace)
     else:
       delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
+    if restart_after_climb:
+      new_state = restart.restart_when_climb_ends(
+          state, new_state, lambda meta_params: config.base_state_for(
+              meta_params, config.base.init(tree_utils.widen(params))),
+          implementation.initial_trace)
     return optax.tree_utils.tree_cast_like(delta, params), new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -53,7 +53,6 @@ ends at once and ``meta`` behaves as it would alone.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,17 +60,9 @@ import optax
 
 from metaoptax._src.hyperparams import concrete_number
 from metaoptax._src.learned import MetaParams
+from metaoptax._src.state import ClimbState
 
 __all__ = ("ClimbState", "climb")
-
-
-class ClimbState(NamedTuple):
-  """State of :func:`climb`."""
-
-  average: jax.Array  # the smoothed total meta-gradient (a scalar in beta's dtype)
-  climbing: jax.Array  # bool scalar: the climb has not ended
-  climb_steps: jax.Array  # int32: steps taken while climbing
-  meta_state: optax.OptState  # state of the meta optimizer that takes over
 
 
 def climb(meta: optax.GradientTransformation, rate: float = 0.05,

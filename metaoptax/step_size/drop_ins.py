@@ -124,6 +124,7 @@ def adamw(
     climb_backoff: float = ADAMW_CLIMB_BACKOFF,
     gamma: float = ADAMW_GAMMA,
     average: float | None = ADAMW_AVERAGE,
+    restart_after_climb: bool = True,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""AdamW without a learning rate: a drop-in for ``optax.adamw``.
@@ -136,7 +137,10 @@ def adamw(
   with :math:`\alpha_t` found by MetaOptimize's meta-gradient: an exponential
   climb from ``init_step_size`` (:func:`metaoptax.climb`) that ends once raising
   :math:`\alpha` stops lowering the loss of the next ~100 steps, at twice that
-  point (``climb_backoff=0.5``); then Adam on :math:`\log\alpha_t` with the paper's
+  point (``climb_backoff=0.5``), where Adam's moments and the trace restart (the
+  climb's gradients, taken at tiny step sizes, would otherwise fill Adam's second
+  moment for ~1,000 steps and shrink the steps that follow); then Adam on
+  :math:`\log\alpha_t` with the paper's
   unbounded horizon (``gamma=1``), whose meta-gradient anneals less greedily than a
   short one. Beside the iterates the drop-in keeps the average of the weights
 
@@ -168,6 +172,8 @@ def adamw(
       whole run, the paper's; 0.99: ~100 steps).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
+    restart_after_climb: restart Adam's moments and the trace when the climb ends
+      (:func:`metaoptax.metaoptimize`).
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
       ``approximation``, ``step_size_bounds``, ``learn`` ...). ``learn`` may name
       ``b1``, ``b2``, ``eps`` and ``weight_decay`` (:func:`lion`: ``b1``, ``b2``,
@@ -191,7 +197,8 @@ def adamw(
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
   return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
                                 init_step_size=init_step_size, weight_decay=decay,
-                                gamma=gamma, **kwargs), average)
+                                gamma=gamma, restart_after_climb=restart_after_climb,
+                                **kwargs), average)
 
 
 @forwarding_metaoptimize_keywords

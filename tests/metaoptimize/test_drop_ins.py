@@ -97,7 +97,8 @@ def run_steps(opt, steps=30):
 
 
 MASK = {"w1": True, "b1": False, "w2": True, "b2": False}
-FROZEN = dict(meta_step_size=0.0, climb_rate=0.0, climb_backoff=1.0, average=None)
+FROZEN = dict(meta_step_size=0.0, climb_rate=0.0, climb_backoff=1.0, average=None,
+              restart_after_climb=False)
 EQUIVALENT = {
     "adamw": (lambda: metaoptax.adamw(3e-3, weight_decay=0.1, **FROZEN),
               lambda: optax.adamw(3e-3, weight_decay=0.1)),
@@ -140,6 +141,39 @@ def test_drop_in_climbs_from_1e_8(name):
   assert 4 <= int(climb_state.climb_steps) * rate <= 25
   x = jax.random.normal(jax.random.key(2), (256, 4))
   assert float(mlp_loss(params, x)) < 0.5 * float(mlp_loss(mlp_params(), x))
+
+
+def test_adam_and_the_trace_restart_when_the_climb_ends():
+  """adamw()'s restart_after_climb: the run equals the one without it (to float32
+  rounding: the two programs fuse differently; rtol 1e-5) up to the step at which the
+  climb ends; after that step Adam's moments, its count and the trace are
+  their initial values (zeros) while the weights, beta and the meta state are kept;
+  the runs then differ."""
+  def run(restart, steps):
+    return run_steps(metaoptax.adamw(1e-6, average=None, restart_after_climb=restart), steps)
+
+  _, state = run(True, 150)
+  ended_at = int(state.meta_state.climb_steps) + 1  # steps up to the one that ends it
+  assert 50 < ended_at < 150
+  (p_on, s_on), (p_off, s_off) = run(True, ended_at), run(False, ended_at)
+  assert not bool(s_on.meta_state.climbing)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+               (p_on, s_on.meta_params,
+                                                                 s_on.meta_state),
+               (p_off, s_off.meta_params, s_off.meta_state))
+  adam = s_on.base_state  # optax.ScaleByAdamState
+  assert int(adam.count) == 0 and int(s_off.base_state.count) == ended_at
+  for x in jax.tree.leaves((adam.mu, adam.nu, s_on.trace)):
+    np.testing.assert_array_equal(x, 0.0)
+  assert not all(bool(jnp.all(x == 0)) for x in jax.tree.leaves(s_off.base_state.nu))
+  later_on, later_off = run(True, ended_at + 5)[0], run(False, ended_at + 5)[0]
+  assert not np.allclose(later_on["w1"], later_off["w1"], rtol=0, atol=1e-7)
+
+
+def test_restart_after_climb_needs_a_climb():
+  with pytest.raises(ValueError, match="metaoptax.climb"):
+    metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,
+                           restart_after_climb=True).init(mlp_params())
 
 
 def test_climb_ends_at_once_from_a_large_step_size():

@@ -1,4 +1,4 @@
-r"""A fresh start of the base direction and the trace when the climb ends.
+r"""A fresh start of the base direction's state when the climb ends.
 
 :func:`metaoptax.climb` raises :math:`\log\alpha` from a start orders of magnitude
 below a good step size. While it lasts the weights hardly move, so the gradient
@@ -12,11 +12,16 @@ to 0.0086 over 92 steps left the train loss at 0.0086 (above its floor) at step
 500, against 0.0034 for a constant 0.0086 from step 0; restarting Adam's moments
 when the ramp ended gave 0.0030.
 
-With ``metaoptimize(..., restart_after_climb=True)``, at the step at which the
-climb ends the base state restarts from ``base.init`` and the trace from its
-initial value (the approximation's restart): the run goes on as one started at
-the climbed step size from the current weights. The meta optimizer's state
-(warm since the first step) is kept.
+With ``metaoptimize(..., restart_after_climb=True)``, the step after the one at
+which the climb ends (:attr:`ClimbState.ended`) starts from the base state of
+``base.init``: the base direction goes on as one started at the climbed step size
+from the current weights. The meta optimizer's state (warm since the first step)
+and the trace are kept. The restart selects the step's *input*: XLA fuses the
+selection into the kernels that read the base state, and the step stays in place
+with no temporary beyond ``optax.adamw``'s
+(``tests/metaoptimize/test_compiled_step.py``). Selecting the step's outputs instead
+cost two params-sized temporaries, and restarting the trace too (its selection has
+two readers, the meta-gradient and the trace update) one, on XLA:CPU.
 """
 
 from __future__ import annotations
@@ -44,21 +49,15 @@ def check_climbs(meta_state: Any) -> None:
         f"(exactly one); its state holds {found}.")
 
 
-def restart_when_climb_ends(before: MetaOptimizeState, after: MetaOptimizeState,
-                            fresh_base_state: Callable[[Any], Any],
-                            initial_trace: Callable[[Any, Any], Any]) -> MetaOptimizeState:
-  """``after``, with its base state and trace restarted if the climb ended in this step.
+def restart_if_the_climb_ended(state: MetaOptimizeState,
+                               fresh_base_state: Callable[[Any], Any]) -> MetaOptimizeState:
+  """``state`` with its base state restarted if the climb ended at the last step.
 
   Args:
-    before, after: the states before and after the step.
+    state: the state a step starts from.
     fresh_base_state: ``meta_params -> base state`` as at ``init``.
-    initial_trace: ``(trace, meta_params) -> trace`` a restart starts from.
   """
-  (was,), (now,) = climb_states(before.meta_state), climb_states(after.meta_state)
-  ends = was.climbing & ~now.climbing
-  where = lambda fresh, kept: jax.tree.map(
-      lambda f, k: jnp.where(ends, f, k).astype(k.dtype), fresh, kept)
-  return after._replace(
-      base_state=where(fresh_base_state(after.meta_params), after.base_state),
-      trace=where(initial_trace(after.trace, after.meta_params), after.trace))
-
+  (climb,) = climb_states(state.meta_state)
+  return state._replace(base_state=jax.tree.map(
+      lambda fresh, kept: jnp.where(climb.ended, fresh, kept).astype(kept.dtype),
+      fresh_base_state(state.meta_params), state.base_state))

@@ -63,6 +63,7 @@ class ClimbState(NamedTuple):
   average: jax.Array  # the smoothed total meta-gradient (a scalar in beta's dtype)
   climbing: jax.Array  # bool scalar: the climb has not ended
   climb_steps: jax.Array  # int32: steps taken while climbing
+  ended: jax.Array  # bool scalar: the climb ended at the last step
   meta_state: optax.OptState  # state of the meta optimizer that takes over
 
 

@@ -126,9 +126,9 @@ def metaoptimize(
       that distance, which keeps the recursion stable (see
       ``metaoptax._src.exact.stabilize``). ``float("inf")`` disables the pull
       (the paper's plain recursion).
-    restart_after_climb: with ``meta`` a :func:`metaoptax.climb`: at the step at
-      which the climb ends, the base state (e.g. Adam's moments) and the trace
-      restart from their initial values, so that the gradients seen at the
+    restart_after_climb: with ``meta`` a :func:`metaoptax.climb`: at the step after
+      the one at which the climb ends, the base state (e.g. Adam's moments) restarts
+      from its initial value, so that the gradients seen at the
       climb's tiny step sizes do not shrink the steps that follow (see
       ``metaoptax._src.restart``). :func:`metaoptax.adamw` sets it.
 
@@ -215,6 +215,10 @@ def metaoptimize(
       raise ValueError("metaoptimize needs params: call update(grads, state, params).")
     validation.check_update_inputs("metaoptimize", init_fn, updates, state, params)
     layout = blocks_lib.resolve(blocks, params)
+    if restart_after_climb:
+      state = restart.restart_if_the_climb_ended(
+          state, lambda meta_params: config.base_state_for(
+              meta_params, config.base.init(tree_utils.widen(params))))
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:
       meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
@@ -235,11 +239,6 @@ def metaoptimize(
           check_new_trace=implementation.checks_new_trace)
     else:
       delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
-    if restart_after_climb:
-      new_state = restart.restart_when_climb_ends(
-          state, new_state, lambda meta_params: config.base_state_for(
-              meta_params, config.base.init(tree_utils.widen(params))),
-          implementation.initial_trace)
     return optax.tree_utils.tree_cast_like(delta, params), new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -112,7 +112,8 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
     leaves = jax.tree.leaves(meta_params)
     dtype = jnp.result_type(*leaves) if leaves else jnp.float32
     return ClimbState(average=jnp.zeros([], dtype), climbing=jnp.asarray(True),
-                      climb_steps=jnp.zeros([], jnp.int32), meta_state=meta.init(meta_params))
+                      climb_steps=jnp.zeros([], jnp.int32), ended=jnp.asarray(False),
+                      meta_state=meta.init(meta_params))
 
   def update_fn(meta_grads: MetaParams, state, meta_params: MetaParams | None = None):
     meta_updates, meta_state = meta.update(meta_grads, state.meta_state, meta_params)
@@ -127,6 +128,6 @@ def climb(meta: optax.GradientTransformation, rate: float = 0.05,
         lambda u: jnp.where(state.climbing, shift, u).astype(u.dtype), meta_updates.step_size))
     return updates, ClimbState(average=average, climbing=climbing,
                                climb_steps=state.climb_steps + climbing.astype(jnp.int32),
-                               meta_state=meta_state)
+                               ended=ends, meta_state=meta_state)
 
   return optax.GradientTransformation(init_fn, update_fn)

@@ -137,7 +137,7 @@ def adamw(
   with :math:`\alpha_t` found by MetaOptimize's meta-gradient: an exponential
   climb from ``init_step_size`` (:func:`metaoptax.climb`) that ends once raising
   :math:`\alpha` stops lowering the loss of the next ~100 steps, at twice that
-  point (``climb_backoff=0.5``), where Adam's moments and the trace restart (the
+  point (``climb_backoff=0.5``), where Adam's moments restart (the
   climb's gradients, taken at tiny step sizes, would otherwise fill Adam's second
   moment for ~1,000 steps and shrink the steps that follow); then Adam on
   :math:`\log\alpha_t` with the paper's
@@ -172,7 +172,7 @@ def adamw(
       whole run, the paper's; 0.99: ~100 steps).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
-    restart_after_climb: restart Adam's moments and the trace when the climb ends
+    restart_after_climb: restart Adam's moments when the climb ends
       (:func:`metaoptax.metaoptimize`).
     **kwargs: any keyword of :func:`metaoptax.metaoptimize` (``blocks``,
       ``approximation``, ``step_size_bounds``, ``learn`` ...). ``learn`` may name

@@ -143,12 +143,12 @@ def test_drop_in_climbs_from_1e_8(name):
   assert float(mlp_loss(params, x)) < 0.5 * float(mlp_loss(mlp_params(), x))
 
 
-def test_adam_and_the_trace_restart_when_the_climb_ends():
+def test_adam_restarts_when_the_climb_ends():
   """adamw()'s restart_after_climb: the run equals the one without it (to float32
-  rounding: the two programs fuse differently; rtol 1e-5) up to the step at which the
-  climb ends; after that step Adam's moments, its count and the trace are
-  their initial values (zeros) while the weights, beta and the meta state are kept;
-  the runs then differ."""
+  rounding: the two programs fuse differently; rtol 1e-5) up to and including the step
+  at which the climb ends; the next step starts from Adam's initial state (one step
+  later: count 1, mu = (1 - b1) g, nu = (1 - b2) g^2 of that step's g); the runs then
+  differ."""
   def run(restart, steps):
     return run_steps(metaoptax.adamw(1e-6, average=None, restart_after_climb=restart), steps)
 
@@ -156,16 +156,16 @@ def test_adam_and_the_trace_restart_when_the_climb_ends():
   ended_at = int(state.meta_state.climb_steps) + 1  # steps up to the one that ends it
   assert 50 < ended_at < 150
   (p_on, s_on), (p_off, s_off) = run(True, ended_at), run(False, ended_at)
-  assert not bool(s_on.meta_state.climbing)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
-               (p_on, s_on.meta_params,
-                                                                 s_on.meta_state),
-               (p_off, s_off.meta_params, s_off.meta_state))
-  adam = s_on.base_state  # optax.ScaleByAdamState
-  assert int(adam.count) == 0 and int(s_off.base_state.count) == ended_at
-  for x in jax.tree.leaves((adam.mu, adam.nu, s_on.trace)):
-    np.testing.assert_array_equal(x, 0.0)
-  assert not all(bool(jnp.all(x == 0)) for x in jax.tree.leaves(s_off.base_state.nu))
+  assert bool(s_on.meta_state.ended) and not bool(s_on.meta_state.climbing)
+  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  jax.tree.map(close, (p_on, s_on), (p_off, s_off))
+  (p_on, s_on), (p_off, s_off) = run(True, ended_at + 1), run(False, ended_at + 1)
+  assert not bool(s_on.meta_state.ended)
+  jax.tree.map(close, s_on.meta_params, s_off.meta_params)  # the trace is kept
+  adam = s_on.base_state  # optax.ScaleByAdamState, restarted then one step
+  assert int(adam.count) == 1 and int(s_off.base_state.count) == ended_at + 1
+  for mu, nu in zip(jax.tree.leaves(adam.mu), jax.tree.leaves(adam.nu)):
+    np.testing.assert_allclose(nu, 0.001 / 0.1**2 * mu**2, rtol=1e-5, atol=1e-12)
   later_on, later_off = run(True, ended_at + 5)[0], run(False, ended_at + 5)[0]
   assert not np.allclose(later_on["w1"], later_off["w1"], rtol=0, atol=1e-7)
 

@@ -143,31 +143,41 @@ def test_drop_in_climbs_from_1e_8(name):
   assert float(mlp_loss(params, x)) < 0.5 * float(mlp_loss(mlp_params(), x))
 
 
+def states_along(opt, steps):
+  """``(params, state)`` after each of ``steps`` steps of ``run_steps``'s problem, stacked."""
+  xs = jax.random.normal(jax.random.key(1), (steps, 16, 4))
+
+  def body(carry, x):
+    p, s = carry
+    u, s = opt.update(jax.grad(mlp_loss)(p, x), s, p)
+    carry = (optax.apply_updates(p, u), s)
+    return carry, carry
+
+  return jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), xs)[1])(mlp_params())
+
+
 def test_adam_restarts_when_the_climb_ends():
   """adamw()'s restart_after_climb: the run equals the one without it (to float32
   rounding: the two programs fuse differently; rtol 1e-5) up to and including the step
   at which the climb ends; the next step starts from Adam's initial state (one step
-  later: count 1, mu = (1 - b1) g, nu = (1 - b2) g^2 of that step's g); the runs then
-  differ."""
-  def run(restart, steps):
-    return run_steps(metaoptax.adamw(1e-6, average=None, restart_after_climb=restart), steps)
-
-  _, state = run(True, 150)
-  ended_at = int(state.meta_state.climb_steps) + 1  # steps up to the one that ends it
-  assert 50 < ended_at < 150
-  (p_on, s_on), (p_off, s_off) = run(True, ended_at), run(False, ended_at)
-  assert bool(s_on.meta_state.ended) and not bool(s_on.meta_state.climbing)
+  later: count 1, mu = (1 - b1) g, nu = (1 - b2) g^2 of that step's g) and the same
+  beta (the trace is kept); the runs then differ."""
+  on, off = (states_along(metaoptax.adamw(1e-6, average=None, restart_after_climb=restart), 150)
+             for restart in (True, False))
+  at = lambda run, i: jax.tree.map(lambda x: x[i], run)
+  ended = np.asarray(on[1].meta_state.ended)
+  assert ended.sum() == 1
+  k = int(np.argmax(ended))  # the climb ended at step k + 1
+  assert 50 < k < 140 and not bool(on[1].meta_state.climbing[k])
   close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-  jax.tree.map(close, (p_on, s_on), (p_off, s_off))
-  (p_on, s_on), (p_off, s_off) = run(True, ended_at + 1), run(False, ended_at + 1)
-  assert not bool(s_on.meta_state.ended)
-  jax.tree.map(close, s_on.meta_params, s_off.meta_params)  # the trace is kept
+  jax.tree.map(close, at(on, k), at(off, k))
+  (_, s_on), (_, s_off) = at(on, k + 1), at(off, k + 1)
+  jax.tree.map(close, s_on.meta_params, s_off.meta_params)
   adam = s_on.base_state  # optax.ScaleByAdamState, restarted then one step
-  assert int(adam.count) == 1 and int(s_off.base_state.count) == ended_at + 1
+  assert int(adam.count) == 1 and int(s_off.base_state.count) == k + 2
   for mu, nu in zip(jax.tree.leaves(adam.mu), jax.tree.leaves(adam.nu)):
     np.testing.assert_allclose(nu, 0.001 / 0.1**2 * mu**2, rtol=1e-5, atol=1e-12)
-  later_on, later_off = run(True, ended_at + 5)[0], run(False, ended_at + 5)[0]
-  assert not np.allclose(later_on["w1"], later_off["w1"], rtol=0, atol=1e-7)
+  assert not np.allclose(at(on, k + 5)[0]["w1"], at(off, k + 5)[0]["w1"], rtol=0, atol=1e-7)
 
 
 def test_restart_after_climb_needs_a_climb():

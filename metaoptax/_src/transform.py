@@ -130,7 +130,7 @@ def metaoptimize(
       the one at which the climb ends, the base state (e.g. Adam's moments) restarts
       from its initial value, so that the gradients seen at the
       climb's tiny step sizes do not shrink the steps that follow (see
-      ``metaoptax._src.restart``). :func:`metaoptax.adamw` sets it.
+      ``metaoptax._src.restart``); :func:`metaoptax.adamw` passes it on.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;

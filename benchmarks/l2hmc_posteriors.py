@@ -327,7 +327,8 @@ def main(argv=None):
                            hmc=found["hmc"], l2hmc=rows, commit=commit, quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,
                                          samples=args.samples, iterations=iterations,
-                                         warmup=args.warmup, num_steps=args.num_steps),
+                                         warmup=args.warmup, num_steps=args.num_steps,
+                                         learning_rate=args.learning_rate),
                            seconds=time.perf_counter() - start)
       path.write_text(json.dumps(records, indent=1))
     if args.transfer:
@@ -425,7 +426,8 @@ def report(records) -> list[str]:
     lines.append(f"| {record['target']} | {record['reference']['source']} | "
                  f"{record['nuts']['grads_per_transition']:.1f} | {p['chains']} chains, burn-in "
                  f"{p['burn_in']}, {p['samples']} samples, L2HMC: warm-up {p['warmup']}, "
-                 f"{p['iterations']} training it., K = {p['num_steps']} | `{record['commit']}`"
+                 f"{p['iterations']} training it. (Adam {p.get('learning_rate', 1e-3):g}), "
+                 f"K = {p['num_steps']} | `{record['commit']}`"
                  f"{' (--quick)' if record['quick'] else ''} | {record['seconds']:.0f} |")
   if "transfer" in records:
     t = records["transfer"]

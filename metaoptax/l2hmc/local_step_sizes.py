@@ -66,7 +66,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ("LocalStepSizes",)
+__all__ = ("LocalStepSizes", "fit")
 
 INIT_EXPONENT = 0.1  # c without a fit: a +-10 % jitter, whose gradient moves beta
 JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z

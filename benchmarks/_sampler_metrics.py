@@ -10,7 +10,8 @@ evaluations it spent per transition and the wall time of the sampling:
 * per gradient: the fraction divided by the gradient evaluations per transition.
 * mode crossings: the fraction of transitions that change the sign of x[0]
   (the side of the mixture of two Gaussians).
-* seconds per effective sample: wall time over the effective sample count
+* seconds per effective sample: wall time (the median of ``REPEATS`` runs of the
+  compiled sampler in one process) over the effective sample count
   ``fraction * num_samples * chains``.
 * R-hat: the split potential scale reduction (Gelman et al., BDA3 11.4: every
   chain split in halves, :math:`\sqrt{\widehat{\mathrm{var}}^+/W}`), the maximum over
@@ -55,12 +56,24 @@ def mode_crossings(draws) -> float:
   return float((side[1:] != side[:-1]).mean())
 
 
-def compiled_and_timed(fn, *args):
-  """``(fn(*args), seconds)``: compiled ahead of the clock, timed to ``block_until_ready``."""
-  compiled = jax.jit(fn).lower(*args).compile()
-  start = time.perf_counter()
-  out = jax.block_until_ready(compiled(*args))
-  return out, time.perf_counter() - start
+#: Timed runs of each compiled sampler; the median is reported (the machine is shared).
+REPEATS = 3
+
+
+def timed(compiled, *args, repeats: int = REPEATS):
+  """``(compiled(*args), seconds)``: the median wall time of ``repeats`` identical runs in
+  this process, each to ``block_until_ready`` (robust to another job's burst)."""
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    seconds.append(time.perf_counter() - start)
+  return out, float(np.median(seconds))
+
+
+def compiled_and_timed(fn, *args, repeats: int = REPEATS):
+  """``(fn(*args), seconds)``: compiled ahead of the clock, then :func:`timed`."""
+  return timed(jax.jit(fn).lower(*args).compile(), *args, repeats=repeats)
 
 
 def split_rhat(draws) -> float:

@@ -50,6 +50,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -69,6 +70,8 @@ VARIANTS = {
     "step sizes only": dict(use_networks=False, hidden=1),
     "networks, width 10": dict(use_networks=True, hidden=10),
     "networks, width 50": dict(use_networks=True, hidden=50),
+    # per-coordinate step sizes that follow the position (Gibbs self-tuning, networks off)
+    "local step sizes": dict(use_networks=False, hidden=1, local_step_sizes=True),
 }
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
 # the fresh-sample term); the last two rows are the paper's setting (no warm-up and
@@ -76,6 +79,9 @@ VARIANTS = {
 MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
                 ("esjd_coordinates", "esjd_coordinates", None, 0.0),
                 ("esjd (paper's)", "esjd", None, 0.0),
+                ("esjd_and_coordinates", "esjd_and_coordinates", None, 0.0),
+                ("esjd_and_coordinates, no warm-up, fresh samples", "esjd_and_coordinates", 0,
+                 1.0),
                 ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
                 ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
 
@@ -123,8 +129,18 @@ def _annealing(initial, until):
   return l2hmc_ess.annealing(initial, until)
 
 
+@functools.lru_cache(maxsize=None)
+def optimizer(learning_rate: float):
+  """The paper's Adam schedule (``l2hmc.default_optimizer``) from ``learning_rate``; one
+  object per rate (seeds share the compiled step)."""
+  if learning_rate == 1e-3:
+    return l2hmc.default_optimizer()
+  return optax.adam(optax.exponential_decay(learning_rate, 1000, 0.96, staircase=True))
+
+
 def train(target, variant: dict, objective: str, seed: int, iterations: int, chains: int,
-          warmup: int, num_steps: int, anneal=None, aux_weight: float = 0.0):
+          warmup: int, num_steps: int, anneal=None, aux_weight: float = 0.0,
+          learning_rate: float = 1e-3):
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
                              per_coordinate=True, init_step_size=0.1, **variant)
   options = dict(num_chains=chains, aux_weight=aux_weight, objective=objective,
@@ -133,8 +149,10 @@ def train(target, variant: dict, objective: str, seed: int, iterations: int, cha
     options["temperature"] = _annealing(anneal[0], max(1, int(anneal[1] * iterations)))
   training = l2hmc.TrainingConfig(**options)
   start = time.perf_counter()
-  result = l2hmc.train(target, config, training, num_iterations=iterations,
-                       init_state=l2hmc.init_training(target, config, training, seed=seed),
+  opt = optimizer(learning_rate)
+  result = l2hmc.train(target, config, training, num_iterations=iterations, optimizer=opt,
+                       init_state=l2hmc.init_training(target, config, training, seed=seed,
+                                                      optimizer=opt),
                        progress=None)
   return config, result, time.perf_counter() - start
 
@@ -175,9 +193,7 @@ def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in,
   if cache_key not in _COMPILED:
     _COMPILED[cache_key] = _chains_runner(target.logdensity_fn, config, chains,
                                           samples).lower(*args).compile()
-  start = time.perf_counter()
-  _, (draws, acceptance) = jax.block_until_ready(_COMPILED[cache_key](*args))
-  seconds = time.perf_counter() - start
+  (_, (draws, acceptance)), seconds = _sampler_metrics.timed(_COMPILED[cache_key], *args)
   acceptance = np.asarray(acceptance)
   return dict(draws=np.asarray(draws), seconds=seconds, acceptance=float(acceptance.mean()),
               divergent=float(np.mean(acceptance == 0.0)))
@@ -188,7 +204,7 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   config, result, trained = train(target, variant, objective, seed,
                                   iterations or args.iterations, args.chains,
                                   args.warmup if warmup is None else warmup, args.num_steps,
-                                  anneal, aux_weight)
+                                  anneal, aux_weight, args.learning_rate)
   # from the training chains (burnt in by the warm-up and training), as NUTS's
   # measured chains continue from its adaptation
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
@@ -262,6 +278,8 @@ def main(argv=None):
   parser.add_argument("--iterations", type=int, default=300, help="L2HMC training iterations")
   parser.add_argument("--warmup", type=int, default=300, help="L2HMC warm-up transitions")
   parser.add_argument("--num-steps", type=int, default=10)
+  parser.add_argument("--learning-rate", type=float, default=1e-3,
+                      help="Adam's initial rate (decayed 0.96 every 1000 it.)")
   parser.add_argument("--objective", default="esjd_squares", choices=l2hmc.OBJECTIVES)
   parser.add_argument("--mixture-iterations", type=int, default=600)
   parser.add_argument("--reference-chains", type=int, default=8)
@@ -309,7 +327,8 @@ def main(argv=None):
                            hmc=found["hmc"], l2hmc=rows, commit=commit, quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,
                                          samples=args.samples, iterations=iterations,
-                                         warmup=args.warmup, num_steps=args.num_steps),
+                                         warmup=args.warmup, num_steps=args.num_steps,
+                                         learning_rate=args.learning_rate),
                            seconds=time.perf_counter() - start)
       path.write_text(json.dumps(records, indent=1))
     if args.transfer:
@@ -348,8 +367,8 @@ def report(records) -> list[str]:
   lines = ["# L2HMC against NUTS and tuned HMC on real posteriors, per gradient and per second",
            "", "ESS: Geyer's, min over dimensions, as a fraction of the draws, per gradient "
            "evaluation (/grad) and effective samples per second of sampling (/s: jitted, "
-           "chains vmapped, after compilation, on 1 pinned CPU core shared with other work: "
-           "compare within a target). L2HMC rows: mean ± std over 3 training seeds; ratios: "
+           "chains vmapped, after compilation, the median of 3 runs in one process, on 1 "
+           "pinned CPU core shared with other work: compare within a target). L2HMC rows: mean ± std over 3 training seeds; ratios: "
            "the seeds' mean over NUTS. R-hat: split, max over dimensions, of x and x^2 (worst "
            "seed). Diverg.: NUTS/HMC divergent transitions; L2HMC proposals with acceptance "
            "exactly 0 (worst seed). Mean err: largest |mean - reference| in reference sds; "
@@ -407,7 +426,8 @@ def report(records) -> list[str]:
     lines.append(f"| {record['target']} | {record['reference']['source']} | "
                  f"{record['nuts']['grads_per_transition']:.1f} | {p['chains']} chains, burn-in "
                  f"{p['burn_in']}, {p['samples']} samples, L2HMC: warm-up {p['warmup']}, "
-                 f"{p['iterations']} training it., K = {p['num_steps']} | `{record['commit']}`"
+                 f"{p['iterations']} training it. (Adam {p.get('learning_rate', 1e-3):g}), "
+                 f"K = {p['num_steps']} | `{record['commit']}`"
                  f"{' (--quick)' if record['quick'] else ''} | {record['seconds']:.0f} |")
   if "transfer" in records:
     t = records["transfer"]

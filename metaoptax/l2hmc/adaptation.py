@@ -34,6 +34,14 @@ HMC with the inverse mass matrix :math:`\mathrm{diag}(\sigma^2)` (see
 :mod:`metaoptax.l2hmc.dynamics`); the variance estimate is shrunk towards
 :math:`10^{-3}` as Stan's is, :math:`\hat\sigma^2 \leftarrow \frac{n}{n+5}\hat\sigma^2 +
 10^{-3}\frac{5}{n+5}` (:math:`n` the draws per coordinate).
+
+For position-dependent step sizes (:mod:`metaoptax.l2hmc.local_step_sizes`), the
+final window also measures how each coordinate's local scale varies with the
+position: the least-squares slopes :math:`G` of :math:`\log(x_i - \bar x_i)^2` on
+:math:`x` (a log-normal scale model: on the funnel, :math:`\log x_i^2 = v +
+\log\epsilon_i^2` gives slope 1 on :math:`v`), halved and in whitened units,
+:math:`H_{ji} = \tfrac12 G_{ji}\sigma_j`, with the diagonal (a coordinate on
+itself, 0 for a symmetric one) set to 0.
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ class WarmupResult(NamedTuple):
   whitening: Whitening  # the chains' per-coordinate mean and standard deviation
   positions: jax.Array  # (chains, dim) the chains at the end of the warm-up
   acceptance: jax.Array  # mean acceptance probability over the final window's second half
+  # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup)
+  log_scale_slopes: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, target, rate,
@@ -85,25 +95,42 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
     acceptance = jnp.mean(info.acceptance_rate)
     in_second_half = (t >= length - half).astype(states.position.dtype)
     x = states.position - shift
+    log_square = jnp.log(jnp.maximum(x * x, 1e-30))
     sums = (sums[0] + in_second_half * jnp.sum(x, 0),
             sums[1] + in_second_half * jnp.sum(x * x, 0),
             sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance,
-            sums[4] + in_second_half * info.acceptance_rate)
+            sums[4] + in_second_half * info.acceptance_rate,
+            sums[5] + in_second_half * x.T @ x, sums[6] + in_second_half * x.T @ log_square,
+            sums[7] + in_second_half * jnp.sum(log_square, 0))
     log_h = log_h + rate * (acceptance - target)
     return (states, log_h, sums), None
 
   zeros = jnp.zeros(dim, states.position.dtype)
   zero = jnp.zeros((), states.position.dtype)
+  square = jnp.zeros((dim, dim), states.position.dtype)
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
-  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain)), _ = jax.lax.scan(
-      transition, (states, log_h, (zeros, zeros, zero, zero, chains)),
+  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l)), _ = jax.lax.scan(
+      transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros)),
       (jax.random.split(key, length), jnp.arange(length)))
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
   mean = shift + centred_mean
   variance = n / (n + 5.0) * variance + 1e-3 * 5.0 / (n + 5.0)
-  return states, log_h, mean, variance, s_log_h / half, s_acc / half, s_chain / half
+  slopes = _log_scale_slopes(s_xx / n - jnp.outer(centred_mean, centred_mean),
+                             s_xl / n - jnp.outer(centred_mean, s_l / n), jnp.sqrt(variance))
+  return (states, log_h, mean, variance, s_log_h / half, s_acc / half, s_chain / half,
+          slopes)
+
+
+def _log_scale_slopes(covariance, cross, scale):
+  r""":math:`H_{ji} = \tfrac12\,\partial\log (x_i-\bar x_i)^2/\partial x_j\cdot\sigma_j`: the
+  least-squares slopes of each coordinate's log square on the position (ridge
+  :math:`10^{-6}` of the trace), halved (a scale) and in whitened units, diagonal 0."""
+  dim = covariance.shape[0]
+  ridge = 1e-6 * jnp.trace(covariance) / dim * jnp.eye(dim, dtype=covariance.dtype)
+  slopes = 0.5 * jnp.linalg.solve(covariance + ridge, cross) * scale[:, None]
+  return slopes * (1.0 - jnp.eye(dim, dtype=covariance.dtype))
 
 
 def _restart_stuck(key, states, chain_acceptance):
@@ -171,11 +198,12 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   scale = jnp.ones(dim, positions.dtype)
   keys = jax.random.split(key, 6)
   for i, length in enumerate(lengths):
-    states, log_h, mean, variance, mean_log_h, acceptance, chain_acceptance = _window(
+    states, log_h, mean, variance, mean_log_h, acceptance, chain_acceptance, slopes = _window(
         logdensity_fn, kernel, masks, keys[i], states, log_h, scale, length,
         target_acceptance, adaptation_rate, dim)
     states = _restart_stuck(keys[3 + i], states, chain_acceptance)
     if i < 2:
       scale = jnp.sqrt(variance)
       log_h = mean_log_h  # the new scale's h starts from the last window's average
-  return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance)
+  return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance,
+                      slopes)

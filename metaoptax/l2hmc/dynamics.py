@@ -60,6 +60,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from metaoptax.l2hmc.local_step_sizes import LocalStepSizes, init_local
 from metaoptax.l2hmc.networks import SQTNetwork, init_networks, time_embedding
 
 __all__ = ("L2HMCConfig", "L2HMCParams", "init_params", "make_masks", "leapfrog")
@@ -77,6 +78,7 @@ class L2HMCConfig(NamedTuple):
   step_sizes: str = "shared"  # one (eps_x, eps_v) pair, or one pair per leapfrog step
   use_networks: bool = True  # False: S = Q = T = 0 (plain HMC)
   per_coordinate: bool = False  # step sizes are (dim,) vectors (a diagonal mass matrix)
+  local_step_sizes: bool = False  # step sizes follow the position (Gibbs self-tuning)
 
 
 class L2HMCParams(NamedTuple):
@@ -85,6 +87,9 @@ class L2HMCParams(NamedTuple):
   networks: dict
   log_step_size_x: jax.Array  # (1,) shared or (K,) per step; (1, dim) / (K, dim) per coordinate
   log_step_size_v: jax.Array
+  # with config.local_step_sizes: the tuning variable's slope and exponents
+  # (metaoptax.l2hmc.local_step_sizes); None otherwise
+  local: LocalStepSizes | None = None
 
 
 def validate(config: L2HMCConfig) -> None:
@@ -94,6 +99,8 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError(f"step_sizes must be one of {STEP_SIZE_MODES}, got {config.step_sizes!r}.")
   if not config.init_step_size > 0:
     raise ValueError(f"init_step_size must be > 0, got {config.init_step_size}.")
+  if config.local_step_sizes and not config.per_coordinate:
+    raise ValueError("local_step_sizes needs per_coordinate=True.")
 
 
 def init_params(key: jax.Array, config: L2HMCConfig,
@@ -124,7 +131,8 @@ def init_params(key: jax.Array, config: L2HMCConfig,
       raise ValueError("step_size must be finite and > 0.")
     shape = (n, config.dim) if config.per_coordinate else (n,)
     log_eps = jnp.broadcast_to(jnp.log(step_size), shape)
-  return L2HMCParams(init_networks(key, config.dim, config.hidden), log_eps, log_eps)
+  local = init_local(config.dim) if config.local_step_sizes else None
+  return L2HMCParams(init_networks(key, config.dim, config.hidden), log_eps, log_eps, local)
 
 
 def make_masks(key: jax.Array, config: L2HMCConfig) -> jax.Array:

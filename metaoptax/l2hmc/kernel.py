@@ -12,6 +12,9 @@ probability
 
 which is exact because flipping :math:`d` after :math:`L_d` is an involution. A
 non-finite acceptance probability counts as 0 (the proposal is rejected).
+With ``config.local_step_sizes`` a transition also draws the step sizes' tuning
+variable :math:`w \mid x` and the ratio gains its conditional densities
+(:mod:`metaoptax.l2hmc.local_step_sizes`).
 
 Usage::
 
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import tree_utils
+from metaoptax.l2hmc import local_step_sizes
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
 from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
@@ -86,11 +90,15 @@ def acceptance_probability(energy_before, energy_after, log_det):
 
 def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
             logdensity_fn: Callable, state: L2HMCState, momentum: jax.Array,
-            direction: jax.Array, whitening: Whitening | None = None):
+            direction: jax.Array, whitening: Whitening | None = None,
+            tuning_noise: jax.Array | None = None):
   r"""The proposal and its acceptance probability (differentiable in ``params``).
 
   With ``whitening``, the leapfrog moves :math:`z = (x - \mu)/\sigma`
-  (:mod:`metaoptax.l2hmc.whitening`); the states stay in :math:`x`.
+  (:mod:`metaoptax.l2hmc.whitening`); the states stay in :math:`x`. With
+  ``config.local_step_sizes``, ``tuning_noise`` (a standard normal scalar
+  :math:`u`) gives the tuning variable :math:`w = \beta^\top z + u`
+  (:mod:`metaoptax.l2hmc.local_step_sizes`).
 
   Returns ``(proposed_state, acceptance, log_det)``.
   """
@@ -98,13 +106,26 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   if whitening is not None:
     position, grad = to_whitened(whitening, position), grad * whitening.scale
     logdensity_fn = whitened_logdensity(logdensity_fn, whitening)
+  tuning_before = tuning_after = 0.0
+  if config.local_step_sizes:
+    local = params.local
+    w = local_step_sizes.tuning_variable(local, position, tuning_noise)
+    params = params._replace(
+        log_step_size_x=local_step_sizes.shifted_log_step_sizes(local, params.log_step_size_x,
+                                                                 w),
+        log_step_size_v=local_step_sizes.shifted_log_step_sizes(local, params.log_step_size_v,
+                                                                 w))
+    tuning_before = -local_step_sizes.log_density(local, w, position)
   x, v, logdensity, grad, log_det = leapfrog(
       config, params, masks, logdensity_fn, position, momentum, state.logdensity,
       grad, direction)
+  if config.local_step_sizes:
+    tuning_after = -local_step_sizes.log_density(local, w, x)
   if whitening is not None:
     x, grad = from_whitened(whitening, x), grad / whitening.scale
-  energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2)
-  energy_after = -logdensity + 0.5 * jnp.sum(v**2)
+  # -log q(w | x) joins the energy: the augmented target's extra factor
+  energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2) + tuning_before
+  energy_after = -logdensity + 0.5 * jnp.sum(v**2) + tuning_after
   acceptance = acceptance_probability(energy_before, energy_after, log_det)
   return L2HMCState(x, logdensity, grad), acceptance, log_det
 
@@ -117,8 +138,11 @@ def build_kernel(config: L2HMCConfig):
     k_momentum, k_direction, k_accept = jax.random.split(rng_key, 3)
     momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
     direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
+    noise = None
+    if config.local_step_sizes:  # its own key: the other draws keep their streams
+      noise = jax.random.normal(jax.random.fold_in(rng_key, 1), (), state.position.dtype)
     proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
-                                            momentum, direction, whitening)
+                                            momentum, direction, whitening, noise)
     accepted = jax.random.uniform(k_accept) < acceptance
     new_state = optax.tree_utils.tree_where(accepted, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,

@@ -57,6 +57,7 @@ from metaoptax._src import loop
 from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_axis
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
+from metaoptax.l2hmc import local_step_sizes
 from metaoptax.l2hmc.adaptation import warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
@@ -83,7 +84,8 @@ class TrainingConfig(NamedTuple):
     objective: ``"esjd"`` (the paper's), ``"esjd_squares"`` (also the jumps of
       :math:`z^2`, which reflections do not make) or ``"esjd_lag1"`` (a penalty
       on negative lag-1 autocorrelation) or ``"esjd_coordinates"`` (both terms of
-      ``"esjd_squares"`` per coordinate); see :func:`objective_loss`.
+      ``"esjd_squares"`` per coordinate) or ``"esjd_and_coordinates"`` (the
+      paper's plus ``"esjd_coordinates"``); see :func:`objective_loss`.
     warmup_iterations: if > 0, :func:`init_training` first runs
       :func:`metaoptax.l2hmc.warmup` for this many HMC transitions of the
       chains. Then the sampler moves the standardized coordinates
@@ -91,6 +93,8 @@ class TrainingConfig(NamedTuple):
       ``result.whitening`` for sampling), its step sizes start at the warm-up's
       :math:`h` (per coordinate with ``config.per_coordinate``), the chains start
       where the warm-up ended, and the objective measures jumps in :math:`z`.
+      With ``config.local_step_sizes`` the tuning variable starts at the warm-up's
+      fit (:func:`metaoptax.l2hmc.local_step_sizes.fit`).
     drop_nonfinite_chains: a chain whose contribution to the gradient is not
       finite (a diverging trajectory: its proposal, rejected, overflowed) adds
       nothing to it, instead of the whole update being skipped. (Off by default:
@@ -155,7 +159,7 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
 
 
 #: The training objectives (:func:`objective_loss`).
-OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1", "esjd_coordinates")
+OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1", "esjd_coordinates", "esjd_and_coordinates")
 
 
 def objective_loss(objective: str, z_before, z_after, acceptance, scale: float = 0.1,
@@ -190,6 +194,12 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     coordinates). A mode crossing that reflects one coordinate (the mixture's
     :math:`z_0 \to -z_0`) is not charged as long as :math:`z_0^2` moves within
     the mode and the other coordinates move as well.
+  * ``"esjd_and_coordinates"``: the sum of ``"esjd"`` and ``"esjd_coordinates"``,
+    mode crossings and within-mode mixing together. The paper's term rewards
+    the long jump of a crossing in full (a reflection :math:`z \to -z` too); the
+    per-coordinate terms charge a proposal that leaves a coordinate's value or
+    square in place, so a pure reflection pays the squares' barrier while a
+    crossing that lands elsewhere in the other mode scores on both.
 
   Returns per-chain losses ``(chains,)``.
   """
@@ -205,12 +215,19 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     rho = jnp.mean(lag1) / jnp.mean(norm)
     loss = loss + 4.0 / scale * jnp.mean(norm) * jnp.maximum(0.0, -rho)
   elif objective == "esjd_coordinates":
-    jumps = _accepted_jump((z_before - z_after) ** 2, acceptance[..., None]) + eps
-    squares = _accepted_jump(0.5 * (z_before**2 - z_after**2) ** 2, acceptance[..., None]) + eps
-    loss = jnp.mean(scale / jumps - jumps / scale + scale / squares - squares / scale, axis=-1)
+    loss = _coordinates_loss(z_before, z_after, acceptance, scale, eps)
+  elif objective == "esjd_and_coordinates":
+    loss = loss + _coordinates_loss(z_before, z_after, acceptance, scale, eps)
   elif objective != "esjd":
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
   return loss
+
+
+def _coordinates_loss(z_before, z_after, acceptance, scale, eps):
+  """``"esjd_coordinates"``'s per-chain loss (:func:`objective_loss`)."""
+  jumps = _accepted_jump((z_before - z_after) ** 2, acceptance[..., None]) + eps
+  squares = _accepted_jump(0.5 * (z_before**2 - z_after**2) ** 2, acceptance[..., None]) + eps
+  return jnp.mean(scale / jumps - jumps / scale + scale / squares - squares / scale, axis=-1)
 
 
 @jax.custom_vjp
@@ -329,6 +346,8 @@ def init_training(target: Target, config: L2HMCConfig,
     if config.per_coordinate:
       step_size = jnp.full((config.dim,), step_size)
     params = init_params(k_params, config, step_size=step_size)
+    if config.local_step_sizes:
+      params = params._replace(local=local_step_sizes.fit(found.log_scale_slopes))
   else:
     params = init_params(k_params, config)
   chains = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
@@ -381,15 +400,21 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     momenta = parallel.shard_batch(jax.random.normal(k_v, states.position.shape))
     directions = parallel.shard_batch(
         jnp.where(jax.random.bernoulli(k_d, shape=(num_chains,)), 1, -1))
+    # the local step sizes' tuning noise (reparameterised: w = beta.z + u); zeros unused
+    noise = jnp.zeros((num_chains,))
+    if config.local_step_sizes:
+      noise = jax.random.normal(jax.random.fold_in(key, 1), (num_chains,))
+    noise = parallel.shard_batch(noise)
     if drop:  # a copy of the parameters per chain, so that each has its own cotangent
       per_chain = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), params)
       proposals, acceptance, _ = jax.vmap(
-          lambda p, s, v, d: propose(config, _finite_cotangent(p), masks, logdensity_fn, s, v,
-                                     d, whitening))(per_chain, states, momenta, directions)
+          lambda p, s, v, d, u: propose(config, _finite_cotangent(p), masks, logdensity_fn, s,
+                                        v, d, whitening, u))(per_chain, states, momenta,
+                                                             directions, noise)
     else:
       proposals, acceptance, _ = jax.vmap(
-          lambda s, v, d: propose(config, params, masks, logdensity_fn, s, v, d, whitening))(
-              states, momenta, directions)
+          lambda s, v, d, u: propose(config, params, masks, logdensity_fn, s, v, d, whitening,
+                                     u))(states, momenta, directions, noise)
     return parallel.shard_batch((proposals, acceptance))
 
   def chain_losses(before, after, acceptance, whitening):

@@ -30,3 +30,13 @@ def test_esjd_coordinates_non_finite_proposal_is_no_jump():
   loss = l2hmc.objective_loss("esjd_coordinates", z, jnp.array([[jnp.inf, jnp.nan]]),
                               jnp.array([0.0]))
   np.testing.assert_allclose(loss, [2 * (0.1 / 1e-4 - 1e-4 / 0.1)], rtol=1e-6)
+
+
+def test_esjd_and_coordinates_is_the_sum():
+  """The paper's ESJD (closed form) plus esjd_coordinates, per chain."""
+  z, moved, accept = jnp.array([[1.0, 2.0], [0.5, -1.0]]), jnp.array([[-1.2, 2.5],
+                                                                       [0.5, 0.0]]), jnp.array([0.5, 0.9])
+  paper = _ell(accept * jnp.sum((z - moved) ** 2, -1) + 1e-4)
+  loss = l2hmc.objective_loss("esjd_and_coordinates", z, moved, accept)
+  np.testing.assert_allclose(
+      loss, paper + l2hmc.objective_loss("esjd_coordinates", z, moved, accept), rtol=1e-6)

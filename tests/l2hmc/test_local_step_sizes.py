@@ -1,0 +1,95 @@
+"""Position-dependent step sizes (Gibbs self-tuning).
+
+Oracles: a textbook leapfrog with the step sizes exp(log eps + c w) and the GIST
+acceptance ratio written out by hand (float64, 1e-10), and Monte Carlo moments of a
+known Gaussian after transitions from exact draws (5 standard errors).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from metaoptax import l2hmc
+
+COVARIANCE = jnp.array([[1.0, 0.6], [0.6, 4.0]])
+GAUSSIAN = l2hmc.targets.gaussian(COVARIANCE)
+
+
+def _config():
+  return l2hmc.L2HMCConfig(dim=2, num_steps=5, use_networks=False, per_coordinate=True,
+                           step_sizes="per_step", local_step_sizes=True)
+
+
+def _params(config):
+  params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.array([0.3, 0.5]))
+  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.5, -0.4]), jnp.array([0.6, 0.3]))
+  return params._replace(local=local)
+
+
+def _textbook(x, v, u, params):
+  """Leapfrog with eps_k = exp(log eps_k + c w), w = beta.x + u, and the acceptance
+  min(1, p(x')N(v')N(w; beta.x', 1) / (p(x)N(v)N(w; beta.x, 1)))."""
+  beta, c = params.local
+  w = beta @ x + u
+  logp, grad = GAUSSIAN.logdensity_fn, jax.grad(GAUSSIAN.logdensity_fn)
+  y, p = x, v
+  for log_eps in params.log_step_size_x:
+    eps = jnp.exp(log_eps + c * w)
+    p = p + 0.5 * eps * grad(y)
+    y = y + eps * p
+    p = p + 0.5 * eps * grad(y)
+  log_ratio = (logp(y) - 0.5 * p @ p - 0.5 * (w - beta @ y) ** 2
+               - logp(x) + 0.5 * v @ v + 0.5 * (w - beta @ x) ** 2)
+  return y, jnp.minimum(1.0, jnp.exp(log_ratio))
+
+
+def test_acceptance_matches_the_gist_ratio(u=1.3):
+  with jax.enable_x64(True):
+    config = _config()
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _params(config))
+    x, v = jnp.array([0.5, -1.0]), jnp.array([0.4, 1.1])
+    state = l2hmc.init(x, GAUSSIAN.logdensity_fn)
+    proposal, acceptance, _ = l2hmc.propose(config, params, jnp.zeros((5, 2)),
+                                            GAUSSIAN.logdensity_fn, state, v,
+                                            jnp.asarray(1), None, jnp.asarray(u))
+    y, expected = _textbook(x, v, u, params)
+    assert 0.01 < float(expected) < 0.99  # the q ratio matters here
+    np.testing.assert_allclose(proposal.position, y, atol=1e-10)
+    np.testing.assert_allclose(acceptance, expected, atol=1e-10)
+
+
+def test_leaves_the_target_invariant():
+  """Exact draws stay exact after a transition (moments of x and x^2 within 5 s.e.)."""
+  config, n = _config(), 20_000
+  sampler = l2hmc.l2hmc(GAUSSIAN.logdensity_fn, config, _params(config), jnp.zeros((5, 2)))
+  draws = GAUSSIAN.sample(jax.random.key(1), n)
+
+  @jax.jit
+  def move(key, positions):
+    states = jax.vmap(sampler.init)(positions)
+    states, info = jax.vmap(sampler.step)(jax.random.split(key, n), states)
+    return states.position, info.acceptance_rate
+
+  moved, acceptance = move(jax.random.key(2), draws)
+  assert 0.2 < float(jnp.mean(acceptance)) < 0.95
+  variances = jnp.diag(COVARIANCE)
+  np.testing.assert_array_less(jnp.abs(moved.mean(0)), 5 * jnp.sqrt(variances / n))
+  np.testing.assert_array_less(jnp.abs((moved**2).mean(0) - variances),
+                               5 * jnp.sqrt(2 * variances**2 / n))
+
+
+def test_needs_per_coordinate_step_sizes():
+  with pytest.raises(ValueError, match="per_coordinate"):
+    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, local_step_sizes=True))
+
+
+@pytest.mark.parametrize("size", [0.1, 3.0])
+def test_fit_recovers_a_rank_one_slope_matrix(size):
+  """H = s a b^T: c beta^T = H exactly (1e-5), the jitter max|c| capped at JITTER."""
+  a, b = jnp.array([0.6, 0.8, 0.0]), jnp.array([0.0, 0.6, -0.8])
+  slopes = size * jnp.outer(a, b)
+  local = l2hmc.local_step_sizes.fit(slopes)
+  np.testing.assert_allclose(jnp.outer(local.slope, local.exponent), slopes, atol=1e-5)
+  jitter = float(jnp.max(jnp.abs(local.exponent)))
+  np.testing.assert_allclose(jitter, min(0.8 * size, l2hmc.local_step_sizes.JITTER), rtol=1e-5)

@@ -1,4 +1,4 @@
-"""How the sampler benchmarks score a run: ESS per gradient of x and x^2, crossings, time.
+r"""How the sampler benchmarks score a run: ESS per gradient of x and x^2, crossings, time.
 
 Every sampler is given as draws ``(num_samples, chains, dim)``, the gradient
 evaluations it spent per transition and the wall time of the sampling:

@@ -2,7 +2,7 @@
 
 Runs ``sphinx-build -W --keep-going -b html docs <tmp>`` in a subprocess (as a user
 would), then reads the built object inventory. Needs the ``docs`` extra
-(``pip install -e ".[test,docs]"``); skipped, with that reason, when Sphinx or
+(``pip install -e ".[test,docs]"``; CI adds the docs extra before the system tier); skipped, with that reason, when Sphinx or
 its extensions are not installed. The markdown pages' doctests run separately
 (pytest's ``--doctest-glob=*.md``).
 """

@@ -31,6 +31,7 @@ Writes ``l2o_transfer.md``, ``.json`` and ``.png`` into ``--out`` (by default
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -58,9 +59,10 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 CONFIG = l2o.ScaledAdamConfig()
 
 
-def training_families(digits_train, mnist1d_train):
-  """The meta-training distribution: ``(name, family)`` pairs (training splits only)."""
-  mlp = l2o.tasks.mlp_minibatch
+def training_families(digits_train, mnist1d_train, examples=512):
+  """The meta-training distribution: ``(name, family)`` pairs (training splits only),
+  ``examples`` examples per task (at most the digits split's 1437)."""
+  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples)
   return [
       mlp(digits_train, (64, 32, 10), "relu", batch=64),
       mlp(digits_train, (64, 64, 10), "tanh", batch=32),
@@ -72,13 +74,26 @@ def training_families(digits_train, mnist1d_train):
   ]
 
 
+def loss_weights(kind, unroll):
+  """The meta-loss weights of the steps of a truncation: ``uniform`` (the mean loss over
+  the truncation) or ``ramp`` (``w_t = 2t / (T + 1)``, mean 1: the end of each
+  truncation counts most, which rewards a low loss reached over a fast one)."""
+  if kind == "uniform":
+    return None
+  if kind == "ramp":
+    return tuple(2.0 * np.arange(1, unroll + 1) / (unroll + 1))
+  raise ValueError(f"--loss-weights must be uniform or ramp, got {kind!r}")
+
+
 def meta_train(families, args, config):
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True)
+                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
+                                    loss_weights=loss_weights(args.loss_weights, args.unroll))
   updates = args.meta_iterations * (args.horizon // args.unroll)
   meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
-                              steps=args.horizon, every=args.validate_every)
+                              steps=args.validation_steps or args.horizon,
+                              every=args.validate_every)
   result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
                               config, seed=0, meta_optimizer=meta_optimizer),
@@ -239,7 +254,7 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   lines += [f"Meta-training: {args.meta_iterations} task batches of {training.tasks_per_step} "
             f"tasks, horizon {training.horizon} in truncations of {training.unroll} "
             f"({result.losses.size} meta-updates), log meta-loss, Adam {args.meta_lr:g} with "
-            f"cosine decay; base step size {config.learning_rate:g}; families in turn: {', '.join(f.name for f in families)}. "
+            f"cosine decay; {recipe(config, args)}; families in turn: {', '.join(f.name for f in families)}. "
             f"{result.seconds:.0f} s ({result.seconds / 60:.1f} min, compilation included) on "
             f"{os.cpu_count()} CPU cores shared with other jobs; skipped meta-updates "
             f"{result.skipped_updates}, diverged tasks {result.diverged_tasks}. Held-out score "
@@ -250,10 +265,24 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   return lines
 
 
+def recipe(config, args):
+  """The learned optimizer's settings and the meta-training data, in words."""
+  low, high = config.log_scale_bounds
+  return (f"base step size {config.learning_rate:g}, multiplier in [e^{low:g}, e^{high:g}], "
+          + (f"noise features (slow moment {config.slow_b1:g})" if config.slow_b1 else
+             "no noise features")
+          + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights")
+
+
+def save_network(network, path):
+  np.savez(path, **{"/".join(str(k.key) for k in p): np.asarray(leaf)
+                    for p, leaf in jax.tree_util.tree_leaves_with_path(network)})
+
+
 def learned_only_report(results, budgets, result, training, args, config, times, commit):
   lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
-           f"measured at commit `{commit}`, jax {jax.__version__}; base step size "
-           f"{config.learning_rate:g}, {args.meta_iterations} task batches, horizon "
+           f"measured at commit `{commit}`, jax {jax.__version__}; {recipe(config, args)}, "
+           f"{args.meta_iterations} task batches, horizon "
            f"{training.horizon} / unroll {training.unroll}; meta-training {result.seconds:.0f} s; "
            f"selected batch {result.best_iteration}; held-out scores "
            + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores) + ".", "",
@@ -270,6 +299,7 @@ def learned_only_report(results, budgets, result, training, args, config, times,
             f"{times['update'][1] / times['update'][0]:.2f}"]
   args.out.mkdir(parents=True, exist_ok=True)
   _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
+  save_network(result.params, args.out / "l2o_transfer_learned_only_network.npz")
 
 
 def plot(results, path):
@@ -299,6 +329,17 @@ def main(argv=None):
   parser.add_argument("--meta-lr", type=float, default=1e-3)
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
                       help="the base Adam step size of the learned optimizer")
+  parser.add_argument("--min-log-scale", type=float, default=None,
+                      help="lower bound of the log-multiplier (default -max_log_scale = -3)")
+  parser.add_argument("--max-log-scale", type=float, default=CONFIG.max_log_scale)
+  parser.add_argument("--slow-b1", type=float, default=None,
+                      help="decay of the slow moment of the noise features (default: none)")
+  parser.add_argument("--examples", type=int, default=512,
+                      help="examples per meta-training task")
+  parser.add_argument("--loss-weights", default="uniform", choices=("uniform", "ramp"),
+                      help="meta-loss weights within a truncation")
+  parser.add_argument("--validation-steps", type=int, default=0,
+                      help="optimizee steps of the held-out scores (default: the horizon)")
   parser.add_argument("--validation-tasks", type=int, default=8)
   parser.add_argument("--validate-every", type=int, default=100)
   parser.add_argument("--time-repeats", type=int, default=11)
@@ -320,8 +361,9 @@ def main(argv=None):
   start = time.perf_counter()
   x_digits, y_digits, _, _ = digits.load_split()
   x_m1d, y_m1d, _, _ = mnist1d.load_data()
-  families = training_families((x_digits, y_digits), (x_m1d, y_m1d))
-  config = CONFIG._replace(learning_rate=args.learning_rate)
+  families = training_families((x_digits, y_digits), (x_m1d, y_m1d), args.examples)
+  config = CONFIG._replace(learning_rate=args.learning_rate, min_log_scale=args.min_log_scale,
+                           max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
   training, result = meta_train(families, args, config)
   network = result.params
   results = evaluate(network, config, args, _report.progress_bars())
@@ -344,10 +386,8 @@ def main(argv=None):
             "rows": {f"{name} @ {budget}": row for (name, budget), row in rows.items()}}
   (out / "l2o_transfer.json").write_text(json.dumps(record, indent=1))
   plot(results, out / "l2o_transfer.png")
-  np.savez(args.out / "l2o_transfer_network.npz" if not args.results else OUT /
-           "l2o_transfer_network.npz",
-           **{"/".join(str(k.key) for k in path): np.asarray(leaf)
-              for path, leaf in jax.tree_util.tree_leaves_with_path(network)})
+  save_network(network, args.out / "l2o_transfer_network.npz" if not args.results else
+               OUT / "l2o_transfer_network.npz")
   print(f"wrote {out / 'l2o_transfer.md'}, .json, .png")
 
 

@@ -20,6 +20,12 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
+Options for annealing (``benchmarks/results/l2o_transfer_anneal.md``): ``--learning-rate``,
+``--max-log-scale``, ``--min-log-scale`` (the multiplier's range), ``--slow-b1`` (the
+gradient-noise features), ``--examples`` (per task), ``--label-smoothing`` (every training
+classifier smoothed, meta-loss above its floor: a noise floor), ``--loss-weights ramp``
+(the end of each truncation counts most) and ``--validation-steps``.
+
     taskset -c 1 python benchmarks/l2o_transfer.py            # 51 min on 2 busy cores
     python benchmarks/l2o_transfer.py --quick                 # smoke run: tiny budgets
     python benchmarks/l2o_transfer.py --results               # write benchmarks/results/

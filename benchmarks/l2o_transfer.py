@@ -1,15 +1,18 @@
 """A learned optimizer meta-trained on small MLPs, applied to networks it has never seen.
 
 1. Meta-training (``metaoptax.l2o.meta_train``) of ``l2o.scaled_adam``: Adam whose
-   step is scaled, per tensor, by a bounded learned factor ``exp(S tanh(.))``
-   (exactly Adam 1e-3 at initialization). The training distribution
+   step is scaled, per tensor, by a bounded learned factor ``exp(S± tanh(.))``
+   (``CONFIG``: exactly Adam 3e-3 at initialization, factors from 1e-3 to e^1.5, the
+   gradient-noise features of ``slow_b1=0.99``). The training distribution
    (``training_families``): MLPs of 1 or 2 hidden layers, widths 32 to 80, ReLU,
-   tanh or GELU, each task a random subset of 512 examples of the training split of
+   tanh or GELU, each task a random subset of 1,024 examples of the training split of
    scikit-learn's digits or of MNIST-1D trained on stochastic minibatches of 32 to
-   128, plus the two-layer regression of ``l2o.tasks.mlp_regression``; 300-step
-   trajectories in truncations of 30, log meta-loss, one family per task batch in
-   turn; the weights are those that score best on held-out tasks of the same
-   families (``l2o.Validation``), scored every ``--validate-every`` batches.
+   128 with label smoothing 0.1 (the meta-loss is the loss above the smoothing floor),
+   plus the two-layer regression of ``l2o.tasks.mlp_regression``; 2,000-step
+   trajectories in truncations of 100, log meta-loss weighted towards the end of each
+   truncation, one family per task batch in turn; the weights are those that score
+   best on held-out tasks of the same families at step 2,000 (``l2o.Validation``),
+   scored every ``--validate-every`` batches.
 2. Evaluation on networks and data no training task had, 3 seeds, 5,000 steps,
    reported at 1,000 and 5,000: the suite's digits MLP 64-128-128-10 (label
    smoothing 0.1), the MNIST-1D MLP 40-100-100-10 and the 1-D convnet on MNIST-1D
@@ -20,13 +23,17 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
-Options for annealing (``benchmarks/results/l2o_transfer_anneal.md``): ``--learning-rate``,
-``--max-log-scale``, ``--min-log-scale`` (the multiplier's range), ``--slow-b1`` (the
-gradient-noise features), ``--examples`` (per task), ``--label-smoothing`` (every training
-classifier smoothed, meta-loss above its floor: a noise floor), ``--loss-weights ramp``
-(the end of each truncation counts most) and ``--validation-steps``.
+The recipe's options: ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
+(the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
+none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
+smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the
+GELU family's 0.1, plain meta-loss), ``--loss-weights`` and ``--validation-steps``. The
+first recipe (``results/l2o_transfer.md``, commit ``3590d31``) is ``--learning-rate 1e-3
+--max-log-scale 3 --min-log-scale 0 --slow-b1 0 --examples 512 --label-smoothing -1
+--loss-weights uniform --horizon 300 --unroll 30 --meta-iterations 700 --validation-tasks
+8 --validate-every 100``.
 
-    taskset -c 1 python benchmarks/l2o_transfer.py            # 51 min on 2 busy cores
+    taskset -c 1 python benchmarks/l2o_transfer.py            # about 50 min on 2 busy cores
     python benchmarks/l2o_transfer.py --quick                 # smoke run: tiny budgets
     python benchmarks/l2o_transfer.py --results               # write benchmarks/results/
 
@@ -62,7 +69,9 @@ STEPS = 5000
 BUDGETS = (1000, 5000)
 OUT = pathlib.Path(__file__).resolve().parent / "out"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-CONFIG = l2o.ScaledAdamConfig()
+#: The recipe's learned optimizer (issue 30): Adam 3e-3 at initialization, annealing range.
+CONFIG = l2o.ScaledAdamConfig(learning_rate=3e-3, max_log_scale=1.5, min_log_scale=-6.9,
+                              slow_b1=0.99)
 
 
 def smoothing_floor(label_smoothing, classes=10):
@@ -350,29 +359,29 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=STEPS)
   parser.add_argument("--chunk", type=int, default=250)
-  parser.add_argument("--meta-iterations", type=int, default=700)
+  parser.add_argument("--meta-iterations", type=int, default=21)
   parser.add_argument("--tasks-per-step", type=int, default=4)
-  parser.add_argument("--horizon", type=int, default=300)
-  parser.add_argument("--unroll", type=int, default=30)
+  parser.add_argument("--horizon", type=int, default=2000)
+  parser.add_argument("--unroll", type=int, default=100)
   parser.add_argument("--meta-lr", type=float, default=1e-3)
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
                       help="the base Adam step size of the learned optimizer")
-  parser.add_argument("--min-log-scale", type=float, default=None,
-                      help="lower bound of the log-multiplier (default -max_log_scale = -3)")
+  parser.add_argument("--min-log-scale", type=float, default=CONFIG.min_log_scale,
+                      help="lower bound of the log-multiplier (0: -max_log_scale)")
   parser.add_argument("--max-log-scale", type=float, default=CONFIG.max_log_scale)
-  parser.add_argument("--slow-b1", type=float, default=None,
-                      help="decay of the slow moment of the noise features (default: none)")
-  parser.add_argument("--examples", type=int, default=512,
+  parser.add_argument("--slow-b1", type=float, default=CONFIG.slow_b1,
+                      help="decay of the slow moment of the noise features (0: none)")
+  parser.add_argument("--examples", type=int, default=1024,
                       help="examples per meta-training task")
-  parser.add_argument("--label-smoothing", type=float, default=None,
+  parser.add_argument("--label-smoothing", type=float, default=0.1,
                       help="label smoothing of every training classifier, meta-loss above its "
-                           "floor (default: only the GELU family's 0.1, plain meta-loss)")
-  parser.add_argument("--loss-weights", default="uniform", choices=("uniform", "ramp"),
+                           "floor (-1: only the GELU family's 0.1, plain meta-loss)")
+  parser.add_argument("--loss-weights", default="ramp", choices=("uniform", "ramp"),
                       help="meta-loss weights within a truncation")
   parser.add_argument("--validation-steps", type=int, default=0,
                       help="optimizee steps of the held-out scores (default: the horizon)")
-  parser.add_argument("--validation-tasks", type=int, default=8)
-  parser.add_argument("--validate-every", type=int, default=100)
+  parser.add_argument("--validation-tasks", type=int, default=4)
+  parser.add_argument("--validate-every", type=int, default=7)
   parser.add_argument("--time-repeats", type=int, default=11)
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out/, git-ignored)")
@@ -383,6 +392,9 @@ def main(argv=None):
                       help="evaluate only the learned optimizer (the baselines do not depend "
                       "on the meta-training settings: compare with a full run's)")
   args = parser.parse_args(argv)
+  args.min_log_scale = args.min_log_scale or None  # 0: symmetric
+  args.slow_b1 = args.slow_b1 or None  # 0: no noise features
+  args.label_smoothing = None if args.label_smoothing < 0 else args.label_smoothing
   if args.quick:
     (args.steps, args.chunk, args.meta_iterations, args.horizon, args.unroll,
      args.validate_every, args.validation_tasks, args.time_repeats) = 200, 100, 7, 20, 10, 7, 2, 2

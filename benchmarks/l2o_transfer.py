@@ -130,7 +130,7 @@ def meta_train(families, args, config):
                               every=args.validate_every)
   result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              config, seed=0, meta_optimizer=meta_optimizer),
+                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer),
                           log_every=max(1, args.meta_iterations // 50), validation=validation)
   return training, result
 
@@ -319,7 +319,7 @@ def save_network(network, path):
 def learned_only_report(results, budgets, result, training, args, config, times, commit):
   lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
            f"measured at commit `{commit}`, jax {jax.__version__}; {recipe(config, args)}, "
-           f"{args.meta_iterations} task batches, horizon "
+           f"{args.meta_iterations} task batches (meta seed {args.meta_seed}), horizon "
            f"{training.horizon} / unroll {training.unroll}; meta-training {result.seconds:.0f} s; "
            f"selected batch {result.best_iteration}; held-out scores "
            + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores) + ".", "",
@@ -364,6 +364,8 @@ def main(argv=None):
   parser.add_argument("--horizon", type=int, default=2000)
   parser.add_argument("--unroll", type=int, default=100)
   parser.add_argument("--meta-lr", type=float, default=1e-3)
+  parser.add_argument("--meta-seed", type=int, default=0,
+                      help="seed of the network's initialization and of the task batches")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
                       help="the base Adam step size of the learned optimizer")
   parser.add_argument("--min-log-scale", type=float, default=CONFIG.min_log_scale,

@@ -88,17 +88,20 @@ def test_non_finite_gradient_is_skipped():
     np.testing.assert_array_equal(a, b)
 
 
-def test_features_are_scale_free():
-  """Multiplying the loss (the gradients) by 1e4 leaves the features unchanged."""
+@pytest.mark.parametrize("config", [CONFIG, ANNEALING], ids=["default", "annealing"])
+def test_features_are_scale_free(config):
+  """Multiplying the loss (the gradients) by 1e4 leaves the features unchanged (the
+  gradient-noise ratio of the annealing variant too)."""
   params = _params(jax.random.key(1))
   grads = _grads(jax.random.key(2), params)
-  state = CONFIG.init_state(params)
-  state = l2o.scaled_adam(CONFIG.init_network(jax.random.key(0)), CONFIG).update(
+  state = config.init_state(params)
+  state = l2o.scaled_adam(config.init_network(jax.random.key(0)), config).update(
       grads, state, params)[1]
-  f1 = l2o.scaled_adam_features(CONFIG, state, params, grads)[0]
-  scaled = l2o.ScaledAdamConfig(hidden=8, eps=CONFIG.eps * 1e4)
-  state2 = state._replace(mu=jax.tree.map(lambda m: m * 1e4, state.mu),
-                          nu=jax.tree.map(lambda v: v * 1e8, state.nu))
+  f1 = l2o.scaled_adam_features(config, state, params, grads)[0]
+  scaled = config._replace(eps=config.eps * 1e4)
+  times = lambda tree, c: None if tree is None else jax.tree.map(lambda x: x * c, tree)
+  state2 = state._replace(mu=times(state.mu, 1e4), nu=times(state.nu, 1e8),
+                          mu_slow=times(state.mu_slow, 1e4))
   f2 = l2o.scaled_adam_features(scaled, state2, params,
                                 jax.tree.map(lambda g: g * 1e4, grads))[0]
   np.testing.assert_allclose(f1, f2, rtol=1e-4, atol=1e-5)

@@ -98,7 +98,7 @@ def train_variant(name, heads, family, args, seed=None, *, meta_optimizer=None,
   num_iterations = args.meta_steps if num_iterations is None else num_iterations
   print(f"  meta-training {name} (seed {seed}) ...", flush=True)
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True,
+                                    unroll=args.unroll, log_loss=bool(args.log_loss),
                                     mask_diverged_tasks=True)
   params = None if warm_start is None else l2o.init_network(
       jax.random.key(seed), config, warm_start=warm_start)
@@ -545,6 +545,9 @@ def main(argv=None):
   parser.add_argument("--mlp-steps", type=int, default=100)
   parser.add_argument("--rosenbrock-meta-steps", type=int, default=400)
   parser.add_argument("--rosenbrock-tasks-per-step", type=int, default=32)
+  parser.add_argument("--log-loss", type=int, default=0,
+                      help="1: meta-train on log f (the recipe before issue 30); 0: on f, the "
+                           "library's default (benchmarks/results/l2o_defaults.md)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
@@ -577,7 +580,8 @@ def main(argv=None):
             f"{time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU cores "
             f"(load average over 1 / 5 / 15 min at start-end: {load}), "
             f"jax {jax.__version__}{' (--quick)' if args.quick else ''}; sections run: "
-            f"{', '.join(sections)}\n\n" + "\n".join(tables.values()))
+            f"{', '.join(sections)}; meta-loss on {'log f' if args.log_loss else 'f'}, "
+            f"ellipse training sampler {args.train_sampler}\n\n" + "\n".join(tables.values()))
   with open(path, "w") as f:
     f.write(report)
   print(report)

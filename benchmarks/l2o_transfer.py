@@ -1,15 +1,18 @@
 """A learned optimizer meta-trained on small MLPs, applied to networks it has never seen.
 
 1. Meta-training (``metaoptax.l2o.meta_train``) of ``l2o.scaled_adam``: Adam whose
-   step is scaled, per tensor, by a bounded learned factor ``exp(S tanh(.))``
-   (exactly Adam 1e-3 at initialization). The training distribution
+   step is scaled, per tensor, by a bounded learned factor ``exp(S± tanh(.))``
+   (``CONFIG``: exactly Adam 3e-3 at initialization, factors from 1e-3 to e^1.5, the
+   gradient-noise features of ``slow_b1=0.99``). The training distribution
    (``training_families``): MLPs of 1 or 2 hidden layers, widths 32 to 80, ReLU,
-   tanh or GELU, each task a random subset of 512 examples of the training split of
+   tanh or GELU, each task a random subset of 1,024 examples of the training split of
    scikit-learn's digits or of MNIST-1D trained on stochastic minibatches of 32 to
-   128, plus the two-layer regression of ``l2o.tasks.mlp_regression``; 300-step
-   trajectories in truncations of 30, log meta-loss, one family per task batch in
-   turn; the weights are those that score best on held-out tasks of the same
-   families (``l2o.Validation``), scored every ``--validate-every`` batches.
+   128 with label smoothing 0.1 (the meta-loss is the loss above the smoothing floor),
+   plus the two-layer regression of ``l2o.tasks.mlp_regression``; 2,000-step
+   trajectories in truncations of 100, log meta-loss weighted towards the end of each
+   truncation, one family per task batch in turn; the weights are those that score
+   best on held-out tasks of the same families at step 2,000 (``l2o.Validation``),
+   scored every ``--validate-every`` batches.
 2. Evaluation on networks and data no training task had, 3 seeds, 5,000 steps,
    reported at 1,000 and 5,000: the suite's digits MLP 64-128-128-10 (label
    smoothing 0.1), the MNIST-1D MLP 40-100-100-10 and the 1-D convnet on MNIST-1D
@@ -20,7 +23,17 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
-    taskset -c 1 python benchmarks/l2o_transfer.py            # 51 min on 2 busy cores
+The recipe's options: ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
+(the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
+none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
+smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the
+GELU family's 0.1, plain meta-loss), ``--loss-weights`` and ``--validation-steps``. The
+first recipe (``results/l2o_transfer.md``, commit ``3590d31``) is ``--learning-rate 1e-3
+--max-log-scale 3 --min-log-scale 0 --slow-b1 0 --examples 512 --label-smoothing -1
+--loss-weights uniform --horizon 300 --unroll 30 --meta-iterations 700 --validation-tasks
+8 --validate-every 100``.
+
+    taskset -c 1 python benchmarks/l2o_transfer.py            # about 50 min on 2 busy cores
     python benchmarks/l2o_transfer.py --quick                 # smoke run: tiny budgets
     python benchmarks/l2o_transfer.py --results               # write benchmarks/results/
 
@@ -31,6 +44,7 @@ Writes ``l2o_transfer.md``, ``.json`` and ``.png`` into ``--out`` (by default
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -55,33 +69,68 @@ STEPS = 5000
 BUDGETS = (1000, 5000)
 OUT = pathlib.Path(__file__).resolve().parent / "out"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-CONFIG = l2o.ScaledAdamConfig()
+#: The recipe's learned optimizer (issue 30): Adam 3e-3 at initialization, annealing range.
+CONFIG = l2o.ScaledAdamConfig(learning_rate=3e-3, max_log_scale=1.5, min_log_scale=-6.9,
+                              slow_b1=0.99)
 
 
-def training_families(digits_train, mnist1d_train):
-  """The meta-training distribution: ``(name, family)`` pairs (training splits only)."""
-  mlp = l2o.tasks.mlp_minibatch
-  return [
-      mlp(digits_train, (64, 32, 10), "relu", batch=64),
-      mlp(digits_train, (64, 64, 10), "tanh", batch=32),
-      mlp(digits_train, (64, 48, 48, 10), "gelu", batch=128, label_smoothing=0.1),
-      mlp(mnist1d_train, (40, 64, 10), "relu", batch=128),
-      mlp(mnist1d_train, (40, 32, 32, 10), "tanh", batch=64),
-      mlp(mnist1d_train, (40, 80, 80, 10), "relu", batch=128),
-      l2o.tasks.mlp_regression(),
+def smoothing_floor(label_smoothing, classes=10):
+  """The least cross-entropy with smoothed targets: their entropy."""
+  high, low = 1 - label_smoothing + label_smoothing / classes, label_smoothing / classes
+  return float(-high * np.log(high) - (classes - 1) * low * np.log(low)) if low else 0.0
+
+
+def excess_loss(family, label_smoothing):
+  """``family`` whose ``loss`` (the meta-loss) is the cross-entropy minus its floor."""
+  floor = smoothing_floor(label_smoothing)
+  return family._replace(  # >= 0 but for round-off, which would make log f NaN
+      loss=lambda task, p, loss=family.loss: jnp.maximum(loss(task, p) - floor, 0.0))
+
+
+def training_families(digits_train, mnist1d_train, examples=512, label_smoothing=None):
+  """The meta-training distribution: ``(name, family)`` pairs (training splits only),
+  ``examples`` examples per task (at most the digits split's 1437). With
+  ``label_smoothing``, every classifier has it and its meta-loss is the excess over the
+  smoothing floor: the minibatch gradients stay noisy near the optimum (a noise floor
+  that a constant step does not pass), as on the label-smoothed digits MLP."""
+  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples)
+  smooth = (lambda eps: eps) if label_smoothing is None else (lambda _: label_smoothing)
+  classifiers = [
+      mlp(digits_train, (64, 32, 10), "relu", batch=64, label_smoothing=smooth(0.0)),
+      mlp(digits_train, (64, 64, 10), "tanh", batch=32, label_smoothing=smooth(0.0)),
+      mlp(digits_train, (64, 48, 48, 10), "gelu", batch=128, label_smoothing=smooth(0.1)),
+      mlp(mnist1d_train, (40, 64, 10), "relu", batch=128, label_smoothing=smooth(0.0)),
+      mlp(mnist1d_train, (40, 32, 32, 10), "tanh", batch=64, label_smoothing=smooth(0.0)),
+      mlp(mnist1d_train, (40, 80, 80, 10), "relu", batch=128, label_smoothing=smooth(0.0)),
   ]
+  if label_smoothing is not None:
+    classifiers = [excess_loss(f, label_smoothing) for f in classifiers]
+  return classifiers + [l2o.tasks.mlp_regression()]
+
+
+def loss_weights(kind, unroll):
+  """The meta-loss weights of the steps of a truncation: ``uniform`` (the mean loss over
+  the truncation) or ``ramp`` (``w_t = 2t / (T + 1)``, mean 1: the end of each
+  truncation counts most, which rewards a low loss reached over a fast one)."""
+  if kind == "uniform":
+    return None
+  if kind == "ramp":
+    return tuple(2.0 * np.arange(1, unroll + 1) / (unroll + 1))
+  raise ValueError(f"--loss-weights must be uniform or ramp, got {kind!r}")
 
 
 def meta_train(families, args, config):
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True)
+                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
+                                    loss_weights=loss_weights(args.loss_weights, args.unroll))
   updates = args.meta_iterations * (args.horizon // args.unroll)
   meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
-                              steps=args.horizon, every=args.validate_every)
+                              steps=args.validation_steps or args.horizon,
+                              every=args.validate_every)
   result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              config, seed=0, meta_optimizer=meta_optimizer),
+                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer),
                           log_every=max(1, args.meta_iterations // 50), validation=validation)
   return training, result
 
@@ -239,7 +288,7 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   lines += [f"Meta-training: {args.meta_iterations} task batches of {training.tasks_per_step} "
             f"tasks, horizon {training.horizon} in truncations of {training.unroll} "
             f"({result.losses.size} meta-updates), log meta-loss, Adam {args.meta_lr:g} with "
-            f"cosine decay; base step size {config.learning_rate:g}; families in turn: {', '.join(f.name for f in families)}. "
+            f"cosine decay; {recipe(config, args)}; families in turn: {', '.join(f.name for f in families)}. "
             f"{result.seconds:.0f} s ({result.seconds / 60:.1f} min, compilation included) on "
             f"{os.cpu_count()} CPU cores shared with other jobs; skipped meta-updates "
             f"{result.skipped_updates}, diverged tasks {result.diverged_tasks}. Held-out score "
@@ -250,10 +299,27 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   return lines
 
 
+def recipe(config, args):
+  """The learned optimizer's settings and the meta-training data, in words."""
+  low, high = config.log_scale_bounds
+  return (f"base step size {config.learning_rate:g}, multiplier in [e^{low:g}, e^{high:g}], "
+          + (f"noise features (slow moment {config.slow_b1:g})" if config.slow_b1 else
+             "no noise features")
+          + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights"
+          + ("" if args.label_smoothing is None else
+             f", label smoothing {args.label_smoothing:g} on every training classifier "
+             "(meta-loss above its floor)"))
+
+
+def save_network(network, path):
+  np.savez(path, **{"/".join(str(k.key) for k in p): np.asarray(leaf)
+                    for p, leaf in jax.tree_util.tree_leaves_with_path(network)})
+
+
 def learned_only_report(results, budgets, result, training, args, config, times, commit):
   lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
-           f"measured at commit `{commit}`, jax {jax.__version__}; base step size "
-           f"{config.learning_rate:g}, {args.meta_iterations} task batches, horizon "
+           f"measured at commit `{commit}`, jax {jax.__version__}; {recipe(config, args)}, "
+           f"{args.meta_iterations} task batches (meta seed {args.meta_seed}), horizon "
            f"{training.horizon} / unroll {training.unroll}; meta-training {result.seconds:.0f} s; "
            f"selected batch {result.best_iteration}; held-out scores "
            + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores) + ".", "",
@@ -270,6 +336,7 @@ def learned_only_report(results, budgets, result, training, args, config, times,
             f"{times['update'][1] / times['update'][0]:.2f}"]
   args.out.mkdir(parents=True, exist_ok=True)
   _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
+  save_network(result.params, args.out / "l2o_transfer_learned_only_network.npz")
 
 
 def plot(results, path):
@@ -292,15 +359,31 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=STEPS)
   parser.add_argument("--chunk", type=int, default=250)
-  parser.add_argument("--meta-iterations", type=int, default=700)
+  parser.add_argument("--meta-iterations", type=int, default=21)
   parser.add_argument("--tasks-per-step", type=int, default=4)
-  parser.add_argument("--horizon", type=int, default=300)
-  parser.add_argument("--unroll", type=int, default=30)
+  parser.add_argument("--horizon", type=int, default=2000)
+  parser.add_argument("--unroll", type=int, default=100)
   parser.add_argument("--meta-lr", type=float, default=1e-3)
+  parser.add_argument("--meta-seed", type=int, default=0,
+                      help="seed of the network's initialization and of the task batches")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
                       help="the base Adam step size of the learned optimizer")
-  parser.add_argument("--validation-tasks", type=int, default=8)
-  parser.add_argument("--validate-every", type=int, default=100)
+  parser.add_argument("--min-log-scale", type=float, default=CONFIG.min_log_scale,
+                      help="lower bound of the log-multiplier (0: -max_log_scale)")
+  parser.add_argument("--max-log-scale", type=float, default=CONFIG.max_log_scale)
+  parser.add_argument("--slow-b1", type=float, default=CONFIG.slow_b1,
+                      help="decay of the slow moment of the noise features (0: none)")
+  parser.add_argument("--examples", type=int, default=1024,
+                      help="examples per meta-training task")
+  parser.add_argument("--label-smoothing", type=float, default=0.1,
+                      help="label smoothing of every training classifier, meta-loss above its "
+                           "floor (-1: only the GELU family's 0.1, plain meta-loss)")
+  parser.add_argument("--loss-weights", default="ramp", choices=("uniform", "ramp"),
+                      help="meta-loss weights within a truncation")
+  parser.add_argument("--validation-steps", type=int, default=0,
+                      help="optimizee steps of the held-out scores (default: the horizon)")
+  parser.add_argument("--validation-tasks", type=int, default=4)
+  parser.add_argument("--validate-every", type=int, default=7)
   parser.add_argument("--time-repeats", type=int, default=11)
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out/, git-ignored)")
@@ -311,6 +394,9 @@ def main(argv=None):
                       help="evaluate only the learned optimizer (the baselines do not depend "
                       "on the meta-training settings: compare with a full run's)")
   args = parser.parse_args(argv)
+  args.min_log_scale = args.min_log_scale or None  # 0: symmetric
+  args.slow_b1 = args.slow_b1 or None  # 0: no noise features
+  args.label_smoothing = None if args.label_smoothing < 0 else args.label_smoothing
   if args.quick:
     (args.steps, args.chunk, args.meta_iterations, args.horizon, args.unroll,
      args.validate_every, args.validation_tasks, args.time_repeats) = 200, 100, 7, 20, 10, 7, 2, 2
@@ -320,8 +406,10 @@ def main(argv=None):
   start = time.perf_counter()
   x_digits, y_digits, _, _ = digits.load_split()
   x_m1d, y_m1d, _, _ = mnist1d.load_data()
-  families = training_families((x_digits, y_digits), (x_m1d, y_m1d))
-  config = CONFIG._replace(learning_rate=args.learning_rate)
+  families = training_families((x_digits, y_digits), (x_m1d, y_m1d), args.examples,
+                               args.label_smoothing)
+  config = CONFIG._replace(learning_rate=args.learning_rate, min_log_scale=args.min_log_scale,
+                           max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
   training, result = meta_train(families, args, config)
   network = result.params
   results = evaluate(network, config, args, _report.progress_bars())
@@ -344,10 +432,8 @@ def main(argv=None):
             "rows": {f"{name} @ {budget}": row for (name, budget), row in rows.items()}}
   (out / "l2o_transfer.json").write_text(json.dumps(record, indent=1))
   plot(results, out / "l2o_transfer.png")
-  np.savez(args.out / "l2o_transfer_network.npz" if not args.results else OUT /
-           "l2o_transfer_network.npz",
-           **{"/".join(str(k.key) for k in path): np.asarray(leaf)
-              for path, leaf in jax.tree_util.tree_leaves_with_path(network)})
+  save_network(network, args.out / "l2o_transfer_network.npz" if not args.results else
+               OUT / "l2o_transfer_network.npz")
   print(f"wrote {out / 'l2o_transfer.md'}, .json, .png")
 
 

@@ -10,14 +10,17 @@ Tensor :math:`i` (a leaf of the params pytree) takes the step
 .. math::
 
   u_t^{(i)} = -\eta\, e^{s_t^{(i)}}\, d_t^{(i)}, \qquad
-  s_t^{(i)} = S \tanh\!\big(w^\top h_t^{(i)} + b\big),
+  s_t^{(i)} = S_\pm \tanh\!\big(w^\top h_t^{(i)} + b\big),
 
 where :math:`h_t^{(i)}` is the hidden state of an LSTM run once per step over the
 tensors (one row per tensor, shared weights, a ``(c, h)`` state per tensor), and
-:math:`S` = ``max_log_scale`` bounds the multiplier to :math:`[e^{-S}, e^{S}]`:
+:math:`S_+` = ``max_log_scale`` (for a positive argument of the tanh) and
+:math:`S_-` = ``-min_log_scale`` (for a negative one; by default :math:`S_+`)
+bound the multiplier to :math:`[e^{-S_-}, e^{S_+}]`:
 whatever the network's weights and inputs, every step is Adam's direction
 scaled by a bounded factor, so the optimizer cannot step further than Adam at
-:math:`\eta e^{S}`. The read-out :math:`(w, b)` starts at zero, so that at
+:math:`\eta e^{S_+}`; a wide range downward (``min_log_scale=-6.9``: down to
+:math:`10^{-3}\eta`) lets it anneal. The read-out :math:`(w, b)` starts at zero, so that at
 initialization :math:`s = 0` and the optimizer **is** ``optax.adam(eta)``;
 meta-training moves it away from Adam only where that lowers the meta-loss.
 
@@ -38,6 +41,20 @@ architectures it has not seen:
    within a few hundred steps so that long runs stay inside the range seen in
    meta-training;
 10.-12. the means of features 1-3 over the tensors (the whole network's state).
+
+With ``slow_b1`` (:math:`\beta_s`, e.g. 0.99) the state keeps a slow first moment
+:math:`\bar m_t = \beta_s \bar m_{t-1} + (1-\beta_s) g_t` and the LSTM reads three
+more features, for annealing (a constant step stalls at a noise floor that only
+a smaller step lowers):
+
+13. :math:`\log(\mathrm{rms}(\hat{\bar m}_t) / \sqrt{\mathrm{mean}(\hat v_t)})/3`, the
+    gradient-noise ratio :math:`|\mathbb E g| / \sqrt{\mathbb E g^2}` of the tensor over
+    about :math:`1/(1-\beta_s)` steps (1 for a consistent gradient, about
+    :math:`\sqrt{(1-\beta_s)/(1+\beta_s)}` for pure noise; the noise-to-signal
+    statistic of Mandt et al. 2017 and of the critical batch size, McCandlish et
+    al. 2018);
+14. its mean over the tensors;
+15. :math:`\tanh(t/1000)`, the step count at the scale of a long run.
 
 The LSTM is per tensor, not per coordinate: its cost is independent of the
 tensors' sizes, and a step costs Adam's elementwise work plus a few reductions
@@ -64,8 +81,12 @@ from metaoptax._src import tree_utils
 __all__ = ("ScaledAdamConfig", "ScaledAdamState", "TensorLSTM", "scaled_adam_features",
            "scaled_adam")
 
-#: Features per tensor (see the module docstring).
+#: Features per tensor (see the module docstring); 15 with ``slow_b1``.
 NUM_FEATURES = 12
+
+
+def num_features(config: "ScaledAdamConfig") -> int:
+  return NUM_FEATURES + (3 if config.slow_b1 is not None else 0)
 
 
 class ScaledAdamConfig(NamedTuple):
@@ -73,10 +94,15 @@ class ScaledAdamConfig(NamedTuple):
 
   Attributes:
     learning_rate: :math:`\\eta`, Adam's step size at initialization.
-    max_log_scale: :math:`S`, the bound of the log-multiplier.
+    max_log_scale: :math:`S_+`, the upper bound of the log-multiplier.
     hidden: LSTM hidden size (per tensor).
     layers: stacked LSTM layers.
     b1, b2, eps: Adam's moment decays and denominator constant (optax's defaults).
+    min_log_scale: :math:`-S_-`, the lower bound of the log-multiplier (negative);
+      ``None``: ``-max_log_scale``.
+    slow_b1: :math:`\\beta_s`, the decay of a slow first moment whose gradient-noise
+      ratio (and the step count at a longer scale) the LSTM reads (features 13-15 of
+      the module docstring); ``None``: 12 features, no slow moment.
   """
 
   learning_rate: float = 1e-3
@@ -86,13 +112,21 @@ class ScaledAdamConfig(NamedTuple):
   b1: float = 0.9
   b2: float = 0.999
   eps: float = 1e-8
+  min_log_scale: float | None = None
+  slow_b1: float | None = None
+
+  @property
+  def log_scale_bounds(self) -> tuple[float, float]:
+    """:math:`(-S_-, S_+)`."""
+    low = -self.max_log_scale if self.min_log_scale is None else self.min_log_scale
+    return low, self.max_log_scale
 
   # The interface the meta-training engine calls (as for ``L2OConfig``).
   def init_network(self, key: jax.Array):
     """Initial network weights: random LSTM, zero read-out (exactly Adam)."""
     _check(self)
     carry = _initial_carry(self, 1, jnp.float32)
-    return TensorLSTM(self).init(key, carry, jnp.zeros((1, NUM_FEATURES)))
+    return TensorLSTM(self).init(key, carry, jnp.zeros((1, num_features(self))))
 
   def init_state(self, params: Any) -> "ScaledAdamState":
     """Zero moments, LSTM state and multipliers (float32 or wider)."""
@@ -100,7 +134,8 @@ class ScaledAdamConfig(NamedTuple):
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, dtype), params)
     n = len(jax.tree.leaves(params))
     return ScaledAdamState(zeros, zeros, _initial_carry(self, n, dtype), jnp.zeros(n, dtype),
-                           jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32))
+                           jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32),
+                           None if self.slow_b1 is None else zeros)
 
   def step(self, network_params, state: "ScaledAdamState", params: Any, grads: Any,
            act: Callable | None = None):
@@ -124,6 +159,7 @@ class ScaledAdamState(NamedTuple):
   log_scale: jax.Array  # (num_tensors,) the last log-multipliers s
   count: jax.Array  # int32 steps taken
   skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
+  mu_slow: Any = None  # slow first moment, params-shaped (``slow_b1``), else None
 
 
 def _check(config: ScaledAdamConfig) -> None:
@@ -132,6 +168,10 @@ def _check(config: ScaledAdamConfig) -> None:
   if not config.max_log_scale > 0 or not config.learning_rate > 0:
     raise ValueError("max_log_scale and learning_rate must be > 0, got "
                      f"{config.max_log_scale} and {config.learning_rate}.")
+  if config.min_log_scale is not None and not config.min_log_scale < 0:
+    raise ValueError(f"min_log_scale must be < 0, got {config.min_log_scale}.")
+  if config.slow_b1 is not None and not 0 < config.slow_b1 < 1:
+    raise ValueError(f"slow_b1 must be in (0, 1), got {config.slow_b1}.")
 
 
 def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
@@ -165,12 +205,15 @@ def _rms(x):
 
 def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, params: Any,
                          grads: Any):
-  """``(features (tensors, 12), mu, nu, directions)``: the network's inputs at this step,
-  Adam's new moments and its direction :math:`d_t`, per tensor (pure, jit-able)."""
+  """``(features (tensors, F), mu, nu, directions, mu_slow)``: the network's inputs at
+  this step (``F = 12``, or 15 with ``slow_b1``), Adam's new moments, its direction
+  :math:`d_t` and the new slow moment (``None`` without ``slow_b1``), per tensor (pure,
+  jit-able)."""
   b1, b2, eps = config.b1, config.b2, config.eps
   count = state.count  # steps taken before this one
   t = (count + 1).astype(state.log_scale.dtype)
   dtype = state.log_scale.dtype
+  bounds = config.log_scale_bounds
 
   def direction(m, v, steps):
     steps = jnp.maximum(steps, 1).astype(dtype)
@@ -179,8 +222,11 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
   leaves_g, treedef = jax.tree.flatten(grads)
   leaves_p = treedef.flatten_up_to(params)
   leaves_m, leaves_v = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)
-  rows, mus, nus, dirs = [], [], [], []
-  for i, (g, p, m_prev, v_prev) in enumerate(zip(leaves_g, leaves_p, leaves_m, leaves_v)):
+  slow = config.slow_b1 is not None
+  leaves_s = treedef.flatten_up_to(state.mu_slow) if slow else [None] * len(leaves_g)
+  rows, mus, nus, dirs, slows, ratios = [], [], [], [], [], []
+  for i, (g, p, m_prev, v_prev, s_prev) in enumerate(zip(leaves_g, leaves_p, leaves_m,
+                                                         leaves_v, leaves_s)):
     g = g.astype(dtype)
     d_prev = jnp.where(count > 0, direction(m_prev, v_prev, count), 0.0)
     m = b1 * m_prev + (1 - b1) * g
@@ -191,30 +237,44 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
                        / (_rms(p.astype(dtype)) + 1e-30) + 1e-30) / 10
     rows.append(jnp.stack([
         _cosine(g, d_prev), _cosine(d, d_prev), jnp.log(rms_d + 1e-8) / 5,
-        jnp.clip(relative, -2.0, 0.5), state.log_scale[i] / config.max_log_scale,
+        jnp.clip(relative, -2.0, 0.5), state.log_scale[i] / max(map(abs, bounds)),
         jnp.full((), jnp.log(max(g.size, 1)) / 10, dtype), jnp.full((), g.ndim <= 1, dtype),
         jnp.tanh(t / 10), jnp.tanh(t / 100)]))
     mus.append(m)
     nus.append(v)
     dirs.append(d)
+    if slow:
+      bs = config.slow_b1
+      m_slow = bs * s_prev + (1 - bs) * g
+      noise_ratio = (_rms(m_slow / (1 - bs**t))
+                     / (jnp.sqrt(jnp.mean(v / (1 - b2**t))) + 1e-30))
+      slows.append(m_slow)
+      ratios.append(jnp.log(noise_ratio + 1e-8) / 3)
   local = jnp.stack(rows)
-  pooled = jnp.broadcast_to(jnp.mean(local[:, :3], axis=0), (local.shape[0], 3))
+  n = local.shape[0]
+  pooled = jnp.broadcast_to(jnp.mean(local[:, :3], axis=0), (n, 3))
+  columns = [local, pooled]
+  if slow:
+    ratio = jnp.stack(ratios)
+    columns.append(jnp.stack([ratio, jnp.full((n,), jnp.mean(ratio)),
+                              jnp.full((n,), jnp.tanh(t / 1000))], axis=1))
   unflatten = lambda leaves: jax.tree.unflatten(treedef, leaves)
-  return (jnp.concatenate([local, pooled], axis=1), unflatten(mus), unflatten(nus),
-          unflatten(dirs))
+  return (jnp.concatenate(columns, axis=1), unflatten(mus), unflatten(nus),
+          unflatten(dirs), unflatten(slows) if slow else None)
 
 
 def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, params, grads):
   """``(updates, new_state, log_scale)`` of one step (no finiteness guard)."""
-  features, mu, nu, directions = scaled_adam_features(config, state, params, grads)
+  features, mu, nu, directions, mu_slow = scaled_adam_features(config, state, params, grads)
   carry, raw = TensorLSTM(config).apply(network_params, state.carry, features)
-  log_scale = config.max_log_scale * jnp.tanh(raw)
+  low, high = config.log_scale_bounds
+  log_scale = jnp.where(raw >= 0, high, -low) * jnp.tanh(raw)
   rates = config.learning_rate * jnp.exp(log_scale)
   leaves, treedef = jax.tree.flatten(directions)
   updates = jax.tree.unflatten(treedef, [-rate * d for rate, d in zip(rates, leaves)])
   updates = jax.tree.map(lambda u, p: u.astype(p.dtype), updates, params)
   return updates, ScaledAdamState(mu, nu, carry, log_scale, state.count + 1,
-                                  state.skipped_steps), log_scale
+                                  state.skipped_steps, mu_slow), log_scale
 
 
 def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
@@ -222,7 +282,7 @@ def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
   r"""The learned Adam-scaling optimizer as an optax transformation on any params pytree.
 
   Steps :math:`u^{(i)} = -\eta\, e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat v^{(i)}} + \epsilon)`
-  with :math:`s^{(i)} = S \tanh(\cdot)` from a per-tensor LSTM (module docstring).
+  with :math:`s^{(i)} = S_\pm \tanh(\cdot)` from a per-tensor LSTM (module docstring).
   With freshly initialized weights (``config.init_network``) it is
   ``optax.adam(config.learning_rate, config.b1, config.b2, config.eps)``.
   A non-finite gradient or step is skipped (zero update, state kept, counted in

@@ -10,6 +10,9 @@ import pytest
 from metaoptax import l2o
 
 CONFIG = l2o.ScaledAdamConfig(hidden=8)
+#: The annealing variant: a wide range downward and the gradient-noise features.
+ANNEALING = CONFIG._replace(learning_rate=3e-3, max_log_scale=1.5, min_log_scale=-6.9,
+                            slow_b1=0.99)
 
 
 def _params(key):
@@ -25,11 +28,12 @@ def _grads(key, params):
                                       for i, (k, x) in enumerate(zip(keys, leaves))])
 
 
-def test_is_adam_at_initialization():
+@pytest.mark.parametrize("config", [CONFIG, ANNEALING], ids=["default", "annealing"])
+def test_is_adam_at_initialization(config):
   """Zero read-out: every update equals optax.adam's to float32 round-off (rtol 1e-6)
-  over 20 steps of random gradients of mixed scales."""
-  opt = l2o.scaled_adam(CONFIG.init_network(jax.random.key(0)), CONFIG)
-  adam = optax.adam(CONFIG.learning_rate, CONFIG.b1, CONFIG.b2, CONFIG.eps)
+  over 20 steps of random gradients of mixed scales, with or without the noise features."""
+  opt = l2o.scaled_adam(config.init_network(jax.random.key(0)), config)
+  adam = optax.adam(config.learning_rate, config.b1, config.b2, config.eps)
   params = _params(jax.random.key(1))
   state, adam_state = opt.init(params), adam.init(params)
   update, adam_update = jax.jit(opt.update), jax.jit(adam.update)
@@ -45,11 +49,13 @@ def test_is_adam_at_initialization():
 
 def test_steps_are_bounded_multiples_of_adam():
   """With large random read-out weights, each tensor's update is Adam's direction times
-  a factor in [e^-S, e^S] (S = max_log_scale), whatever the gradients."""
-  net = CONFIG.init_network(jax.random.key(0))
+  a factor in [e^-S-, e^S+] (the asymmetric bounds of the annealing variant), whatever
+  the gradients."""
+  config = ANNEALING
+  net = config.init_network(jax.random.key(0))
   net = jax.tree.map(lambda w: 50.0 * jax.random.normal(jax.random.key(3), w.shape), net)
-  opt = l2o.scaled_adam(net, CONFIG)
-  adam = optax.scale_by_adam(CONFIG.b1, CONFIG.b2, CONFIG.eps)
+  opt = l2o.scaled_adam(net, config)
+  adam = optax.scale_by_adam(config.b1, config.b2, config.eps)
   params = _params(jax.random.key(1))
   state, adam_state = opt.init(params), adam.init(params)
   ratios = []
@@ -59,13 +65,13 @@ def test_steps_are_bounded_multiples_of_adam():
     u, state = update(grads, state, params)
     direction, adam_state = adam_update(grads, adam_state, params)
     for a, d in zip(jax.tree.leaves(u), jax.tree.leaves(direction)):
-      ratio = -a / (CONFIG.learning_rate * d)
+      ratio = -a / (config.learning_rate * d)
       np.testing.assert_allclose(ratio, ratio.reshape(-1)[0], rtol=1e-4)  # one per tensor
       ratios.append(float(ratio.reshape(-1)[0]))
     params = optax.apply_updates(params, u)
-  bound = np.exp(CONFIG.max_log_scale)
-  assert all(1 / bound * (1 - 1e-5) <= r <= bound * (1 + 1e-5) for r in ratios)
-  assert np.all(np.abs(state.log_scale) <= CONFIG.max_log_scale)
+  low, high = config.log_scale_bounds
+  assert all(np.exp(low) * (1 - 1e-5) <= r <= np.exp(high) * (1 + 1e-5) for r in ratios)
+  assert np.all((low <= state.log_scale) & (state.log_scale <= high))
   assert np.ptp(np.log(ratios)) > 0.5  # the factors do vary
 
 
@@ -82,17 +88,20 @@ def test_non_finite_gradient_is_skipped():
     np.testing.assert_array_equal(a, b)
 
 
-def test_features_are_scale_free():
-  """Multiplying the loss (the gradients) by 1e4 leaves the features unchanged."""
+@pytest.mark.parametrize("config", [CONFIG, ANNEALING], ids=["default", "annealing"])
+def test_features_are_scale_free(config):
+  """Multiplying the loss (the gradients) by 1e4 leaves the features unchanged (the
+  gradient-noise ratio of the annealing variant too)."""
   params = _params(jax.random.key(1))
   grads = _grads(jax.random.key(2), params)
-  state = CONFIG.init_state(params)
-  state = l2o.scaled_adam(CONFIG.init_network(jax.random.key(0)), CONFIG).update(
+  state = config.init_state(params)
+  state = l2o.scaled_adam(config.init_network(jax.random.key(0)), config).update(
       grads, state, params)[1]
-  f1 = l2o.scaled_adam_features(CONFIG, state, params, grads)[0]
-  scaled = l2o.ScaledAdamConfig(hidden=8, eps=CONFIG.eps * 1e4)
-  state2 = state._replace(mu=jax.tree.map(lambda m: m * 1e4, state.mu),
-                          nu=jax.tree.map(lambda v: v * 1e8, state.nu))
+  f1 = l2o.scaled_adam_features(config, state, params, grads)[0]
+  scaled = config._replace(eps=config.eps * 1e4)
+  times = lambda tree, c: None if tree is None else jax.tree.map(lambda x: x * c, tree)
+  state2 = state._replace(mu=times(state.mu, 1e4), nu=times(state.nu, 1e8),
+                          mu_slow=times(state.mu_slow, 1e4))
   f2 = l2o.scaled_adam_features(scaled, state2, params,
                                 jax.tree.map(lambda g: g * 1e4, grads))[0]
   np.testing.assert_allclose(f1, f2, rtol=1e-4, atol=1e-5)

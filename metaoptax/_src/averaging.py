@@ -95,8 +95,7 @@ def averaged_params(state: Any) -> optax.Params:
   Returns:
     The averaged params (the params' tree, in float32 for lower-precision params).
   """
-  found = [s for s in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, AverageState))
-           if isinstance(s, AverageState)]
+  found = tree_utils.instances_of(state, AverageState)
   if len(found) != 1:
     raise ValueError(f"averaged_params: the state holds {len(found)} AverageState(s); "
                      "it needs exactly one (metaoptax.average_iterates, or a drop-in "

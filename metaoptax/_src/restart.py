@@ -26,23 +26,18 @@ two readers, the meta-gradient and the trace update) one, on XLA:CPU.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from metaoptax._src import tree_utils
 from metaoptax._src.state import ClimbState, MetaOptimizeState
-
-
-def climb_states(meta_state: Any) -> list[ClimbState]:
-  """The :class:`ClimbState` s held in a meta optimizer's state."""
-  is_climb = lambda x: isinstance(x, ClimbState)
-  return [s for s in jax.tree.leaves(meta_state, is_leaf=is_climb) if is_climb(s)]
 
 
 def check_climbs(meta_state: Any) -> None:
   """Raises unless the meta state holds exactly one climb."""
-  found = len(climb_states(meta_state))
+  found = len(tree_utils.instances_of(meta_state, ClimbState))
   if found != 1:
     raise ValueError(
         f"restart_after_climb=True needs a meta optimizer built with metaoptax.climb "
@@ -50,14 +45,14 @@ def check_climbs(meta_state: Any) -> None:
 
 
 def restart_if_the_climb_ended(state: MetaOptimizeState,
-                               fresh_base_state: Callable[[Any], Any]) -> MetaOptimizeState:
+                               fresh_base_state: Any) -> MetaOptimizeState:
   """``state`` with its base state restarted if the climb ended at the last step.
 
   Args:
     state: the state a step starts from.
-    fresh_base_state: ``meta_params -> base state`` as at ``init``.
+    fresh_base_state: the base state as at ``init`` (its constants: XLA fuses them).
   """
-  (climb,) = climb_states(state.meta_state)
+  (climb,) = tree_utils.instances_of(state.meta_state, ClimbState)
   return state._replace(base_state=jax.tree.map(
       lambda fresh, kept: jnp.where(climb.ended, fresh, kept).astype(kept.dtype),
-      fresh_base_state(state.meta_params), state.base_state))
+      fresh_base_state, state.base_state))

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import learned
+from metaoptax._src import learned, tree_utils
 
 
 class HyperparamTrace(NamedTuple):
@@ -80,15 +80,7 @@ class MetaOptimizeState(NamedTuple):
 
 
 def _find_states(state: Any) -> list[MetaOptimizeState]:
-  found = []
-
-  def visit(x):
-    if isinstance(x, MetaOptimizeState):
-      found.append(x)
-    return x
-
-  jax.tree.map(visit, state, is_leaf=lambda x: isinstance(x, MetaOptimizeState))
-  return found
+  return tree_utils.instances_of(state, MetaOptimizeState)
 
 
 def _the_state(state: Any) -> MetaOptimizeState:

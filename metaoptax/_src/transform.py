@@ -217,8 +217,8 @@ def metaoptimize(
     layout = blocks_lib.resolve(blocks, params)
     if restart_after_climb:
       state = restart.restart_if_the_climb_ended(
-          state, lambda meta_params: config.base_state_for(
-              meta_params, config.base.init(tree_utils.widen(params))))
+          state, config.base_state_for(state.meta_params,
+                                       config.base.init(tree_utils.widen(params))))
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:
       meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)

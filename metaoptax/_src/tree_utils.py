@@ -103,6 +103,13 @@ def _leaves_not_of(params: Any, kind) -> list[str]:
   ]
 
 
+def instances_of(tree: Any, kind: type) -> list:
+  """The nodes of ``tree`` that are instances of ``kind`` (e.g. a state NamedTuple
+  inside an ``optax.chain``'s state), in tree order."""
+  is_kind = lambda x: isinstance(x, kind)
+  return [x for x in jax.tree.leaves(tree, is_leaf=is_kind) if is_kind(x)]
+
+
 def all_finite(tree: Any) -> jax.Array:
   """True when every floating leaf of ``tree`` is finite."""
   leaves = [

@@ -273,18 +273,24 @@ def merge(results) -> list:
   return list(merged.values())
 
 
-def run_task(name, task, *, quick, seeds, progress):
-  """Every method on one task; returns the scores at each budget and the curves."""
+def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None):
+  """Every method on one task (of ours, ``designs`` or all); returns the scores at each
+  budget and the curves. With ``cache`` (a folder), each method's logs are kept there
+  and a rerun trains only the methods it lacks."""
   problem = task.make()
   steps = task.quick_steps if quick else task.steps
   chunk = steps // CHECKPOINTS
-  train = lambda method, n=steps: runner.train(problem, method, steps=n, seeds=seeds,
-                                                chunk=chunk, progress=progress)
+
+  def train(method, n=steps):
+    key = f"{name}-{method.name}-{n}-{seeds}{'-quick' if quick else ''}".replace(" ", "_")
+    return runner.train_cached(cache, key.replace("/", "_"), problem, method, steps=n,
+                               seeds=seeds, chunk=chunk, progress=progress)
+
   higher = problem.higher_is_better
+  ours = [log for m in design_methods(designs) for log in train(m)]
   constant = train(adamw_grid())
   schedule_free = train(schedule_free_grid(steps))
   contrib = [log for m in contrib_methods() for log in train(m)]
-  ours = [log for m in design_methods() for log in train(m)]
   cosine = {f: train(cosine_grid(int(f * steps)), int(f * steps)) for f in FRACTIONS}
 
   cells = {}
@@ -592,6 +598,10 @@ def main(argv=None):
   args.add_argument("--designs", nargs="+", choices=list(DESIGNS), metavar="DESIGN",
                     help="run only these designs of ours (no baselines), to --combine with "
                          "an earlier full run")
+  args.add_argument("--with-baselines", action="store_true",
+                    help="with --designs: a full run (the baselines too) with only these designs")
+  args.add_argument("--cache", type=pathlib.Path, metavar="DIR",
+                    help="keep each method's logs in DIR; a rerun trains only what DIR lacks")
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
@@ -616,19 +626,19 @@ def main(argv=None):
     commits = [_report.git_commit()]
     results = []
     for name in [] if args.warmup_only else args.tasks:
-      if args.designs:
+      if args.designs and not args.with_baselines:
         results.append(run_designs(name, TASKS[name], args.designs, quick=args.quick,
                                    seeds=args.seeds, progress=progress))
       else:
         results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
-                                progress=progress))
+                                progress=progress, designs=args.designs, cache=args.cache))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
-    warm = None if args.no_warmup or args.designs else warmup_check(quick=args.quick, seeds=args.seeds,
+    warm = None if args.no_warmup or (args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,
                                                     progress=progress)
     (out / "lr_free.json").write_text(json.dumps(
         {"commit": commits[0], "command": command, "results": results, "warmup": warm}))
-  if args.designs and not args.combine:
+  if args.designs and not args.with_baselines and not args.combine:
     print(f"wrote {out / 'lr_free.json'}: combine it with a full run (--combine)")
     return
   for r in results:

@@ -8,6 +8,8 @@ inside the scan from the device-resident dataset, so a chunk never leaves XLA.
 
 from __future__ import annotations
 
+import json
+import pathlib
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -145,4 +147,34 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
         method=m, steps=np.arange(steps // chunk + 1) * chunk, train_loss=losses[rows],
         test=tests[rows], step_sizes=sizes[rows] if method.learned_step_size else None,
         seconds=seconds / k, val=vals[rows]))
+  return logs
+
+
+def train_cached(cache: pathlib.Path | None, key: str, problem, method: Method, **kwargs
+                 ) -> list[RunLog]:
+  """:func:`train`, whose logs are saved to ``cache/<key>.npz`` and read back from there
+  on a later call with the same ``key`` (a long benchmark resumed after a time limit).
+  ``cache=None`` trains every time."""
+  if cache is None:
+    return train(problem, method, **kwargs)
+  path = pathlib.Path(cache) / f"{key}.npz"
+  if path.exists():
+    with np.load(path) as f:
+      meta = json.loads(str(f["meta"]))
+      logs = []
+      for i, (name, info) in enumerate(meta["names"]):
+        get = lambda field, i=i: f[f"{i}_{field}"] if f"{i}_{field}" in f else None
+        logs.append(RunLog(method=method._replace(name=name, info=info, values=None),
+                           steps=f["steps"], train_loss=get("train_loss"), test=get("test"),
+                           step_sizes=get("step_sizes"), seconds=meta["seconds"][i],
+                           val=get("val")))
+      return logs
+  logs = train(problem, method, **kwargs)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  arrays = {f"{i}_{field}": getattr(log, field) for i, log in enumerate(logs)
+            for field in ("train_loss", "test", "step_sizes", "val")
+            if getattr(log, field) is not None}
+  meta = {"names": [(log.method.name, log.method.info) for log in logs],
+          "seconds": [log.seconds for log in logs]}
+  np.savez(path, steps=logs[0].steps, meta=json.dumps(meta), **arrays)
   return logs

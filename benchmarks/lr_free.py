@@ -217,6 +217,9 @@ def contrib_methods() -> list[Method]:
                  lambda _: c.dadapt_adamw(weight_decay=WEIGHT_DECAY))]
 
 
+COSINE = "AdamW warm-up + cosine, tuned for this budget"
+
+
 def _oriented(x, higher_is_better):
   """Lower is better; NaN (diverged) is worst."""
   x = -x if higher_is_better else x
@@ -273,18 +276,25 @@ def merge(results) -> list:
   return list(merged.values())
 
 
-def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None):
+def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
+             cached_only=False):
   """Every method on one task (of ours, ``designs`` or all); returns the scores at each
   budget and the curves. With ``cache`` (a folder), each method's logs are kept there
-  and a rerun trains only the methods it lacks."""
+  and a rerun trains only the methods it lacks; with ``cached_only`` too, the tuned
+  cosine of a budget that the cache lacks is left out of the cells (reported as not
+  run); every other method must be there."""
   problem = task.make()
   steps = task.quick_steps if quick else task.steps
   chunk = steps // CHECKPOINTS
 
   def train(method, n=steps):
     key = f"{name}-{method.name}-{n}-{seeds}{'-quick' if quick else ''}".replace(" ", "_")
-    return runner.train_cached(cache, key.replace("/", "_"), problem, method, steps=n,
-                               seeds=seeds, chunk=chunk, progress=progress)
+    logs = runner.train_cached(cache, key.replace("/", "_"), problem, method, steps=n,
+                               seeds=seeds, chunk=chunk, progress=progress,
+                               cached_only=cached_only)
+    if logs is None and not method.name.startswith("AdamW cosine"):
+      raise ValueError(f"--cached-only: {key} is not in {cache}")
+    return logs
 
   higher = problem.higher_is_better
   ours = [log for m in design_methods(designs) for log in train(m)]
@@ -292,14 +302,15 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None):
   schedule_free = train(schedule_free_grid(steps))
   contrib = [log for m in contrib_methods() for log in train(m)]
   cosine = {f: train(cosine_grid(int(f * steps)), int(f * steps)) for f in FRACTIONS}
+  cosine = {f: logs for f, logs in cosine.items() if logs is not None}
 
   cells = {}
   for f in FRACTIONS:
     i = _index(steps, chunk, f)
-    best_cosine = _best(cosine[f], -1, higher)
-    rows = {"AdamW best constant": (_best(constant, i, higher), i),
-            "AdamW warm-up + cosine, tuned for this budget": (best_cosine, -1),
-            "schedule-free AdamW, tuned": (_best(schedule_free, i, higher), i)}
+    rows = {"AdamW best constant": (_best(constant, i, higher), i)}
+    if f in cosine:
+      rows[COSINE] = (_best(cosine[f], -1, higher), -1)
+    rows["schedule-free AdamW, tuned"] = (_best(schedule_free, i, higher), i)
     rows.update({log.method.name: (log, i) for log in contrib + ours})
     cells[f] = {label: {**_cell(log, j), "setting": log.method.info or ""}
                 for label, (log, j) in rows.items()}
@@ -309,8 +320,9 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None):
                      for log in ours},
             "best_constant": {"name": _best(constant, -1, higher).method.name,
                               "test": _best(constant, -1, higher).test.tolist()},
-            "cosine_full": {"name": _best(cosine[1.0], -1, higher).method.name,
-                            "test": _best(cosine[1.0], -1, higher).test.tolist()}}
+            **({"cosine_full": {"name": _best(cosine[1.0], -1, higher).method.name,
+                                "test": _best(cosine[1.0], -1, higher).test.tolist()}}
+               if 1.0 in cosine else {})}
   return {"task": name, "steps": steps, "test_name": problem.test_name,
           "higher_is_better": higher, "cells": {str(f): c for f, c in cells.items()},
           "curves": curves}
@@ -369,16 +381,19 @@ def task_table(result) -> list[str]:
           "", "| method | " + " | ".join(f"{int(f * 100)} % ({int(f * steps)})" for f in FRACTIONS)
           + " | train loss at 100 % |", "|---|" + "---|" * (len(FRACTIONS) + 1)]
   cells = result["cells"]
-  labels = list(cells[str(FRACTIONS[0])])
+  labels = list(dict.fromkeys(k for f in FRACTIONS for k in cells[str(f)]))
   winners = {}
   for f in FRACTIONS:
     c = cells[str(f)]
-    winners[f] = min(labels, key=lambda k: float(np.mean(_oriented(np.asarray(c[k]["test"]),
+    winners[f] = min(c, key=lambda k: float(np.mean(_oriented(np.asarray(c[k]["test"]),
                                                                     higher))))
   lines = []
   for label in labels:
     row = []
     for f in FRACTIONS:
+      if label not in cells[str(f)]:
+        row.append("not run")
+        continue
       c = cells[str(f)][label]
       text = _fmt(c["test"])
       if label == winners[f]:
@@ -387,8 +402,12 @@ def task_table(result) -> list[str]:
                                                                           "D-adaptation"):
         text += f" ({c['setting']})"
       row.append(text)
-    train_loss = np.mean(cells["1.0"][label]["train_loss"])
-    lines.append(f"| {label} | " + " | ".join(row) + f" | {train_loss:.3g} |")
+    last = cells["1.0"].get(label)
+    train_loss = f"{np.mean(last['train_loss']):.3g}" if last else "not run"
+    lines.append(f"| {label} | " + " | ".join(row) + f" | {train_loss} |")
+  if any(c == "not run" for line in lines for c in line.split(" | ")):
+    lines += ["", "not run: the method was not trained for that budget (the command says why); "
+              "the targets compare with the rivals that were."]
   return head + lines + [""]
 
 
@@ -401,8 +420,7 @@ def target_lines(result, design, split="test") -> list:
   for f in FRACTIONS:
     c = result["cells"][str(f)]
     ours = np.asarray(c[f"ours: {design}"][split])
-    rivals = ("AdamW warm-up + cosine, tuned for this budget", "schedule-free AdamW, tuned",
-              "prodigy")
+    rivals = [k for k in (COSINE, "schedule-free AdamW, tuned", "prodigy") if k in c]
     best = min(rivals, key=lambda k: float(np.mean(_oriented(np.asarray(c[k][split]), higher))))
     theirs = np.asarray(c[best][split])
     gap = float(np.mean(_oriented(ours, higher)) - np.mean(_oriented(theirs, higher)))
@@ -415,16 +433,19 @@ def target_lines(result, design, split="test") -> list:
 
 
 def ablation(results) -> list[str]:
-  """Mean validation metric of each design at each checkpoint, and its rank among them."""
-  designs = designs_run(results)
+  """Mean validation metric of each design at each checkpoint (— where a task did not run
+  it), the best of each row in bold."""
+  designs = designs_run(results, every=False)
   lines = ["## Ablation of our designs (validation metric: accuracy ↑ or bits/char ↓)", "",
            "| task | budget | " + " | ".join(designs) + " |", "|---|---|" + "---|" * len(designs)]
   for r in results:
     for f in FRACTIONS:
       c = r["cells"][str(f)]
-      vals = [float(np.mean(c[f"ours: {d}"]["val"])) for d in designs]
-      best = (np.argmax if r["higher_is_better"] else np.argmin)(vals)
-      cells = [f"**{v:.4f}**" if j == best else f"{v:.4f}" for j, v in enumerate(vals)]
+      vals = [float(np.mean(c[f"ours: {d}"]["val"])) if f"ours: {d}" in c else np.nan
+              for d in designs]
+      best = (np.nanargmax if r["higher_is_better"] else np.nanargmin)(vals)
+      cells = ["—" if np.isnan(v) else f"**{v:.4f}**" if j == best else f"{v:.4f}"
+               for j, v in enumerate(vals)]
       lines.append(f"| {r['task']} | {int(f * 100)} % | " + " | ".join(cells) + " |")
   return lines + [""]
 
@@ -439,14 +460,16 @@ def plot_task(result, out):
     ax2.plot(steps, np.exp(np.mean(np.log(np.maximum(c["alpha"], 1e-12)), 0)),
              color=line.get_color(), label=name)
   for key, style in (("best_constant", ":"), ("cosine_full", "--")):
-    ax1.plot(steps, np.mean(curves[key]["test"], 0), style, color="k",
-             label=curves[key]["name"])
-  peak = float(curves["cosine_full"]["name"].split()[-1])
-  total = result["steps"]
-  warm = max(1, int(WARMUP_FRACTION * total))
-  schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warm, total, 0.0)
-  ax2.plot(steps, [float(schedule(s)) for s in steps], "--", color="k",
-           label=f"tuned cosine (peak {peak:g})")
+    if key in curves:
+      ax1.plot(steps, np.mean(curves[key]["test"], 0), style, color="k",
+               label=curves[key]["name"])
+  if "cosine_full" in curves:
+    peak = float(curves["cosine_full"]["name"].split()[-1])
+    total = result["steps"]
+    warm = max(1, int(WARMUP_FRACTION * total))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, peak, warm, total, 0.0)
+    ax2.plot(steps, [float(schedule(s)) for s in steps], "--", color="k",
+             label=f"tuned cosine (peak {peak:g})")
   ax1.set(xlabel="step", ylabel=result["test_name"], title=f"{result['task']}: held-out metric")
   if result["higher_is_better"]:
     top = max(np.max(np.mean(c["test"], 0)) for c in curves["ours"].values())
@@ -481,10 +504,13 @@ def plot_warmup(warm, out):
   _report.save_figure(fig, out / "lr_free_warmup.png")
 
 
-def designs_run(results) -> list[str]:
-  """Our designs that every task in ``results`` ran, in the order of the first."""
-  labels = [k[len("ours: "):] for k in results[0]["cells"]["1.0"] if k.startswith("ours: ")]
-  return [d for d in labels if all(f"ours: {d}" in r["cells"]["1.0"] for r in results)]
+def designs_run(results, every=True) -> list[str]:
+  """Our designs that every task in ``results`` ran (``every``) or any task ran, in the
+  order in which they first appear."""
+  labels = list(dict.fromkeys(k[len("ours: "):] for r in results for k in r["cells"]["1.0"]
+                              if k.startswith("ours: ")))
+  test = all if every else any
+  return [d for d in labels if test(f"ours: {d}" in r["cells"]["1.0"] for r in results)]
 
 
 #: The design that ``metaoptax.adamw()``'s defaults are (chosen on validation over digits,
@@ -527,16 +553,18 @@ def plot_summary(results, design, out):
   untuned) against the per-budget tuned cosine, tuned schedule-free and prodigy."""
   plt = _report.pyplot()
   rows = {f"ours: {design}": "metaoptax.adamw() (untuned)",
-          "AdamW warm-up + cosine, tuned for this budget": "AdamW + cosine, tuned per budget",
+          COSINE: "AdamW + cosine, tuned per budget",
           "schedule-free AdamW, tuned": "schedule-free AdamW, tuned",
           "prodigy": "prodigy", "AdamW best constant": "AdamW, best constant"}
   fig, axes = plt.subplots(1, len(results), figsize=(3.4 * len(results), 3.4), squeeze=False)
   for ax, r in zip(axes[0], results):
     budgets = [int(f * r["steps"]) for f in FRACTIONS]
     for key, label in rows.items():
-      v = np.asarray([r["cells"][str(f)][key]["test"] for f in FRACTIONS], float)
+      ran = [(b, r["cells"][str(f)][key]["test"]) for b, f in zip(budgets, FRACTIONS)
+             if key in r["cells"][str(f)]]
+      x, v = [b for b, _ in ran], np.asarray([t for _, t in ran], float)
       style = dict(lw=2.4, color="C3") if key.startswith("ours") else dict(lw=1.1)
-      ax.errorbar(budgets, v.mean(1), yerr=v.std(1), marker="o", ms=3, capsize=2,
+      ax.errorbar(x, v.mean(1), yerr=v.std(1), marker="o", ms=3, capsize=2,
                   label=label, **style)
     ax.set(xscale="log", xlabel="budget (steps)", title=r["task"], ylabel=r["test_name"])
     ax.set_xticks(budgets, [f"{b:,}" for b in budgets], fontsize=7)
@@ -560,18 +588,25 @@ def report(results, warm, commits, seeds, command) -> list[str]:
   for r in results:
     lines += task_table(r)
   if results:
-    chosen = chosen_design(results)
     lines += ablation(results)
-    scores = validation_scores(results)
-    lines += ["## The default, chosen on the validation split", "",
-              "| design | cells not worse than the best constant | cells within one std of "
-              "the strongest rival | mean rank among ours |", "|---|---|---|---|"]
-    lines += [f"| {d} | {a} / {n} | {b} / {n} | {rank:.2f} |"
-              for d, (a, b, rank) in scores.items() for n in [4 * len(results)]]
-    lines += ["", f"Chosen (most cells not worse than the best constant, then most within one "
-              f"std of the strongest rival, then mean rank): **{chosen}**"
-              + ("." if chosen == design else f"; the library's default is **{design}**."),
-              "", f"## Targets for the library's default ({design})", "",
+    everything = designs_run(results, every=False)
+    complete = [r for r in results if all(f"ours: {d}" in r["cells"]["1.0"] for d in everything)]
+    groups = [(results, "every task")]
+    if len(complete) not in (0, len(results)):  # some tasks ran fewer designs
+      groups.append((complete, "the tasks that ran every design ("
+                     + ", ".join(r["task"] for r in complete) + ")"))
+    for group, over in groups:
+      chosen = chosen_design(group)
+      scores = validation_scores(group)
+      lines += [f"## The default, chosen on the validation split of {over}", "",
+                "| design | cells not worse than the best constant | cells within one std of "
+                "the strongest rival | mean rank among ours |", "|---|---|---|---|"]
+      lines += [f"| {d} | {a} / {n} | {b} / {n} | {rank:.2f} |"
+                for d, (a, b, rank) in scores.items() for n in [4 * len(group)]]
+      lines += ["", f"Chosen (most cells not worse than the best constant, then most within "
+                f"one std of the strongest rival, then mean rank): **{chosen}**"
+                + ("." if chosen == design else f"; the library's default is **{design}**."), ""]
+    lines += [f"## Targets for the library's default ({design})", "",
               "| task | budget | strongest rival (test) | within one std or better | "
               "not worse than the best constant |", "|---|---|---|---|---|"]
     for r in results:
@@ -602,6 +637,9 @@ def main(argv=None):
                     help="with --designs: a full run (the baselines too) with only these designs")
   args.add_argument("--cache", type=pathlib.Path, metavar="DIR",
                     help="keep each method's logs in DIR; a rerun trains only what DIR lacks")
+  args.add_argument("--cached-only", action="store_true",
+                    help="with --cache: train nothing; report what the cache holds (a tuned "
+                         "cosine it lacks is reported as not run)")
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
@@ -631,7 +669,8 @@ def main(argv=None):
                                    seeds=args.seeds, progress=progress))
       else:
         results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
-                                progress=progress, designs=args.designs, cache=args.cache))
+                                progress=progress, designs=args.designs, cache=args.cache,
+                                cached_only=args.cached_only))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
     warm = None if args.no_warmup or (args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,

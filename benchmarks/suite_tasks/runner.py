@@ -150,14 +150,17 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
   return logs
 
 
-def train_cached(cache: pathlib.Path | None, key: str, problem, method: Method, **kwargs
-                 ) -> list[RunLog]:
+def train_cached(cache: pathlib.Path | None, key: str, problem, method: Method, *,
+                 cached_only: bool = False, **kwargs) -> list[RunLog] | None:
   """:func:`train`, whose logs are saved to ``cache/<key>.npz`` and read back from there
   on a later call with the same ``key`` (a long benchmark resumed after a time limit).
-  ``cache=None`` trains every time."""
+  ``cache=None`` trains every time; with ``cached_only``, a method not in the cache
+  is not trained and ``None`` is returned (a report of what a run got to)."""
   if cache is None:
     return train(problem, method, **kwargs)
   path = pathlib.Path(cache) / f"{key}.npz"
+  if cached_only and not path.exists():
+    return None
   if path.exists():
     with np.load(path) as f:
       meta = json.loads(str(f["meta"]))

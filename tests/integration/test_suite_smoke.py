@@ -50,15 +50,19 @@ def test_tiny_digits_protocol_end_to_end(tmp_path):
   assert any("MET" in line or "MISSED" in line for line in result["summary_lines"])
 
 
-def test_seed_per_value_runs_value_i_with_seed_i_only():
-  """``runner.train(seed_per_value=True)``: run i is the grid's (value i, seed i) run."""
-  problem = Problem(
+def _quadratic():
+  return Problem(
       name="quadratic", init=lambda key: {"w": jax.random.normal(key, (3,))},
       loss=lambda p, batch: jnp.sum((p["w"] - batch) ** 2),
       batch=lambda key: 0.1 * jax.random.normal(key, (3,)),
       evaluate=lambda p: {"train_loss": jnp.sum(p["w"] ** 2), "test": jnp.sum(p["w"])},
       test_name="sum", higher_is_better=False, train_loss_floor=0.0, blocks="per_leaf",
       block_names=("w",))
+
+
+def test_seed_per_value_runs_value_i_with_seed_i_only():
+  """``runner.train(seed_per_value=True)``: run i is the grid's (value i, seed i) run."""
+  problem = _quadratic()
   method = runner.Method("SGD", "sgd", optax.sgd, values=(0.01, 0.1),
                          names=(("SGD 0.01", ""), ("SGD 0.1", "")))
   kw = dict(steps=4, seeds=2, chunk=2, progress=_NoBar)
@@ -72,6 +76,26 @@ def test_seed_per_value_runs_value_i_with_seed_i_only():
   with pytest.raises(ValueError, match="one value per seed"):
     runner.train(problem, method, seed_per_value=True, steps=4, seeds=3, chunk=2,
                  progress=_NoBar)
+
+
+def test_train_cached_reads_back_what_it_trained(tmp_path):
+  """``runner.train_cached``: the second call reads the logs (names, curves) from the cache
+  instead of training; ``cached_only`` returns None for a method the cache lacks."""
+  problem = _quadratic()
+  method = runner.Method("SGD", "sgd", optax.sgd, values=(0.01, 0.1),
+                         names=(("SGD 0.01", "lr 0.01"), ("SGD 0.1", "lr 0.1")))
+  kw = dict(steps=4, seeds=2, chunk=2, progress=_NoBar)
+  assert runner.train_cached(tmp_path, "sgd", problem, method, cached_only=True, **kw) is None
+  trained = runner.train_cached(tmp_path, "sgd", problem, method, **kw)
+  broken = method._replace(make=None)  # would fail if it were trained again
+  read = runner.train_cached(tmp_path, "sgd", problem, broken, cached_only=True, **kw)
+  assert [l.method.name for l in read] == ["SGD 0.01", "SGD 0.1"]
+  assert [l.method.info for l in read] == ["lr 0.01", "lr 0.1"]
+  for a, b in zip(trained, read):
+    np.testing.assert_array_equal(a.train_loss, b.train_loss)
+    np.testing.assert_array_equal(a.test, b.test)
+    np.testing.assert_array_equal(a.steps, b.steps)
+    assert b.step_sizes is None and a.seconds == b.seconds
 
 
 BENCHMARKS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[2]

@@ -171,6 +171,13 @@ DESIGNS = {
         restart_after_climb=True), True),
     "climb x2, hold + average, restart": (_design(
         climb_backoff=0.5, meta_step_size=0.0, average=0.1, restart_after_climb=True), True),
+    # a longer average (the last ~30 % of the steps) does more of the annealing: the
+    # held step size overfits less where data are few (the transformer) and the average
+    # removes more of its noise where capacity is the limit (the character model)
+    "climb x2, hold + average 0.3": (_design(climb_backoff=0.5, meta_step_size=0.0,
+                                             average=0.3), True),
+    "climb x2, gamma=1 + average 0.3": (_design(climb_backoff=0.5, meta_step_size=1e-3,
+                                                gamma=1.0, average=0.3), True),
 }
 
 

@@ -570,17 +570,23 @@ def plot_summary(results, design, out):
       ran = [(b, r["cells"][str(f)][key]["test"]) for b, f in zip(budgets, FRACTIONS)
              if key in r["cells"][str(f)]]
       x, v = [b for b, _ in ran], np.asarray([t for _, t in ran], float)
-      style = dict(lw=2.4, color="C3") if key.startswith("ours") else dict(lw=1.1)
+      colors = {COSINE: "C0", "schedule-free AdamW, tuned": "C1", "prodigy": "C2",
+                "AdamW best constant": "0.5"}
+      style = (dict(lw=2.4, color="C3") if key.startswith("ours")
+               else dict(lw=1.1, color=colors[key]))
       ax.errorbar(x, v.mean(1), yerr=v.std(1), marker="o", ms=3, capsize=2,
                   label=label, **style)
     ax.set(xscale="log", xlabel="budget (steps)", title=r["task"], ylabel=r["test_name"])
     ax.set_xticks(budgets, [f"{b:,}" for b in budgets], fontsize=7)
     ax.minorticks_off()
-    ours = np.asarray([r["cells"][str(f)][f"ours: {design}"]["test"] for f in FRACTIONS])
-    mid = float(np.mean(ours[1:]))
-    span = 0.12 if r["higher_is_better"] else 0.6
-    ax.set_ylim(mid - span, mid + span / 2) if r["higher_is_better"] else ax.set_ylim(
-        mid - span / 2, mid + span)
+    # the view: ours and the two tuned rivals beyond 10 % of the budget (prodigy and the
+    # constant may sit far off and are then cut)
+    shown = [np.mean(r["cells"][str(f)][key]["test"]) for f in FRACTIONS[1:]
+             for key in (f"ours: {design}", COSINE, "schedule-free AdamW, tuned")
+             if key in r["cells"][str(f)]]
+    low, high = min(shown), max(shown)
+    pad = 0.25 * (high - low) + (0.005 if r["higher_is_better"] else 0.02)
+    ax.set_ylim(low - pad, high + pad)
   axes[0][0].legend(fontsize=7)
   _report.save_figure(fig, out / "lr_free_summary.png")
 

@@ -1,7 +1,11 @@
 """Task 3: character-level transformer language model on the Python standard library's source.
 
 Text: a fixed list of modules under ``sysconfig.get_paths()["stdlib"]`` (read in
-that order, so the data are deterministic for a given Python version), characters
+that order, so the data are deterministic for a given Python version; 452k characters
+on Python 3.11), or with ``corpus="stdlib"`` every ``.py`` file of the standard library
+outside its tests, ``idlelib`` and ``site-packages``, in sorted order (~12M characters on
+Python 3.11: a 1.3M-parameter model sees it less than twice in 5,000 steps of 32 × 128
+characters, where it sees the 14 modules ~50 times and overfits them), characters
 outside printable ASCII mapped to ``?``; the first 90 % is the train split, the
 last 10 % the validation split. Model: a pre-LayerNorm causal transformer
 (:class:`Shape`: layers, width, heads, context; learned positions, untied output
@@ -58,9 +62,18 @@ def num_params(shape: Shape = SMALL) -> int:
 GROUPS = ("embeddings", "attention", "MLP", "output")
 
 
-def load_text() -> str:
+def load_text(corpus: str = "modules") -> str:
+  """The text: ``"modules"`` (``FILES``) or ``"stdlib"`` (the standard library's source)."""
   root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-  return "".join((root / f).read_text(encoding="utf-8") for f in FILES)
+  if corpus == "modules":
+    files = [root / f for f in FILES]
+  elif corpus == "stdlib":
+    skip = {"test", "tests", "idlelib", "site-packages"}
+    files = sorted(p for p in root.rglob("*.py")
+                   if not skip.intersection(p.relative_to(root).parts))
+  else:
+    raise ValueError(f"corpus must be 'modules' or 'stdlib', got {corpus!r}")
+  return "".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 
 
 def encode(text: str) -> np.ndarray:
@@ -134,9 +147,10 @@ def nats(params, windows, heads=SMALL.heads):
   return -jnp.mean(jnp.take_along_axis(logp, windows[..., 1:, None], -1))
 
 
-def make_problem(shape: Shape = SMALL, held_out_test: bool = False, name="charlm") -> Problem:
+def make_problem(shape: Shape = SMALL, held_out_test: bool = False, name="charlm",
+                 corpus: str = "modules") -> Problem:
   context = shape.context
-  codes = encode(load_text())
+  codes = encode(load_text(corpus))
   split = int(0.9 * len(codes))
   train, held_out = jnp.asarray(codes[:split]), codes[split:]
   offsets = jnp.arange(context + 1)

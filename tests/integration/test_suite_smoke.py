@@ -110,3 +110,14 @@ def test_every_benchmark_script_imports(script):
   with pytest.raises(SystemExit) as exit_info:
     module.main(["--help"])
   assert exit_info.value.code == 0
+
+
+def test_charlm_corpora():
+  """The transformer's corpus: the whole standard library's source is >10x the 14 modules
+  and holds them; an unknown corpus is an error."""
+  from suite_tasks import charlm  # pylint: disable=g-import-not-at-top
+  modules, stdlib = charlm.load_text("modules"), charlm.load_text("stdlib")
+  assert len(stdlib) > 10 * len(modules)
+  assert "class HelpFormatter" in stdlib and "def dedent" in stdlib  # argparse, textwrap
+  with pytest.raises(ValueError, match="corpus"):
+    charlm.load_text("wikipedia")

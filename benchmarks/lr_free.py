@@ -3,6 +3,9 @@
     python benchmarks/lr_free.py                          # every task, 3 seeds
     python benchmarks/lr_free.py --tasks digits cnn1d     # some of them
     python benchmarks/lr_free.py --tasks digits --quick   # a smoke run (not results)
+    # on an accelerator with a time limit: a rerun trains only what the cache lacks
+    python benchmarks/lr_free.py --tasks transformer-stdlib --with-baselines \
+        --designs "climb x2, gamma=1 + average" --cache out/cache --no-warmup
 
 The protocol, on each task at its budget ``T`` (``TASKS``), 3 seeds, scored at 10,
 25, 50 and 100 % of ``T`` on the held-out metric (test accuracy, or test

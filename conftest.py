@@ -3,18 +3,12 @@ the Markdown pages of ``docs/`` (this file sits at the root so that it covers al
 three, and it runs before anything imports JAX).
 
 The tests run small problems, so XLA's compile time, not the run time, is most
-of their cost. Three settings of the CPU backend's code generation cut it
+of their cost. Two settings of the CPU backend's code generation cut it
 (:data:`FAST_COMPILE_FLAGS`): LLVM's optimization passes are skipped (that halves
 the compile time of the float64 oracles), and the fused loops are emitted by
 XLA's elemental emitters instead of its MLIR fusion emitters (a training step of
 L2HMC compiles in 3.3 s of CPU time instead of 5.1 s; the whole test run takes
-38 % less CPU time). A third keeps the LLVM module in one piece: XLA splits it into
-up to 32 parts to generate code on several threads, and without LLVM's optimization
-the split costs more than it saves (on two cores busy with two test workers, the
-XLA compile of a small L2HMC training step takes 3.3-5.1 s of CPU time instead of
-5.2-7.3 s; a test of three L2HMC and two L2O training compiles, 46 s instead of
-55 s): the functions are generated as before, only not grouped into separate
-modules. XLA's HLO passes (fusion, buffer assignment, donation, the collectives
+38 % less CPU time). XLA's HLO passes (fusion, buffer assignment, donation, the collectives
 that the sharding tests read) still run, so the compiled-step tests see the graph
 a user gets. Set ``METAOPTAX_TEST_FULL_OPTIMIZATION=1`` to test with XLA's default
 optimization instead. The subprocess tests pass ``XLA_FLAGS`` on to their workers
@@ -23,11 +17,10 @@ optimization instead. The subprocess tests pass ``XLA_FLAGS`` on to their worker
 
 import os
 
-#: XLA flags of the test run: no LLVM optimization on the CPU backend, one LLVM module.
+#: XLA flags of the test run: no LLVM optimization on the CPU backend.
 FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
                       "--xla_llvm_disable_expensive_passes=true",
-                      "--xla_cpu_use_fusion_emitters=false",
-                      "--xla_cpu_parallel_codegen_split_count=1")
+                      "--xla_cpu_use_fusion_emitters=false")
 FULL_OPTIMIZATION = os.environ.get("METAOPTAX_TEST_FULL_OPTIMIZATION") == "1"
 
 if not FULL_OPTIMIZATION:

@@ -126,10 +126,14 @@ def test_a_sampler_trained_on_one_subsample_runs_on_others():
       logdensity_fn, x, jax.random.key(1), num_steps=3, num_iterations=16), static_argnums=0)
   for target in (posteriors.breast_cancer(),):  # another subsample runs the same code
     rewarmed = warmup(target.logdensity_fn, result.chains.position)
-    for whitening in (result.whitening, rewarmed.whitening):
+
+    @jax.jit
+    def draws_with(whitening):  # one compilation for both whitenings (same shapes)
       sampler = l2hmc.l2hmc(target.logdensity_fn, config, result.params, result.masks,
                             whitening)
-      draws, acceptance = jax.jit(l2hmc.sample_chains, static_argnums=(0, 3))(
-          sampler, jax.random.key(2), rewarmed.positions, 4)
+      return l2hmc.sample_chains(sampler, jax.random.key(2), rewarmed.positions, 4)
+
+    for whitening in (result.whitening, rewarmed.whitening):
+      draws, acceptance = draws_with(whitening)
       assert draws.shape == (4, 8, 31) and bool(jnp.all(jnp.isfinite(draws)))
       assert bool(jnp.all((acceptance >= 0) & (acceptance <= 1)))

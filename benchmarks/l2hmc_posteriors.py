@@ -29,6 +29,12 @@ share of proposals with acceptance probability exactly 0, i.e. non-finite or an
 energy error beyond ~100) and, on the mixture, the share of transitions that
 cross between the modes.
 
+At NUTS's gradient budget: every trained L2HMC sampler also runs, in a run of its own,
+NUTS's transitions times its gradients per transition over K (5,117 on the funnel), and is
+scored alike (a table of its own; ``--no-budget`` skips it). ``--keep-baselines`` reuses the
+stored reference, NUTS and HMC of each target and the rows of the variants not run (each
+row keeps its commit, shown in the table where it differs from the target's).
+
 ``--transfer``: a sampler trained on a 200-row subsample of the breast-cancer
 data runs without retraining on the full data and on another 200-row subsample,
 with its own whitening and after a new warm-up's whitening (HMC adaptation, no

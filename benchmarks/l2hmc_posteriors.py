@@ -90,6 +90,10 @@ MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
                  1.0),
                 ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
                 ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
+# not annealed: step sizes alone (networks off) and the reflection step through the warm-up's
+# mean (L2HMCConfig(reflection=True)): label -> (objective, variant)
+MIXTURE_REFLECTION = {"reflection, step sizes only, esjd_squares":
+                      ("esjd_squares", dict(VARIANTS["step sizes only"], reflection=True))}
 
 
 def targets() -> dict:
@@ -219,13 +223,14 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                      jax.random.key(1000 + seed), args.chains, args.burn_in, args.samples,
                      result.state.chains.position)
-  scores = checked(_sampler_metrics.score(run["draws"], args.num_steps, run["seconds"]),
+  grads = config.num_steps + config.reflection  # the reflected point's gradient
+  scores = checked(_sampler_metrics.score(run["draws"], grads, run["seconds"]),
                    run["draws"], ref)
   if budget:  # NUTS's gradients: a run of its own (same start, another key), scored alike
     long = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                         jax.random.key(2000 + seed), args.chains, args.burn_in, budget,
                         result.state.chains.position)
-    scores["budget"] = dict(checked(_sampler_metrics.score(long["draws"], args.num_steps,
+    scores["budget"] = dict(checked(_sampler_metrics.score(long["draws"], grads,
                                                            long["seconds"]),
                                     long["draws"], ref),
                             samples=budget, acceptance=long["acceptance"],
@@ -304,6 +309,8 @@ def main(argv=None):
   parser.add_argument("--reference-samples", type=int, default=4000)
   parser.add_argument("--transfer", action="store_true")
   parser.add_argument("--transfer-variant", default="step sizes only", choices=list(VARIANTS))
+  parser.add_argument("--mixture-runs", nargs="+", default=None,
+                      help="labels of the mixture's runs to do (default all)")
   parser.add_argument("--keep-baselines", action="store_true",
                       help="reuse the stored reference, NUTS and HMC of each target and the "
                       "rows of the variants not run (each row keeps its commit)")
@@ -336,12 +343,16 @@ def main(argv=None):
                         args.reference_samples)
         found = baselines(target, ref, args, key,
                           functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
-      budget = 0 if args.no_budget else int(round(
+      budget = 0 if args.no_budget or name == "mixture" else int(round(
           args.samples * found["nuts"]["grads_per_transition"] / args.num_steps))
       rows = []
       if name == "mixture":
         runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
                  aux_weight) for label, objective, warmup, aux_weight in MIXTURE_RUNS]
+        runs += [(label, variant, objective, None, None, 0.0)
+                 for label, (objective, variant) in MIXTURE_REFLECTION.items()]
+        if args.mixture_runs:
+          runs = [run for run in runs if run[0] in args.mixture_runs]
         iterations = args.mixture_iterations
       else:
         runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)

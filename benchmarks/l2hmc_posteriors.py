@@ -29,6 +29,12 @@ share of proposals with acceptance probability exactly 0, i.e. non-finite or an
 energy error beyond ~100) and, on the mixture, the share of transitions that
 cross between the modes.
 
+At NUTS's gradient budget: every trained L2HMC sampler also runs, in a run of its own,
+NUTS's transitions times its gradients per transition over K (5,117 on the funnel), and is
+scored alike (a table of its own; ``--no-budget`` skips it). ``--keep-baselines`` reuses the
+stored reference, NUTS and HMC of each target and the rows of the variants not run (each
+row keeps its commit, shown in the table where it differs from the target's).
+
 ``--transfer``: a sampler trained on a 200-row subsample of the breast-cancer
 data runs without retraining on the full data and on another 200-row subsample,
 with its own whitening and after a new warm-up's whitening (HMC adaptation, no
@@ -84,6 +90,10 @@ MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
                  1.0),
                 ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
                 ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
+# not annealed: step sizes alone (networks off) and the reflection step through the warm-up's
+# mean (L2HMCConfig(reflection=True)): label -> (objective, variant)
+MIXTURE_REFLECTION = {"reflection, step sizes only, esjd_squares":
+                      ("esjd_squares", dict(VARIANTS["step sizes only"], reflection=True))}
 
 
 def targets() -> dict:
@@ -200,7 +210,10 @@ def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in,
 
 
 def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
-              iterations=None, warmup=None, aux_weight=0.0):
+              iterations=None, warmup=None, aux_weight=0.0, budget=0, commit=None):
+  """One trained sampler's scores; with ``budget``, also those of a run of ``budget``
+  transitions (NUTS's gradient budget: its transitions times its gradients per transition
+  over K), under ``"budget"``."""
   config, result, trained = train(target, variant, objective, seed,
                                   iterations or args.iterations, args.chains,
                                   args.warmup if warmup is None else warmup, args.num_steps,
@@ -210,10 +223,20 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                      jax.random.key(1000 + seed), args.chains, args.burn_in, args.samples,
                      result.state.chains.position)
-  scores = checked(_sampler_metrics.score(run["draws"], args.num_steps, run["seconds"]),
+  grads = config.num_steps + config.reflection  # the reflected point's gradient
+  scores = checked(_sampler_metrics.score(run["draws"], grads, run["seconds"]),
                    run["draws"], ref)
+  if budget:  # NUTS's gradients: a run of its own (same start, another key), scored alike
+    long = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
+                        jax.random.key(2000 + seed), args.chains, args.burn_in, budget,
+                        result.state.chains.position)
+    scores["budget"] = dict(checked(_sampler_metrics.score(long["draws"], grads,
+                                                           long["seconds"]),
+                                    long["draws"], ref),
+                            samples=budget, acceptance=long["acceptance"],
+                            divergent=long["divergent"])
   eps = np.exp(np.asarray(result.params.log_step_size_x))
-  scores.update(sampler=label, seed=seed, objective=objective, aux_weight=aux_weight,
+  scores.update(sampler=label, seed=seed, commit=commit, objective=objective, aux_weight=aux_weight,
                 warmup=args.warmup if warmup is None else warmup, acceptance=run["acceptance"],
                 divergent=run["divergent"], training_seconds=trained,
                 skipped=result.skipped_updates,
@@ -286,6 +309,13 @@ def main(argv=None):
   parser.add_argument("--reference-samples", type=int, default=4000)
   parser.add_argument("--transfer", action="store_true")
   parser.add_argument("--transfer-variant", default="step sizes only", choices=list(VARIANTS))
+  parser.add_argument("--mixture-runs", nargs="+", default=None,
+                      help="labels of the mixture's runs to do (default all)")
+  parser.add_argument("--keep-baselines", action="store_true",
+                      help="reuse the stored reference, NUTS and HMC of each target and the "
+                      "rows of the variants not run (each row keeps its commit)")
+  parser.add_argument("--no-budget", action="store_true",
+                      help="skip the runs at NUTS's gradient budget")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--report-only", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
@@ -305,14 +335,24 @@ def main(argv=None):
     for name in progress(args.targets, desc="targets"):
       target = all_targets[name]
       start = time.perf_counter()
-      ref = reference(name, target, jax.random.key(99), args.reference_chains,
-                      args.reference_samples)
-      found = baselines(target, ref, args, key,
-                        functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
+      kept = records.get(name) if args.keep_baselines else None
+      if kept is not None:
+        ref, found = kept["reference"], dict(nuts=kept["nuts"], hmc=kept["hmc"])
+      else:
+        ref = reference(name, target, jax.random.key(99), args.reference_chains,
+                        args.reference_samples)
+        found = baselines(target, ref, args, key,
+                          functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
+      budget = 0 if args.no_budget or name == "mixture" else int(round(
+          args.samples * found["nuts"]["grads_per_transition"] / args.num_steps))
       rows = []
       if name == "mixture":
         runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
                  aux_weight) for label, objective, warmup, aux_weight in MIXTURE_RUNS]
+        runs += [(label, variant, objective, None, None, 0.0)
+                 for label, (objective, variant) in MIXTURE_REFLECTION.items()]
+        if args.mixture_runs:
+          runs = [run for run in runs if run[0] in args.mixture_runs]
         iterations = args.mixture_iterations
       else:
         runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)
@@ -322,14 +362,21 @@ def main(argv=None):
       for (label, variant, objective, anneal, warmup, aux_weight), seed in progress(
           jobs, desc=f"{name}: L2HMC"):
         rows.append(l2hmc_row(target, ref, label, variant, objective, seed, args, anneal,
-                              iterations, warmup, aux_weight)[0])
+                              iterations, warmup, aux_weight, budget, commit)[0])
+      if kept is not None:  # the variants not run keep their rows (and commits)
+        ran = {row["sampler"] for row in rows}
+        rows = [dict(row, commit=row.get("commit", kept["commit"])) for row in kept["l2hmc"]
+                if row["sampler"] not in ran] + rows
       records[name] = dict(target=target.name, reference=ref, nuts=found["nuts"],
-                           hmc=found["hmc"], l2hmc=rows, commit=commit, quick=args.quick,
+                           hmc=found["hmc"], l2hmc=rows,
+                           commit=kept["commit"] if kept is not None else commit,
+                           quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,
                                          samples=args.samples, iterations=iterations,
                                          warmup=args.warmup, num_steps=args.num_steps,
                                          learning_rate=args.learning_rate),
-                           seconds=time.perf_counter() - start)
+                           seconds=(kept["seconds"] if kept is not None else 0.0)
+                           + time.perf_counter() - start)
       path.write_text(json.dumps(records, indent=1))
     if args.transfer:
       start = time.perf_counter()
@@ -416,7 +463,9 @@ def report(records) -> list[str]:
     lines.append(line(f"HMC (K = 10, step {record['hmc']['step_size']:.3g})",
                       [record["hmc"]], False))
     for label, rows in _groups(record).items():
-      lines.append(line(f"L2HMC, {label}", rows))
+      at = rows[0].get("commit", record["commit"])
+      lines.append(line(f"L2HMC, {label}" + (f" (at `{at}`)" if at != record["commit"] else ""),
+                        rows))
   lines += ["", "| target | reference | NUTS grads/transition | protocol | commit | seconds |",
             "|---|---|---|---|---|---|"]
   for name, record in records.items():
@@ -429,6 +478,7 @@ def report(records) -> list[str]:
                  f"{p['iterations']} training it. (Adam {p.get('learning_rate', 1e-3):g}), "
                  f"K = {p['num_steps']} | `{record['commit']}`"
                  f"{' (--quick)' if record['quick'] else ''} | {record['seconds']:.0f} |")
+  lines += budget_report(records)
   if "transfer" in records:
     t = records["transfer"]
     lines += ["", f"## Transfer: L2HMC ({t['variant']}) trained on {t['data_rows']} rows "
@@ -439,12 +489,8 @@ def report(records) -> list[str]:
     for row in t["rows"]:
       groups.setdefault((row["destination"], row["whitening"]), []).append(row)
     for (destination, whitening), rows in groups.items():
-      nuts = t["nuts"][destination]
-      gx = np.mean([r["ess_per_grad_x"] for r in rows]) / nuts["ess_per_grad_x"]
-      gx2 = np.mean([r["ess_per_grad_x2"] for r in rows]) / nuts["ess_per_grad_x2"]
       lines.append(f"| {destination} | {whitening} | "
-                   f"{_spread([r['ess_per_grad_x'] for r in rows])} | "
-                   f"{_spread([r['ess_per_grad_x2'] for r in rows])} | {gx:.2g}, {gx2:.2g} | "
+                   f"{_per_grad_cells(rows, t['nuts'][destination])} | "
                    f"{_rhat(max(r['rhat_x'] for r in rows))} | "
                    f"{_spread([r['acceptance'] for r in rows])} | "
                    f"{max(r['divergent'] for r in rows):.4f} |")
@@ -453,6 +499,53 @@ def report(records) -> list[str]:
                    f"| {nuts['ess_per_grad_x2']:.3g} | 1, 1 | {_rhat(nuts['rhat_x'])} | | |")
     lines.append(f"\ncommit `{t['commit']}`{' (--quick)' if t['quick'] else ''}, "
                  f"{t['seconds']:.0f} s")
+  return lines
+
+
+def _per_grad_cells(rows, nuts) -> str:
+  """``ESS/grad x | ESS/grad x² | x, x² over NUTS's`` of a group of seeds' rows."""
+  gx = np.mean([r["ess_per_grad_x"] for r in rows]) / nuts["ess_per_grad_x"]
+  gx2 = np.mean([r["ess_per_grad_x2"] for r in rows]) / nuts["ess_per_grad_x2"]
+  return (f"{_spread([r['ess_per_grad_x'] for r in rows])} | "
+          f"{_spread([r['ess_per_grad_x2'] for r in rows])} | {gx:.2g}, {gx2:.2g}")
+
+
+def budget_report(records) -> list[str]:
+  """The L2HMC runs at NUTS's gradient budget (rows that have them)."""
+  lines = []
+  for name, record in records.items():
+    if name == "transfer":
+      continue
+    nuts = record["nuts"]
+    for label, rows in _groups(record).items():
+      runs = [r["budget"] for r in rows if "budget" in r]
+      if not runs:
+        continue
+      if not lines:
+        lines = ["", "## At NUTS's gradient budget", "",
+                 "The measured runs above use the same number of transitions (1,000) for "
+                 "every sampler, so NUTS spends 5-50x L2HMC's gradients. Here each trained "
+                 "L2HMC sampler runs NUTS's budget instead: NUTS's transitions x its gradients "
+                 "per transition / K transitions (a run of its own, from the same start as "
+                 "the 1,000-transition run, another key); NUTS's row is its 1,000-transition "
+                 "run. Same scores, R-hat and mean err of the worst seed.", "",
+                 "| target | sampler | transitions | ESS/grad x | ESS/grad x² | /NUTS grad x, "
+                 "x² | R-hat x, x² | diverg. | mean err | sd x0 | crossings |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+      worst_sd = max((r["sd_ratio_x0"] for r in runs), key=lambda v: abs(np.log(v)))
+      lines.append(f"| {record['target']} | L2HMC, {label} | {runs[0]['samples']} | "
+                   f"{_per_grad_cells(runs, nuts)} | {_rhat(max(r['rhat_x'] for r in runs))}, "
+                   f"{_rhat(max(r['rhat_x2'] for r in runs))} | "
+                   f"{max(r['divergent'] for r in runs):.4f} | "
+                   f"{max(r['mean_error'] for r in runs):.2f} | {worst_sd:.2f} | "
+                   f"{_spread([r['crossings'] for r in runs])} |")
+    if lines and any("budget" in r for r in record["l2hmc"]):
+      lines.append(f"| {record['target']} | NUTS (window adaptation) | "
+                   f"{record['protocol']['samples']} | {nuts['ess_per_grad_x']:.3g} | "
+                   f"{nuts['ess_per_grad_x2']:.3g} | 1, 1 | {_rhat(nuts['rhat_x'])}, "
+                   f"{_rhat(nuts['rhat_x2'])} | {nuts['divergent']:.4f} | "
+                   f"{nuts['mean_error']:.2f} | {nuts['sd_ratio_x0']:.2f} | "
+                   f"{nuts['crossings']:.3g} |")
   return lines
 
 

@@ -58,6 +58,8 @@ from metaoptax.l2hmc.whitening import Whitening
 __all__ = ("WarmupResult", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
+SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
+CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
 
 
@@ -72,12 +74,12 @@ class WarmupResult(NamedTuple):
   log_scale_slopes: jax.Array | None = None
 
 
-def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, target, rate,
-            dim):
-  """``length`` HMC transitions of every chain in ``z = x / scale`` with step size ``h``,
-  ``log h``
-  adapted; the chains' mean and variance over the second half, and the mean ``log h``
-  and acceptance there."""
+def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
+            dim, local=None, curvature=False):
+  """``length`` HMC transitions of every chain in ``z = (x - location) / scale`` with step
+  size ``h`` (with ``local``: times :math:`e^{c w}`, Gibbs self-tuning), ``log h`` adapted;
+  the chains' mean and variance over the second half, and the mean ``log h`` and
+  acceptance there."""
   half = length // 2
   # Sums of x - shift, with shift the chains' mean at the window's start: the
   # variance from E[(x-c)^2] - E[x-c]^2 keeps its float32 digits when the mean is
@@ -87,15 +89,21 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
   def transition(carry, inputs):
     states, log_h, sums = carry
     key, t = inputs
-    params = _hmc_params(log_h)
-    whitening = Whitening(jnp.zeros_like(scale), scale)
+    params = _hmc_params(log_h, local, dim)
     keys = jax.random.split(key, states.position.shape[0])
     states, info = jax.vmap(lambda k, s: kernel(k, s, logdensity_fn, params, masks, whitening))(
         keys, states)
     acceptance = jnp.mean(info.acceptance_rate)
     in_second_half = (t >= length - half).astype(states.position.dtype)
     x = states.position - shift
-    log_square = jnp.log(jnp.maximum(x * x, 1e-30))
+    if curvature:  # -log of the curvature: a local variance, without sampling noise
+      log_square = jax.lax.cond(
+          t >= length - half,
+          lambda p: -jnp.log(jnp.maximum(jax.vmap(_curvature, (None, 0))(logdensity_fn, p),
+                                         CURVATURE_FLOOR / whitening.scale**2)),
+          lambda p: jnp.zeros_like(p), states.position)
+    else:
+      log_square = jnp.log(jnp.maximum(x * x, 1e-30))
     sums = (sums[0] + in_second_half * jnp.sum(x, 0),
             sums[1] + in_second_half * jnp.sum(x * x, 0),
             sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance,
@@ -118,19 +126,35 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, scale, length, tar
   mean = shift + centred_mean
   variance = n / (n + 5.0) * variance + 1e-3 * 5.0 / (n + 5.0)
   slopes = _log_scale_slopes(s_xx / n - jnp.outer(centred_mean, centred_mean),
-                             s_xl / n - jnp.outer(centred_mean, s_l / n), jnp.sqrt(variance))
+                             s_xl / n - jnp.outer(centred_mean, s_l / n))
   return (states, log_h, mean, variance, s_log_h / half, s_acc / half, s_chain / half,
           slopes)
 
 
-def _log_scale_slopes(covariance, cross, scale):
-  r""":math:`H_{ji} = \tfrac12\,\partial\log (x_i-\bar x_i)^2/\partial x_j\cdot\sigma_j`: the
-  least-squares slopes of each coordinate's log square on the position (ridge
-  :math:`10^{-6}` of the trace), halved (a scale) and in whitened units, diagonal 0."""
+def _curvature(logdensity_fn, position):
+  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i`` (one Hessian-vector product
+  per coordinate, forward over reverse)."""
+  grad = jax.grad(logdensity_fn)
+  basis = jnp.eye(position.shape[0], dtype=position.dtype)
+  column = jax.vmap(lambda e: jax.jvp(grad, (position,), (e,))[1])(basis)
+  return -jnp.diagonal(column)
+
+
+def _log_scale_slopes(covariance, cross):
+  r""":math:`G_{ji}/2 = \tfrac12\,\partial\log (x_i-\bar x_i)^2/\partial x_j`: the
+  least-squares slopes of each coordinate's log square (or log inverse curvature) on the
+  position (ridge :math:`10^{-6}` of the trace), halved (a scale), per unit of
+  :math:`x_j` (times :math:`\sigma_j` of the whitening they are used with:
+  :func:`_whitened`), diagonal 0."""
   dim = covariance.shape[0]
   ridge = 1e-6 * jnp.trace(covariance) / dim * jnp.eye(dim, dtype=covariance.dtype)
-  slopes = 0.5 * jnp.linalg.solve(covariance + ridge, cross) * scale[:, None]
+  slopes = 0.5 * jnp.linalg.solve(covariance + ridge, cross)
   return slopes * (1.0 - jnp.eye(dim, dtype=covariance.dtype))
+
+
+def _whitened(slopes, scale):
+  r"""Slopes per unit of :math:`x_j` -> per unit of :math:`z_j = x_j/\sigma_j`."""
+  return slopes * scale[:, None]
 
 
 def _restart_stuck(key, states, chain_acceptance):
@@ -149,15 +173,20 @@ def _restart_stuck(key, states, chain_acceptance):
   return jax.tree.map(restart, states)
 
 
-def _hmc_params(log_h):
-  """One step size ``exp(log_h)`` for every step (the networks off)."""
-  log_eps = jnp.reshape(log_h, (1,))
-  return L2HMCParams({}, log_eps, log_eps)
+def _hmc_params(log_h, local=None, dim=None):
+  """One step size ``exp(log_h)`` for every step (the networks off); with ``local``, per
+  coordinate (shape ``(1, dim)``) and shifted by the local model."""
+  if local is None:
+    log_eps = jnp.reshape(log_h, (1,))
+    return L2HMCParams({}, log_eps, log_eps)
+  log_eps = jnp.full((1, dim), log_h)
+  return L2HMCParams({}, log_eps, log_eps, local)
 
 
 def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
            num_steps: int = 10, num_iterations: int = 500, init_step_size: float = 0.1,
-           target_acceptance: float = 0.8, adaptation_rate: float = 1.0) -> WarmupResult:
+           target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
+           slopes: str = "squares") -> WarmupResult:
   r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
@@ -169,6 +198,11 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     init_step_size: :math:`h` at the start.
     target_acceptance: :math:`a^*`.
     adaptation_rate: :math:`\kappa`.
+    slopes: what the final window regresses on the position to give
+      ``log_scale_slopes`` (module docstring): ``"squares"``, each coordinate's log
+      square, or ``"curvature"``, minus its log curvature
+      :math:`-\log(-\partial^2\log p/\partial x_i^2)` (one Hessian-vector product per
+      coordinate and chain at each transition of the window's second half).
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
@@ -187,6 +221,8 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     raise ValueError(f"target_acceptance must be in (0, 1), got {target_acceptance}.")
   if not init_step_size > 0:
     raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
+  if slopes not in SLOPES:
+    raise ValueError(f"slopes must be one of {SLOPES}, got {slopes!r}.")
   dim = positions.shape[1]
   config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False)
   kernel = build_kernel(config)
@@ -198,12 +234,14 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   scale = jnp.ones(dim, positions.dtype)
   keys = jax.random.split(key, 6)
   for i, length in enumerate(lengths):
-    states, log_h, mean, variance, mean_log_h, acceptance, chain_acceptance, slopes = _window(
-        logdensity_fn, kernel, masks, keys[i], states, log_h, scale, length,
-        target_acceptance, adaptation_rate, dim)
+    states, log_h, mean, variance, mean_log_h, acceptance, chain_acceptance, fitted = _window(
+        logdensity_fn, kernel, masks, keys[i], states, log_h,
+        Whitening(jnp.zeros_like(scale), scale), length, target_acceptance, adaptation_rate,
+        dim, curvature=slopes == "curvature" and i == len(lengths) - 1)
     states = _restart_stuck(keys[3 + i], states, chain_acceptance)
     if i < 2:
       scale = jnp.sqrt(variance)
       log_h = mean_log_h  # the new scale's h starts from the last window's average
+  # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance,
-                      slopes)
+                      _whitened(fitted, scale))

@@ -79,6 +79,8 @@ class L2HMCConfig(NamedTuple):
   use_networks: bool = True  # False: S = Q = T = 0 (plain HMC)
   per_coordinate: bool = False  # step sizes are (dim,) vectors (a diagonal mass matrix)
   local_step_sizes: bool = False  # step sizes follow the position (Gibbs self-tuning)
+  # each transition first proposes x -> 2 mu - x (mu: the whitening's location), by Metropolis
+  reflection: bool = False
 
 
 class L2HMCParams(NamedTuple):

@@ -58,7 +58,7 @@ from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_a
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
-from metaoptax.l2hmc.adaptation import warmup
+from metaoptax.l2hmc.adaptation import SLOPES, warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
@@ -100,6 +100,11 @@ class TrainingConfig(NamedTuple):
       nothing to it, instead of the whole update being skipped. (Off by default:
       the per-chain cotangents are summed in another order, so results differ
       from the default's in rounding.)
+    local_fit: with ``config.local_step_sizes`` and a warm-up, what the warm-up's
+      slopes regress on the position (``slopes=`` of :func:`metaoptax.l2hmc.warmup`):
+      ``"curvature"`` (the default: minus each coordinate's log curvature,
+      deterministic given the positions) or ``"squares"`` (each coordinate's log
+      square, the earlier fit: noisy, see ``docs/l2hmc.md``).
   """
 
   num_chains: int = 200
@@ -110,6 +115,7 @@ class TrainingConfig(NamedTuple):
   objective: str = "esjd"
   warmup_iterations: int = 0
   drop_nonfinite_chains: bool = False
+  local_fit: str = "curvature"
 
 
 class TrainingState(NamedTuple):
@@ -283,6 +289,8 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
   if training.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
+  if training.local_fit not in SLOPES:
+    raise ValueError(f"local_fit must be one of {SLOPES}, got {training.local_fit!r}.")
   if training.warmup_iterations and training.warmup_iterations < 8:
     raise ValueError("warmup_iterations must be 0 or >= 8, got "
                      f"{training.warmup_iterations}.")
@@ -306,12 +314,13 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 
 @functools.cache
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
-                   init_step_size: float) -> Callable:
+                   init_step_size: float, slopes: str = "squares") -> Callable:
   """The jitted warm-up of one target and configuration (runs from other seeds reuse its
   compilation)."""
   return jax.jit(functools.partial(warmup, logdensity_fn, num_steps=num_steps,
                                    num_iterations=num_iterations,
-                                   init_step_size=init_step_size))
+                                   init_step_size=init_step_size,
+                                   slopes=slopes))
 
 
 def init_training(target: Target, config: L2HMCConfig,
@@ -338,9 +347,11 @@ def init_training(target: Target, config: L2HMCConfig,
   if training.warmup_iterations:
     k_chains, k_warmup = jax.random.split(k_chains)
     # at the target itself (temperature 1): its scales are where the sampler must end
+    # the slopes matter only to local step sizes (the curvature's cost too)
+    slopes = training.local_fit if config.local_step_sizes else "squares"
     found = _jitted_warmup(target.logdensity_fn, config.num_steps,
-                           training.warmup_iterations, config.init_step_size)(
-                               positions, k_warmup)
+                           training.warmup_iterations, config.init_step_size,
+                           slopes)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = found.step_size
     if config.per_coordinate:

@@ -1,0 +1,71 @@
+"""The reflection step (L2HMCConfig(reflection=True)): x -> 2 mu - x by Metropolis, then the
+leapfrog move.
+
+Oracles: an unequal mixture of two Gaussians at -2 and +2 (weights 0.3 / 0.7, variance 0.1,
+exact draws). The share of transitions that change side is the exact Metropolis acceptance
+of the reflection, 0.7 min(1, 3/7) + 0.3 = 0.6 (within 0.03; the leapfrog move, step 0.1,
+does not cross the ~20-nat barrier), and after a transition from exact draws the weights and
+the moments of x and x^2 stay within 5 standard errors (an acceptance of 1 would swap the
+weights to 0.7 / 0.3).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metaoptax import l2hmc
+
+WEIGHTS, MEANS, VARIANCE = jnp.array([0.3, 0.7]), jnp.array([[-2.0, 0.0], [2.0, 0.0]]), 0.1
+
+
+def _logdensity(x):
+  sq = jnp.sum((x - MEANS) ** 2, axis=-1)
+  return jax.nn.logsumexp(-0.5 * sq / VARIANCE + jnp.log(WEIGHTS))
+
+
+def _draws(key, n):
+  k_c, k_x = jax.random.split(key)
+  component = jax.random.bernoulli(k_c, WEIGHTS[1], (n,)).astype(jnp.int32)
+  return MEANS[component] + math.sqrt(VARIANCE) * jax.random.normal(k_x, (n, 2))
+
+
+def test_reflection_crosses_at_the_metropolis_rate_and_keeps_the_weights():
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, use_networks=False, reflection=True)
+  params = l2hmc.init_params(jax.random.key(0), config, step_size=0.1)
+  sampler = l2hmc.l2hmc(_logdensity, config, params, l2hmc.make_masks(jax.random.key(1),
+                                                                      config))
+  n = 20_000
+  draws = _draws(jax.random.key(2), n)
+
+  @jax.jit
+  def move(key, positions):
+    states, info = jax.vmap(sampler.step)(jax.random.split(key, n),
+                                          jax.vmap(sampler.init)(positions))
+    return states.position, info.num_gradient_evaluations
+
+  moved, grads = move(jax.random.key(3), draws)
+  crossed = float(jnp.mean(jnp.sign(moved[:, 0]) != jnp.sign(draws[:, 0])))
+  np.testing.assert_allclose(crossed, 0.7 * 3 / 7 + 0.3, atol=0.03)
+  positive = float(jnp.mean(moved[:, 0] > 0))
+  np.testing.assert_allclose(positive, 0.7, atol=5 * math.sqrt(0.21 / n))
+  mean_x0, second_x0 = 0.8, 4.0 + VARIANCE  # E x0 = 0.7*2 - 0.3*2; E x0^2 = 4 + 0.1
+  sd_x0 = math.sqrt(second_x0 - mean_x0**2)
+  np.testing.assert_allclose(float(moved[:, 0].mean()), mean_x0, atol=5 * sd_x0 / math.sqrt(n))
+  np.testing.assert_allclose(float((moved[:, 1] ** 2).mean()), VARIANCE,
+                             atol=5 * math.sqrt(2 * VARIANCE**2 / n))
+  assert int(grads[0]) == 4  # K + 1: the reflected point's log density and gradient
+
+
+def test_reflection_is_through_the_whitening_location():
+  """With a whitening of location mu, x -> 2 mu - x: the mixture shifted by mu crosses alike."""
+  shift = jnp.array([5.0, -3.0])
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=1, use_networks=False, reflection=True)
+  params = l2hmc.init_params(jax.random.key(0), config, step_size=1e-4)
+  whitening = l2hmc.whitening.Whitening(shift, jnp.ones(2))
+  sampler = l2hmc.l2hmc(lambda x: _logdensity(x - shift), config, params,
+                        jnp.zeros((1, 2)), whitening)
+  state = sampler.init(shift + jnp.array([-2.0, 0.1]))  # the light mode's centre
+  state, _ = jax.jit(sampler.step)(jax.random.key(0), state)  # accepted with probability 1
+  np.testing.assert_allclose(state.position, shift + jnp.array([2.0, -0.1]), atol=1e-3)

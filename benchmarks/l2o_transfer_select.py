@@ -231,11 +231,13 @@ def seed_report(seed, args, diagnosis, scores, cells, chosen, results, commit, s
            "--checkpoint-dir ...` (the default recipe, unchanged); "
            f"`l2o_transfer_select.py` took {seconds / 60:.1f} min for the {len(args.meta_seeds)} "
            "meta-training seeds together on 2 CPU cores shared with other jobs.", "",
-           f"## Learned rate per tensor, weights of batch {args.diagnose_batch} (min / median / max "
-           "over the tensors; one run, optimizee seed 0)", "",
-           "| network | tuned Adam (1,000 / 5,000) | " + " | ".join(
-               f"step {t}" for t in next(iter(diagnosis.values()))) + " |",
-           "|---|---|" + "---|" * len(next(iter(diagnosis.values())))]
+           ]
+  if diagnosis:
+    lines += [f"## Learned rate per tensor, weights of batch {args.diagnose_batch} (min / median / "
+              "max over the tensors; one run, optimizee seed 0)", "",
+              "| network | tuned Adam (1,000 / 5,000) | " + " | ".join(
+                  f"step {t}" for t in next(iter(diagnosis.values()))) + " |",
+              "|---|---|" + "---|" * len(next(iter(diagnosis.values())))]
   for pname, row in diagnosis.items():
     lines.append(f"| {pname} | {TUNED_ADAM[pname][0]:g} / {TUNED_ADAM[pname][1]:g} | "
                  + " | ".join(f"{lo:.2g} / {mid:.2g} / {hi:.2g}" for lo, mid, hi in row.values())
@@ -334,6 +336,8 @@ def main(argv=None):
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   parser.add_argument("--results", action="store_true",
                       help="write into benchmarks/results/ instead of --out")
+  parser.add_argument("--no-diagnosis", action="store_true",
+                      help="skip the learned rates (written by --diagnose-only)")
   parser.add_argument("--diagnose-only", action="store_true",
                       help="only the learned rates (needs batch --diagnose-batch only)")
   parser.add_argument("--quick", action="store_true",
@@ -363,7 +367,7 @@ def main(argv=None):
 
   diagnosis = {k: {} for k in args.meta_seeds}
   per_tensor = {k: {} for k in args.meta_seeds}
-  for pname, problem in l2o_transfer.problems().items():
+  for pname, problem in ({} if args.no_diagnosis else l2o_transfer.problems()).items():
     at = [t for t in DIAGNOSE_AT if t <= args.steps]
     rates = rate_traces(stack([networks[k][args.diagnose_batch] for k in args.meta_seeds]),
                         problem, max(at))

@@ -131,7 +131,9 @@ def meta_train(families, args, config):
   result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
                               config, seed=args.meta_seed, meta_optimizer=meta_optimizer),
-                          log_every=max(1, args.meta_iterations // 50), validation=validation)
+                          log_every=max(1, args.meta_iterations // 50), validation=validation,
+                          checkpoint_dir=args.checkpoint_dir,
+                          checkpoint_every=1 if args.checkpoint_dir else 0)
   return training, result
 
 
@@ -385,6 +387,9 @@ def main(argv=None):
   parser.add_argument("--validation-tasks", type=int, default=4)
   parser.add_argument("--validate-every", type=int, default=7)
   parser.add_argument("--time-repeats", type=int, default=11)
+  parser.add_argument("--checkpoint-dir", type=pathlib.Path, default=None,
+                      help="keep the meta-training state of every task batch there (orbax; "
+                           "read by l2o_transfer_select.py); a rerun resumes from it")
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out/, git-ignored)")
   parser.add_argument("--results", action="store_true",

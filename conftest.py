@@ -13,9 +13,17 @@ that the sharding tests read) still run, so the compiled-step tests see the grap
 a user gets. Set ``METAOPTAX_TEST_FULL_OPTIMIZATION=1`` to test with XLA's default
 optimization instead. The subprocess tests pass ``XLA_FLAGS`` on to their workers
 (``tests/conftest.py: xla_flags``).
+
+The doctests of the pages in ``docs/`` train samplers and learned optimizers as a
+reader would (each a few XLA compilations of a whole training step): they are in the
+``system`` tier with the multi-process tests and the Sphinx build, which CI runs right
+after the README's test command (:func:`pytest_collection_modifyitems`).
 """
 
 import os
+import pathlib
+
+import pytest
 
 #: XLA flags of the test run: no LLVM optimization on the CPU backend.
 FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
@@ -26,3 +34,13 @@ FULL_OPTIMIZATION = os.environ.get("METAOPTAX_TEST_FULL_OPTIMIZATION") == "1"
 if not FULL_OPTIMIZATION:
   _flags = os.environ.get("XLA_FLAGS", "").split()
   os.environ["XLA_FLAGS"] = " ".join(_flags + [f for f in FAST_COMPILE_FLAGS if f not in _flags])
+
+
+_DOCS = pathlib.Path(__file__).resolve().parent / "docs"
+
+
+def pytest_collection_modifyitems(items):
+  """The doctests of ``docs/*.md`` join the ``system`` tier (``-m system``)."""
+  for item in items:
+    if pathlib.Path(item.path).parent == _DOCS:
+      item.add_marker(pytest.mark.system)

@@ -17,6 +17,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from metaoptax._src import multihost
 
 
+def on_local_device(tree: Any) -> Any:
+  """``tree`` committed to this process's first device (the default device).
+
+  JAX compiles a jitted function apart for committed and uncommitted arguments,
+  so the initial states are committed as the training loops place them: a
+  hand-written loop over a built step and a library loop share one compilation.
+  """
+  return jax.device_put(tree, jax.local_devices()[0])
+
+
 class DataParallel(NamedTuple):
   """Where batched and replicated arrays live (``None`` fields: one device, no constraint)."""
 

@@ -54,7 +54,8 @@ import numpy as np
 import optax
 
 from metaoptax._src import loop
-from metaoptax._src.data_parallel import DataParallel, data_parallel, hashable_axis
+from metaoptax._src.data_parallel import (DataParallel, data_parallel, hashable_axis,
+                                          on_local_device)
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
@@ -334,7 +335,9 @@ def init_training(target: Target, config: L2HMCConfig,
   0. With ``training.warmup_iterations``, the warm-up
   (:func:`metaoptax.l2hmc.warmup`, on the target at temperature 1) sets the step sizes, the
   chains and the standardized coordinates. Arguments as in :func:`train`
-  (``optimizer`` must be the one the step uses).
+  (``optimizer`` must be the one the step uses). The state is committed to the
+  default device, as :func:`train` places it: a loop over
+  :func:`build_training_step` shares its compilation.
   """
   _check_training(training)
   _check_dim(target, config)
@@ -363,8 +366,9 @@ def init_training(target: Target, config: L2HMCConfig,
     params = init_params(k_params, config)
   chains = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
   zero = jnp.zeros([], jnp.int32)
-  return TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
-                       key, zero, zero, whitening)
+  return on_local_device(
+      TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
+                    key, zero, zero, whitening))
 
 
 def build_training_step(

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from metaoptax._src import loop, tree_utils
-from metaoptax._src.data_parallel import data_parallel, hashable_axis
+from metaoptax._src.data_parallel import data_parallel, hashable_axis, on_local_device
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2o.tasks import gradient as task_gradient
@@ -186,12 +186,17 @@ def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTrans
       :func:`default_meta_optimizer`); the same one must go to :func:`build_meta_step`.
     seed: PRNG seed (network init, then the task batches).
     params: start from these network weights instead of a fresh init.
+
+  Returns:
+    The state, committed to the default device as :func:`meta_train` places it (a
+    loop over :func:`build_meta_step` shares its compilation).
   """
   meta_optimizer = meta_optimizer or default_meta_optimizer()
   key, init_key = jax.random.split(jax.random.key(seed))
   net = config.init_network(init_key) if params is None else params
   zero = jnp.zeros([], jnp.int32)
-  return MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero)
+  return on_local_device(
+      MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero))
 
 
 def _training_config(training: MetaTrainingConfig) -> MetaTrainingConfig:

@@ -121,9 +121,9 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
     step = jax.jit(l2hmc.build_training_step(TARGET, HMC_CONFIG, HMC_TRAINING))
     state = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)
     run, losses_of, num = _train, (lambda info: info.loss[None]), 6
-  # on the default device, committed, as train places a state without a mesh: the
-  # loop's jit then shares train's compilation (the step is one object per configuration)
-  state = jax.device_put(state, jax.devices()[0])
+  # the initial states are committed to the default device, as the library's loops place
+  # them: the loop's jit shares their compilation (the step is one object per configuration)
+  assert all(leaf.committed for leaf in jax.tree.leaves(state))
   losses, per_task = [], []
   for _ in range(num):
     state, info = step(state)

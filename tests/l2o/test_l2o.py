@@ -306,9 +306,7 @@ def test_progress_shows_the_median_task_and_the_worst():
   result = l2o.meta_train(config, family, training, num_iterations=2, log_every=1,
                           progress=reports.append)
   step = jax.jit(l2o.build_meta_step(config, family, training))
-  # committed to the default device, as meta_train places it: the step's jit shares
-  # meta_train's compilation (an uncommitted state would compile it again)
-  state = jax.device_put(l2o.init_meta_training(config), jax.devices()[0])
+  state = l2o.init_meta_training(config)  # committed, as meta_train places it: one compile
   for report in reports:
     state, info = step(state)
     per_task = np.asarray(info.task_meta_losses)

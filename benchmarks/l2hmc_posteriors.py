@@ -91,9 +91,12 @@ MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
                 ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
                 ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
 # not annealed: step sizes alone (networks off) and the reflection step through the warm-up's
-# mean (L2HMCConfig(reflection=True)): label -> (objective, variant)
-MIXTURE_REFLECTION = {"reflection, step sizes only, esjd_squares":
-                      ("esjd_squares", dict(VARIANTS["step sizes only"], reflection=True))}
+# mean (L2HMCConfig(reflection=True): the warm-up's within-chain scales, a trajectory of at
+# most a quarter period): label -> (objective, variant)
+MIXTURE_REFLECTION = {
+    f"reflection, step sizes only, {objective}":
+    (objective, dict(VARIANTS["step sizes only"], reflection=True))
+    for objective in ("esjd_squares", "squares_coordinates")}
 
 
 def targets() -> dict:

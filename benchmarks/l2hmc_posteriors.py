@@ -78,7 +78,11 @@ VARIANTS = {
     "networks, width 50": dict(use_networks=True, hidden=50),
     # per-coordinate step sizes that follow the position (Gibbs self-tuning, networks off)
     "local step sizes": dict(use_networks=False, hidden=1, local_step_sizes=True),
+    # the same with a cap on each coordinate's step size (TrainingConfig.local_fit)
+    "local step sizes, saturating": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                                         local_fit="saturating"),
 }
+TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
 # the fresh-sample term); the last two rows are the paper's setting (no warm-up and
 # whitening, fresh standard-normal samples in the loss), where its ESJD crosses by reflection
@@ -154,9 +158,11 @@ def optimizer(learning_rate: float):
 def train(target, variant: dict, objective: str, seed: int, iterations: int, chains: int,
           warmup: int, num_steps: int, anneal=None, aux_weight: float = 0.0,
           learning_rate: float = 1e-3):
+  variant = dict(variant)
+  options = {name: variant.pop(name) for name in TRAINING_FIELDS if name in variant}
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
                              per_coordinate=True, init_step_size=0.1, **variant)
-  options = dict(num_chains=chains, aux_weight=aux_weight, objective=objective,
+  options.update(num_chains=chains, aux_weight=aux_weight, objective=objective,
                  warmup_iterations=warmup, drop_nonfinite_chains=True)
   if anneal is not None:
     options["temperature"] = _annealing(anneal[0], max(1, int(anneal[1] * iterations)))

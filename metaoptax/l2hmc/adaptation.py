@@ -73,6 +73,9 @@ class WarmupResult(NamedTuple):
   acceptance: jax.Array  # mean acceptance probability over the final window's second half
   # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup)
   log_scale_slopes: jax.Array | None = None
+  # with slopes="curvature": (positions z, log local scales of z) at the final window's
+  # second half, (transitions * chains, dim) each, for the saturating fit
+  log_scale_samples: tuple[jax.Array, jax.Array] | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -113,14 +116,15 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[7] + in_second_half * jnp.sum(log_square, 0),
             sums[8] + in_second_half * x, sums[9] + in_second_half * x * x)
     log_h = log_h + rate * (acceptance - target)
-    return (states, log_h, sums), None
+    # the curvature fit's samples (second half only; the first half's are discarded)
+    return (states, log_h, sums), ((states.position, log_square) if curvature else None)
 
   zeros = jnp.zeros(dim, states.position.dtype)
   zero = jnp.zeros((), states.position.dtype)
   square = jnp.zeros((dim, dim), states.position.dtype)
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
   per_chain = jnp.zeros_like(states.position)
-  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2)), _ = jax.lax.scan(
+  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2)), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
                                    per_chain, per_chain)),
       (jax.random.split(key, length), jnp.arange(length)))
@@ -133,8 +137,10 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   within = n / (n + 5.0) * within + 1e-3 * 5.0 / (n + 5.0)
   slopes = _log_scale_slopes(s_xx / n - jnp.outer(centred_mean, centred_mean),
                              s_xl / n - jnp.outer(centred_mean, s_l / n))
+  if kept is not None:  # (half * chains, dim) positions and log local variances
+    kept = jax.tree.map(lambda a: a[length - half:].reshape(-1, dim), kept)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
-          s_chain / half, slopes)
+          s_chain / half, slopes, kept)
 
 
 def _curvature(logdensity_fn, position):
@@ -250,7 +256,7 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   keys = jax.random.split(key, 6)
   for i, length in enumerate(lengths):
     (states, log_h, mean, variance, within, mean_log_h, acceptance, chain_acceptance,
-     fitted) = _window(
+     fitted, kept) = _window(
         logdensity_fn, kernel, masks, keys[i], states, log_h,
         Whitening(jnp.zeros_like(scale), scale), length, target_acceptance, adaptation_rate,
         dim, curvature=slopes == "curvature" and i == len(lengths) - 1)
@@ -259,5 +265,8 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
       scale = jnp.sqrt(variance if scales == "pooled" else within)
       log_h = mean_log_h  # the new scale's h starts from the last window's average
   # the slopes in the units of the whitening that h was adapted with (window 2's scale)
+  samples = None
+  if kept is not None:  # whitened positions and log local scales (halved log variances)
+    samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))
   return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance,
-                      _whitened(fitted, scale))
+                      _whitened(fitted, scale), samples)

@@ -54,6 +54,23 @@ step sizes' log-normal jitter :math:`|c_i|` is at most ``JITTER``, and
 :math:`\kappa \geq 1` keeps the acceptance cost small where the slopes are small
 (on a Gaussian, :math:`H \approx 0` and the sampler stays HMC).
 
+Saturating step sizes (:func:`fit_caps`). A coordinate whose precision is a
+position-dependent part plus a constant one (the centered eight schools' effect
+:math:`\theta_j`: :math:`1/\tau^2 + 1/\sigma_j^2`) has a log scale with slope 1 in
+:math:`\log\tau` in the neck and 0 where :math:`\tau \gg \sigma_j`; a log-linear model
+fitted across both overshoots above. With caps :math:`u_i` the shift is the soft minimum
+
+.. math::
+
+  \log\varepsilon_i(w) = \log\varepsilon_i + m(c_i w, u_i) - m(0, u_i), \qquad
+  m(a, u) = -\tfrac12\log\big(e^{-2a} + e^{-2u}\big),
+
+so that :math:`\varepsilon_i(w)^{-2} \propto e^{-2c_i w} + e^{-2u_i}` (precisions add):
+linear for :math:`c_i w \ll u_i` (:math:`u_i = \infty` is the log-linear model) and at
+most :math:`u_i - m(0, u_i)` above. The step sizes are still a deterministic function of
+:math:`w`, so the leapfrog with :math:`w` fixed is an involution and the acceptance ratio
+above stays exact, unchanged.
+
 References:
   Bou-Rabee, Carpenter and Marsden, `GIST: Gibbs self-tuning for locally
   adaptive Hamiltonian Monte Carlo <https://arxiv.org/abs/2404.15253>`_, 2024.
@@ -65,8 +82,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ("LocalStepSizes", "fit")
+__all__ = ("LocalStepSizes", "fit", "fit_caps")
 
 INIT_EXPONENT = 0.1  # c without a fit: a +-10 % jitter, whose gradient moves beta
 JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
@@ -77,6 +95,7 @@ class LocalStepSizes(NamedTuple):
 
   slope: jax.Array  # (dim,) beta
   exponent: jax.Array  # (dim,) c
+  cap: jax.Array | None = None  # (dim,) u of the saturating shift; None: log-linear
 
 
 def init_local(dim: int) -> LocalStepSizes:
@@ -92,6 +111,54 @@ def fit(log_scale_slopes: jax.Array) -> LocalStepSizes:
   return LocalStepSizes(kappa * a, s / kappa * b)
 
 
+#: The caps :func:`fit_caps` tries: quantiles of the fitted shifts, the largest plus these,
+#: and no cap.
+CAP_QUANTILES = tuple(float(q) for q in np.linspace(0.5, 1.0, 11))
+CAP_ABOVE = (0.25, 0.5, 1.0, 2.0)
+#: Multipliers of the exponents :func:`fit_caps` tries with each cap: the least-squares
+#: slope of a saturating log scale is lower than its slope below the cap.
+EXPONENT_MULTIPLIERS = (1.0, 1.1, 1.2, 1.35, 1.5)
+
+
+def fit_caps(local: LocalStepSizes, positions: jax.Array,
+             log_scales: jax.Array) -> LocalStepSizes:
+  r"""Caps :math:`u_i` (and exponents :math:`c_i`) of the saturating shift, by least squares.
+
+  For each coordinate, over the warm-up's samples (``positions`` :math:`z_k` and
+  ``log_scales`` :math:`\ell_{ki}`, the log local scales, both ``(n, dim)``) and
+  :math:`p_k = \beta^\top z_k`: the exponent :math:`a` (``EXPONENT_MULTIPLIERS`` times
+  :math:`c_i`) and the cap :math:`u` (``CAP_QUANTILES`` of :math:`a p_k`, the largest plus
+  ``CAP_ABOVE``, or :math:`\infty`) that minimise
+  :math:`\sum_k (\ell_{ki} - m(a p_k, u) - \overline{\ell_i - m(a p, u)})^2` (the intercept
+  fitted). A log-linear scale keeps :math:`u_i = \infty`, :math:`a = c_i`. If the
+  exponents exceed ``JITTER``, :math:`c` is scaled back to it and :math:`\beta` up by the
+  same factor (:math:`c\beta^\top` and the caps unchanged).
+  """
+  projection = positions @ local.slope  # (n,)
+  multipliers = jnp.asarray(EXPONENT_MULTIPLIERS, log_scales.dtype)
+  exponents = multipliers[:, None] * local.exponent  # (M, dim)
+  linear = exponents[:, None, :] * projection[None, :, None]  # (M, n, dim)
+  top = jnp.max(linear, axis=1)  # (M, dim)
+  caps = jnp.concatenate([
+      jnp.quantile(linear, jnp.asarray(CAP_QUANTILES, log_scales.dtype), axis=1),
+      top[None] + jnp.asarray(CAP_ABOVE, log_scales.dtype)[:, None, None],
+      jnp.full((1,) + top.shape, jnp.inf, log_scales.dtype)])  # (U, M, dim)
+  shifted = _soft_minimum(linear[None], caps[:, :, None, :])  # (U, M, n, dim)
+  residual = log_scales - shifted
+  error = jnp.mean((residual - jnp.mean(residual, axis=2, keepdims=True)) ** 2, axis=2)
+  best = jnp.argmin(error.reshape(-1, error.shape[-1]), axis=0)  # (dim,) over (U, M)
+  index = jnp.arange(error.shape[-1])
+  cap = caps.reshape(-1, caps.shape[-1])[best, index]
+  exponent = exponents[best % len(EXPONENT_MULTIPLIERS), index]
+  kappa = jnp.maximum(1.0, jnp.max(jnp.abs(exponent)) / JITTER)
+  return LocalStepSizes(local.slope * kappa, exponent / kappa, cap)
+
+
+def _soft_minimum(a, u):
+  r""":math:`m(a, u) = -\tfrac12\log(e^{-2a} + e^{-2u})` (:math:`a` where :math:`u = \infty`)."""
+  return -0.5 * jnp.logaddexp(-2.0 * a, -2.0 * u)
+
+
 def tuning_variable(local: LocalStepSizes, z: jax.Array, noise: jax.Array) -> jax.Array:
   """:math:`w = \\beta^\\top z + u` for a standard normal ``noise`` :math:`u`."""
   return jnp.dot(local.slope, z) + noise
@@ -104,5 +171,9 @@ def log_density(local: LocalStepSizes, w: jax.Array, z: jax.Array) -> jax.Array:
 
 def shifted_log_step_sizes(local: LocalStepSizes, log_step_size: jax.Array,
                            w: jax.Array) -> jax.Array:
-  """:math:`\\log\\varepsilon + c\\,w` for ``(steps, dim)`` per-coordinate log step sizes."""
-  return log_step_size + local.exponent * w
+  """:math:`\\log\\varepsilon + c\\,w` for ``(steps, dim)`` per-coordinate log step sizes;
+  with caps, :math:`\\log\\varepsilon + m(c\\,w, u) - m(0, u)` (module docstring)."""
+  if local.cap is None:
+    return log_step_size + local.exponent * w
+  return (log_step_size + _soft_minimum(local.exponent * w, local.cap)
+          - _soft_minimum(jnp.zeros_like(local.cap), local.cap))

@@ -104,7 +104,9 @@ class TrainingConfig(NamedTuple):
       slopes regress on the position (``slopes=`` of :func:`metaoptax.l2hmc.warmup`):
       ``"curvature"`` (the default: minus each coordinate's log curvature,
       deterministic given the positions) or ``"squares"`` (each coordinate's log
-      square, the earlier fit: noisy, see ``docs/l2hmc.md``).
+      square, the earlier fit: noisy, see ``docs/l2hmc.md``) or ``"saturating"`` (the
+      curvature's fit with a cap on each coordinate's step size,
+      :func:`metaoptax.l2hmc.local_step_sizes.fit_caps`).
   """
 
   num_chains: int = 200
@@ -168,6 +170,10 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
 #: trajectory of at most a quarter period of a whitened (unit-scale) Gaussian coordinate,
 #: where its square decorrelates (:func:`objective_loss`, ``"squares_coordinates"``).
 QUARTER_PERIOD = 0.5 * np.pi
+
+#: ``TrainingConfig.local_fit``'s choices: the warm-up's slopes (:data:`SLOPES`), or the
+#: curvature's with caps (``"saturating"``).
+LOCAL_FITS = SLOPES + ("saturating",)
 
 #: The training objectives (:func:`objective_loss`).
 OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1", "esjd_coordinates", "esjd_and_coordinates",
@@ -310,8 +316,8 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
   if training.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
-  if training.local_fit not in SLOPES:
-    raise ValueError(f"local_fit must be one of {SLOPES}, got {training.local_fit!r}.")
+  if training.local_fit not in LOCAL_FITS:
+    raise ValueError(f"local_fit must be one of {LOCAL_FITS}, got {training.local_fit!r}.")
   if training.warmup_iterations and training.warmup_iterations < 8:
     raise ValueError("warmup_iterations must be 0 or >= 8, got "
                      f"{training.warmup_iterations}.")
@@ -370,7 +376,9 @@ def init_training(target: Target, config: L2HMCConfig,
     k_chains, k_warmup = jax.random.split(k_chains)
     # at the target itself (temperature 1): its scales are where the sampler must end
     # the slopes matter only to local step sizes (the curvature's cost too)
-    slopes = training.local_fit if config.local_step_sizes else "squares"
+    slopes = "squares"
+    if config.local_step_sizes:
+      slopes = "curvature" if training.local_fit == "saturating" else training.local_fit
     found = _jitted_warmup(target.logdensity_fn, config.num_steps,
                            training.warmup_iterations, config.init_step_size,
                            slopes, "within" if config.reflection else "pooled")(
@@ -383,7 +391,10 @@ def init_training(target: Target, config: L2HMCConfig,
       step_size = jnp.full((config.dim,), step_size)
     params = init_params(k_params, config, step_size=step_size)
     if config.local_step_sizes:
-      params = params._replace(local=local_step_sizes.fit(found.log_scale_slopes))
+      local = local_step_sizes.fit(found.log_scale_slopes)
+      if training.local_fit == "saturating":
+        local = local_step_sizes.fit_caps(local, *found.log_scale_samples)
+      params = params._replace(local=local)
   else:
     params = init_params(k_params, config)
   chains = jax.vmap(lambda x: init(x, logdensity_fn))(positions)

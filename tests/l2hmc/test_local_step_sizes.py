@@ -21,21 +21,32 @@ def _config():
                            step_sizes="per_step", local_step_sizes=True)
 
 
-def _params(config):
+# saturating step sizes: coordinate 0 capped at a shift of 0.4 (reached at w ~ 0.7),
+# coordinate 1 uncapped (log-linear)
+CAPS = {"log-linear": None, "saturating": jnp.array([0.4, jnp.inf])}
+
+
+def _params(config, cap=None):
   params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.array([0.3, 0.5]))
-  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.5, -0.4]), jnp.array([0.6, 0.3]))
+  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.5, -0.4]), jnp.array([0.6, 0.3]),
+                                                cap)
   return params._replace(local=local)
 
 
 def _textbook(x, v, u, params):
-  """Leapfrog with eps_k = exp(log eps_k + c w), w = beta.x + u, and the acceptance
-  min(1, p(x')N(v')N(w; beta.x', 1) / (p(x)N(v)N(w; beta.x, 1)))."""
-  beta, c = params.local
+  """Leapfrog with eps_k = exp(log eps_k + c w), w = beta.x + u (with caps, the shift c w
+  replaced by the soft minimum -log(e^{-2 c w} + e^{-2 cap}) / 2 less its value at w = 0),
+  and the acceptance min(1, p(x')N(v')N(w; beta.x', 1) / (p(x)N(v)N(w; beta.x, 1)))."""
+  beta, c, cap = params.local
   w = beta @ x + u
+  shift = c * w
+  if cap is not None:
+    shift = (-0.5 * jnp.log(jnp.exp(-2.0 * c * w) + jnp.exp(-2.0 * cap))
+             + 0.5 * jnp.log(1.0 + jnp.exp(-2.0 * cap)))
   logp, grad = GAUSSIAN.logdensity_fn, jax.grad(GAUSSIAN.logdensity_fn)
   y, p = x, v
   for log_eps in params.log_step_size_x:
-    eps = jnp.exp(log_eps + c * w)
+    eps = jnp.exp(log_eps + shift)
     p = p + 0.5 * eps * grad(y)
     y = y + eps * p
     p = p + 0.5 * eps * grad(y)
@@ -44,10 +55,11 @@ def _textbook(x, v, u, params):
   return y, jnp.minimum(1.0, jnp.exp(log_ratio))
 
 
-def test_acceptance_matches_the_gist_ratio(u=1.3):
+@pytest.mark.parametrize("cap", list(CAPS))
+def test_acceptance_matches_the_gist_ratio(cap, u=1.3):
   with jax.enable_x64(True):
     config = _config()
-    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _params(config))
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _params(config, CAPS[cap]))
     x, v = jnp.array([0.5, -1.0]), jnp.array([0.4, 1.1])
     state = l2hmc.init(x, GAUSSIAN.logdensity_fn)
     proposal, acceptance, _ = l2hmc.propose(config, params, jnp.zeros((5, 2)),
@@ -55,14 +67,18 @@ def test_acceptance_matches_the_gist_ratio(u=1.3):
                                             jnp.asarray(1), None, jnp.asarray(u))
     y, expected = _textbook(x, v, u, params)
     assert 0.01 < float(expected) < 0.99  # the q ratio matters here
+    if cap == "saturating":  # the cap binds: coordinate 0's shift is below c w
+      assert float(params.local.exponent[0] * (params.local.slope @ x + u)) > 0.6
     np.testing.assert_allclose(proposal.position, y, atol=1e-10)
     np.testing.assert_allclose(acceptance, expected, atol=1e-10)
 
 
-def test_leaves_the_target_invariant():
+@pytest.mark.parametrize("cap", list(CAPS))
+def test_leaves_the_target_invariant(cap):
   """Exact draws stay exact after a transition (moments of x and x^2 within 5 s.e.)."""
   config, n = _config(), 20_000
-  sampler = l2hmc.l2hmc(GAUSSIAN.logdensity_fn, config, _params(config), jnp.zeros((5, 2)))
+  sampler = l2hmc.l2hmc(GAUSSIAN.logdensity_fn, config, _params(config, CAPS[cap]),
+                        jnp.zeros((5, 2)))
   draws = GAUSSIAN.sample(jax.random.key(1), n)
 
   @jax.jit
@@ -142,3 +158,21 @@ def test_rejects_an_unknown_fit():
     l2hmc.warmup(GAUSSIAN.logdensity_fn, jnp.zeros((4, 2)), jax.random.key(0), slopes="x")
   with pytest.raises(ValueError, match="local_fit"):
     l2hmc.init_training(GAUSSIAN, _config(), l2hmc.TrainingConfig(local_fit="x"))
+
+
+def test_fit_caps_recovers_a_saturating_scale():
+  """Log scales m(0.5 p, 0.4) + 0.3 (soft minimum, p = z_0) and -1 + 0.5 p: the fit keeps the
+  second log-linear (cap inf, exponent 0.5) and matches the first's shifts over the samples
+  up to their intercept within 0.03 (the caps are a grid of quantiles)."""
+  z = jax.random.normal(jax.random.key(0), (2000, 2))
+  p = z[:, 0]
+  saturating = -0.5 * jnp.log(jnp.exp(-p) + jnp.exp(-0.8)) + 0.3
+  local = l2hmc.local_step_sizes.fit_caps(
+      l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.0, 0.0]), jnp.array([0.5, 0.5])),
+      z, jnp.stack([saturating, -1.0 + 0.5 * p], axis=1))
+  assert float(local.cap[1]) == float("inf")
+  np.testing.assert_allclose(local.exponent[1] * local.slope[0], 0.5, rtol=1e-6)
+  shifts = l2hmc.local_step_sizes.shifted_log_step_sizes(local, jnp.zeros(2), (local.slope[0] * p)[:, None])
+  residual = saturating - shifts[:, 0]
+  np.testing.assert_array_less(jnp.abs(residual - jnp.mean(residual)), 0.03)
+  assert float(local.cap[0]) < 1.0 < float(jnp.max(0.5 * p))  # the cap binds

@@ -106,7 +106,9 @@ class TrainingConfig(NamedTuple):
       deterministic given the positions) or ``"squares"`` (each coordinate's log
       square, the earlier fit: noisy, see ``docs/l2hmc.md``) or ``"saturating"`` (the
       curvature's fit with a cap on each coordinate's step size,
-      :func:`metaoptax.l2hmc.local_step_sizes.fit_caps`).
+      :func:`metaoptax.l2hmc.local_step_sizes.fit_caps`, switched off where the step sizes
+      hardly vary over the warm-up's positions,
+      :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`).
   """
 
   num_chains: int = 200
@@ -393,7 +395,9 @@ def init_training(target: Target, config: L2HMCConfig,
     if config.local_step_sizes:
       local = local_step_sizes.fit(found.log_scale_slopes)
       if training.local_fit == "saturating":
-        local = local_step_sizes.fit_caps(local, *found.log_scale_samples)
+        local = local_step_sizes.keep_if_varying(
+            local_step_sizes.fit_caps(local, *found.log_scale_samples),
+            found.log_scale_samples[0])
       params = params._replace(local=local)
   else:
     params = init_params(k_params, config)

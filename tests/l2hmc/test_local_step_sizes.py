@@ -176,3 +176,16 @@ def test_fit_caps_recovers_a_saturating_scale():
   residual = saturating - shifts[:, 0]
   np.testing.assert_array_less(jnp.abs(residual - jnp.mean(residual)), 0.03)
   assert float(local.cap[0]) < 1.0 < float(jnp.max(0.5 * p))  # the cap binds
+
+
+@pytest.mark.parametrize("exponent, kept", [(0.5, True), (0.3, False)])
+def test_keep_if_varying_switches_off_a_flat_model(exponent, kept):
+  """Positions with beta.z ~ N(0, 1): the shift c w has sd |c| (0.5 kept, 0.3 < MIN_SPREAD
+  = 0.4 switched off to beta = c = 0, which leaves the step sizes fixed)."""
+  z = jax.random.normal(jax.random.key(0), (4000, 2))
+  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.0, 0.0]),
+                                                jnp.array([exponent, 0.1]))
+  chosen = l2hmc.local_step_sizes.keep_if_varying(local, z)
+  expected = local if kept else l2hmc.local_step_sizes.LocalStepSizes(jnp.zeros(2), jnp.zeros(2))
+  np.testing.assert_array_equal(chosen.slope, expected.slope)
+  np.testing.assert_array_equal(chosen.exponent, expected.exponent)

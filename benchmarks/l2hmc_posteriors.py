@@ -77,8 +77,10 @@ VARIANTS = {
     "networks, width 10": dict(use_networks=True, hidden=10),
     "networks, width 50": dict(use_networks=True, hidden=50),
     # per-coordinate step sizes that follow the position (Gibbs self-tuning, networks off)
-    "local step sizes": dict(use_networks=False, hidden=1, local_step_sizes=True),
-    # the same with a cap on each coordinate's step size (TrainingConfig.local_fit)
+    # log-linear in the position (TrainingConfig.local_fit="curvature")
+    "local step sizes": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                             local_fit="curvature"),
+    # with a cap on each coordinate's step size, off where they hardly vary (the default)
     "local step sizes, saturating": dict(use_networks=False, hidden=1, local_step_sizes=True,
                                          local_fit="saturating"),
 }

@@ -100,15 +100,17 @@ class TrainingConfig(NamedTuple):
       nothing to it, instead of the whole update being skipped. (Off by default:
       the per-chain cotangents are summed in another order, so results differ
       from the default's in rounding.)
-    local_fit: with ``config.local_step_sizes`` and a warm-up, what the warm-up's
-      slopes regress on the position (``slopes=`` of :func:`metaoptax.l2hmc.warmup`):
-      ``"curvature"`` (the default: minus each coordinate's log curvature,
-      deterministic given the positions) or ``"squares"`` (each coordinate's log
-      square, the earlier fit: noisy, see ``docs/l2hmc.md``) or ``"saturating"`` (the
-      curvature's fit with a cap on each coordinate's step size,
+    local_fit: with ``config.local_step_sizes`` and a warm-up, how the warm-up fits the
+      step sizes' dependence on the position: ``"saturating"`` (the default: the
+      ``"curvature"`` fit with a cap on each coordinate's step size,
       :func:`metaoptax.l2hmc.local_step_sizes.fit_caps`, switched off where the step sizes
       hardly vary over the warm-up's positions,
-      :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`).
+      :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`), ``"curvature"``
+      (log-linear: the slopes of minus each coordinate's log curvature on the position,
+      deterministic given the positions) or ``"squares"`` (log-linear in each
+      coordinate's log square, the earliest fit: noisy, see ``docs/l2hmc.md``); the
+      warm-up's ``slopes=`` (:func:`metaoptax.l2hmc.warmup`) is ``"curvature"`` for the
+      first two.
   """
 
   num_chains: int = 200
@@ -119,7 +121,7 @@ class TrainingConfig(NamedTuple):
   objective: str = "esjd"
   warmup_iterations: int = 0
   drop_nonfinite_chains: bool = False
-  local_fit: str = "curvature"
+  local_fit: str = "saturating"
 
 
 class TrainingState(NamedTuple):

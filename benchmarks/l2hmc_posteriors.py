@@ -83,6 +83,9 @@ VARIANTS = {
     # with a cap on each coordinate's step size, off where they hardly vary (the default)
     "local step sizes, saturating": dict(use_networks=False, hidden=1, local_step_sizes=True,
                                          local_fit="saturating"),
+    # the same with a Metropolis scale move along the local model (L2HMCConfig.scale_move)
+    "local step sizes, scale move": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                                         local_fit="saturating", scale_move=1.0),
 }
 TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
@@ -234,7 +237,8 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                      jax.random.key(1000 + seed), args.chains, args.burn_in, args.samples,
                      result.state.chains.position)
-  grads = config.num_steps + config.reflection  # the reflected point's gradient
+  # the reflected point's gradient, the scale move's
+  grads = config.num_steps + config.reflection + (config.scale_move > 0)
   scores = checked(_sampler_metrics.score(run["draws"], grads, run["seconds"]),
                    run["draws"], ref)
   if budget:  # NUTS's gradients: a run of its own (same start, another key), scored alike

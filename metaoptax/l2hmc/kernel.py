@@ -154,6 +154,22 @@ def _reflection_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   return optax.tree_utils.tree_where(accepted, reflected, state)
 
 
+def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
+                     whitening: Whitening | None, local, size: float) -> L2HMCState:
+  r"""Metropolis on the scale move :math:`T_t`, :math:`t \sim \mathcal N(0, s^2)`, in the
+  whitened coordinates (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`)."""
+  k_t, k_accept = jax.random.split(rng_key)
+  z = state.position if whitening is None else to_whitened(whitening, state.position)
+  t = size * jax.random.normal(k_t, (), z.dtype)
+  moved, log_det = local_step_sizes.scale_move(local, z, t)
+  proposal = init(moved if whitening is None else from_whitened(whitening, moved),
+                  logdensity_fn)
+  log_ratio = proposal.logdensity - state.logdensity + log_det
+  accepted = jnp.log(jax.random.uniform(k_accept)) < jnp.where(jnp.isfinite(log_ratio),
+                                                                log_ratio, -jnp.inf)
+  return optax.tree_utils.tree_where(accepted, proposal, state)
+
+
 def build_kernel(config: L2HMCConfig):
   """``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``."""
 
@@ -163,6 +179,9 @@ def build_kernel(config: L2HMCConfig):
     if config.reflection:
       state = _reflection_step(jax.random.fold_in(rng_key, 2), state, logdensity_fn,
                                whitening)
+    if config.scale_move:
+      state = _scale_move_step(jax.random.fold_in(rng_key, 3), state, logdensity_fn,
+                               whitening, params.local, config.scale_move)
     momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
     direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
     noise = None
@@ -173,7 +192,8 @@ def build_kernel(config: L2HMCConfig):
     accepted = jax.random.uniform(k_accept) < acceptance
     new_state = optax.tree_utils.tree_where(accepted, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
-                     jnp.asarray(config.num_steps + config.reflection, jnp.int32))
+                     jnp.asarray(config.num_steps + config.reflection
+                                 + (config.scale_move > 0), jnp.int32))
     return new_state, info
 
   return kernel

@@ -19,7 +19,8 @@ objective ablation). For each target:
   HMC transitions gives the whitening and the initial step size, then training
   (``esjd_squares`` unless the row says otherwise) of per-step per-coordinate
   step sizes alone (the networks off: HMC's cost per transition), or with S, Q, T
-  networks of width 10 or 50.
+  networks of width 10 or 50, or step sizes that follow the position (Gibbs self-tuning:
+  log-linear, saturating, and saturating with the scale move).
 
 Scores (``_sampler_metrics.score``): Geyer's ESS (min over dimensions) of x and
 x^2 per gradient and per second of sampling (jitted, chains vmapped, compiled

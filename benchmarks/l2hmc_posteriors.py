@@ -87,6 +87,8 @@ VARIANTS = {
     # the same with a Metropolis scale move along the local model (L2HMCConfig.scale_move)
     "local step sizes, scale move": dict(use_networks=False, hidden=1, local_step_sizes=True,
                                          local_fit="saturating", scale_move=1.0),
+    "local step sizes, scale move 2": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                                           local_fit="saturating", scale_move=2.0),
 }
 TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of

@@ -100,6 +100,11 @@ def test_needs_per_coordinate_step_sizes():
     l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, local_step_sizes=True))
 
 
+def test_scale_move_needs_local_step_sizes():
+  with pytest.raises(ValueError, match="scale_move"):
+    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, scale_move=1.0))
+
+
 @pytest.mark.parametrize("size", [0.1, 3.0])
 def test_fit_recovers_a_rank_one_slope_matrix(size):
   """H = s a b^T: c beta^T = H exactly (1e-5), the jitter max|c| capped at JITTER."""

@@ -124,10 +124,11 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   square = jnp.zeros((dim, dim), states.position.dtype)
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
   per_chain = jnp.zeros_like(states.position)
-  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2)), kept = jax.lax.scan(
+  (states, log_h, sums), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
                                    per_chain, per_chain)),
       (jax.random.split(key, length), jnp.arange(length)))
+  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2 = sums
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
@@ -264,9 +265,9 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     if i < 2:
       scale = jnp.sqrt(variance if scales == "pooled" else within)
       log_h = mean_log_h  # the new scale's h starts from the last window's average
-  # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   samples = None
   if kept is not None:  # whitened positions and log local scales (halved log variances)
     samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))
+  # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance,
                       _whitened(fitted, scale), samples)

@@ -29,6 +29,12 @@ closed form of what the paper's sampler learns on symmetric targets (a reflectio
 composed with a move that mixes the even statistics the reflection leaves in place: on a
 mixture of two modes symmetric about :math:`\mu` it crosses at every accepted step.
 
+With ``config.scale_move`` :math:`= s > 0` (and local step sizes) a transition then makes a
+Metropolis group move along the local model, :math:`z \to T_t z`,
+:math:`t \sim \mathcal N(0, s^2)`, accepted with :math:`\min(1, p(T_t z)|\det\partial T_t/
+\partial z|/p(z))` (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`; one gradient
+evaluation more).
+
 Usage::
 
   sampler = metaoptax.l2hmc.l2hmc(target.logdensity_fn, config, params, masks)
@@ -148,10 +154,15 @@ def _reflection_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   """Metropolis on :math:`x \\to 2\\mu - x` (module docstring)."""
   center = 0.0 if whitening is None else whitening.location
   reflected = init(2.0 * center - state.position, logdensity_fn)
-  log_ratio = reflected.logdensity - state.logdensity
+  return _metropolis(rng_key, reflected.logdensity - state.logdensity, reflected, state)
+
+
+def _metropolis(rng_key, log_ratio, proposal: L2HMCState, state: L2HMCState) -> L2HMCState:
+  """``proposal`` with probability ``min(1, exp(log_ratio))`` (0 if not finite), else
+  ``state``."""
   accepted = jnp.log(jax.random.uniform(rng_key)) < jnp.where(jnp.isfinite(log_ratio),
                                                                log_ratio, -jnp.inf)
-  return optax.tree_utils.tree_where(accepted, reflected, state)
+  return optax.tree_utils.tree_where(accepted, proposal, state)
 
 
 def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
@@ -164,10 +175,8 @@ def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   moved, log_det = local_step_sizes.scale_move(local, z, t)
   proposal = init(moved if whitening is None else from_whitened(whitening, moved),
                   logdensity_fn)
-  log_ratio = proposal.logdensity - state.logdensity + log_det
-  accepted = jnp.log(jax.random.uniform(k_accept)) < jnp.where(jnp.isfinite(log_ratio),
-                                                                log_ratio, -jnp.inf)
-  return optax.tree_utils.tree_where(accepted, proposal, state)
+  return _metropolis(k_accept, proposal.logdensity - state.logdensity + log_det, proposal,
+                     state)
 
 
 def build_kernel(config: L2HMCConfig):

@@ -114,7 +114,8 @@ JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
 
 
 class LocalStepSizes(NamedTuple):
-  """:math:`w \\sim \\mathcal N(\\beta^\\top z, 1)`, :math:`\\log\\varepsilon_i \\mathrel{+}= c_i w`."""
+  """:math:`w \\sim \\mathcal N(\\beta^\\top z, 1)`, :math:`\\log\\varepsilon_i \\mathrel{+}= c_i w`
+  (saturating with ``cap``)."""
 
   slope: jax.Array  # (dim,) beta
   exponent: jax.Array  # (dim,) c

@@ -177,7 +177,8 @@ def test_fit_caps_recovers_a_saturating_scale():
       z, jnp.stack([saturating, -1.0 + 0.5 * p], axis=1))
   assert float(local.cap[1]) == float("inf")
   np.testing.assert_allclose(local.exponent[1] * local.slope[0], 0.5, rtol=1e-6)
-  shifts = l2hmc.local_step_sizes.shifted_log_step_sizes(local, jnp.zeros(2), (local.slope[0] * p)[:, None])
+  shifts = l2hmc.local_step_sizes.shifted_log_step_sizes(local, jnp.zeros(2),
+                                                         (local.slope[0] * p)[:, None])
   residual = saturating - shifts[:, 0]
   np.testing.assert_array_less(jnp.abs(residual - jnp.mean(residual)), 0.03)
   assert float(local.cap[0]) < 1.0 < float(jnp.max(0.5 * p))  # the cap binds

@@ -397,9 +397,9 @@ def init_training(target: Target, config: L2HMCConfig,
     if config.local_step_sizes:
       local = local_step_sizes.fit(found.log_scale_slopes)
       if training.local_fit == "saturating":
-        local = local_step_sizes.keep_if_varying(
-            local_step_sizes.fit_caps(local, *found.log_scale_samples),
-            found.log_scale_samples[0])
+        local = local_step_sizes.fit_caps(local, *found.log_scale_samples)._replace(
+            centre=local_step_sizes.fit_centre(*found.log_scale_samples))
+        local = local_step_sizes.keep_if_varying(local, found.log_scale_samples[0])
       params = params._replace(local=local)
   else:
     params = init_params(k_params, config)

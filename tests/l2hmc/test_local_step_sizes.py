@@ -37,7 +37,7 @@ def _textbook(x, v, u, params):
   """Leapfrog with eps_k = exp(log eps_k + c w), w = beta.x + u (with caps, the shift c w
   replaced by the soft minimum -log(e^{-2 c w} + e^{-2 cap}) / 2 less its value at w = 0),
   and the acceptance min(1, p(x')N(v')N(w; beta.x', 1) / (p(x)N(v)N(w; beta.x, 1)))."""
-  beta, c, cap = params.local
+  beta, c, cap = params.local[:3]
   w = beta @ x + u
   shift = c * w
   if cap is not None:
@@ -220,7 +220,8 @@ def test_scale_move_ratio_on_the_funnel_is_the_prior_ratio_of_v(t):
 
 
 def test_scale_move_leaves_the_funnel_invariant():
-  """A saturating model (caps that bind) with inexact rates: exact funnel draws stay exact
+  """A saturating model (caps that bind) with inexact rates and centres: exact funnel draws
+  stay exact
   after a scale move and a leapfrog of tiny steps (the mean and variance of v and the mean of
   log x_1^2 - v, a log chi^2_1, within 5 s.e.); v moves. Without the Jacobian the mean of v
   fails (measured -0.69)."""
@@ -228,7 +229,8 @@ def test_scale_move_leaves_the_funnel_invariant():
   config = l2hmc.L2HMCConfig(dim=4, num_steps=1, use_networks=False, per_coordinate=True,
                              local_step_sizes=True, scale_move=2.0)
   local = FUNNEL_MODEL._replace(exponent=jnp.array([0.0, 0.45, 0.5, 0.55]),
-                                cap=jnp.array([jnp.inf, 1.0, 1.5, jnp.inf]))
+                                cap=jnp.array([jnp.inf, 1.0, 1.5, jnp.inf]),
+                                centre=jnp.array([0.0, 0.3, -0.2, 0.0]))
   params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.full(4, 1e-3))
   sampler = l2hmc.l2hmc(target.logdensity_fn, config, params._replace(local=local),
                         jnp.zeros((1, 4)))
@@ -243,3 +245,23 @@ def test_scale_move_leaves_the_funnel_invariant():
   np.testing.assert_allclose(float((v**2).mean()), 9.0, atol=5 * 9.0 * np.sqrt(2.0 / n))
   standardized = jnp.log(moved[:, 1] ** 2) - v  # log chi^2_1: mean -1.27, sd 2.22
   np.testing.assert_allclose(float(standardized.mean()), -1.2704, atol=5 * 2.2214 / np.sqrt(n))
+
+
+def test_scale_move_about_a_centre_and_fit_centre_by_hand():
+  """T_t scales z_i - a_i (a = centre): by hand, e^{c_i beta_k t} (log-linear, pivot 0), and
+  T_{-t} undoes it; fit_centre is the mean weighted by e^{-2 l} (two samples, by hand)."""
+  model = FUNNEL_MODEL._replace(centre=jnp.array([0.0, 1.0, -2.0, 0.5]))
+  z = jnp.array([0.7, 0.3, -1.2, 2.0])
+  moved, log_det = l2hmc.local_step_sizes.scale_move(model, z, jnp.asarray(0.8))
+  factor = np.exp(0.5 * 0.8)
+  expected = [0.7 + 0.8, 1.0 + (0.3 - 1.0) * factor, -2.0 + (-1.2 + 2.0) * factor,
+              0.5 + (2.0 - 0.5) * factor]
+  np.testing.assert_allclose(moved, expected, atol=1e-6)
+  np.testing.assert_allclose(log_det, 3 * 0.5 * 0.8, rtol=1e-6)
+  np.testing.assert_allclose(l2hmc.local_step_sizes.scale_move(model, moved, -0.8)[0], z,
+                             rtol=1e-5)
+  positions, log_scales = jnp.array([[1.0, 4.0], [3.0, -2.0]]), jnp.array([[0.0, 1.0],
+                                                                            [1.0, 0.0]])
+  w = np.exp(-2.0 * np.array([[0.0, 1.0], [1.0, 0.0]]))
+  np.testing.assert_allclose(l2hmc.local_step_sizes.fit_centre(positions, log_scales),
+                             (w * np.asarray(positions)).sum(0) / w.sum(0), rtol=1e-6)

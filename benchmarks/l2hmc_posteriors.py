@@ -19,7 +19,8 @@ objective ablation). For each target:
   HMC transitions gives the whitening and the initial step size, then training
   (``esjd_squares`` unless the row says otherwise) of per-step per-coordinate
   step sizes alone (the networks off: HMC's cost per transition), or with S, Q, T
-  networks of width 10 or 50.
+  networks of width 10 or 50, or step sizes that follow the position (Gibbs self-tuning:
+  log-linear, saturating, and saturating with the scale move).
 
 Scores (``_sampler_metrics.score``): Geyer's ESS (min over dimensions) of x and
 x^2 per gradient and per second of sampling (jitted, chains vmapped, compiled
@@ -77,8 +78,19 @@ VARIANTS = {
     "networks, width 10": dict(use_networks=True, hidden=10),
     "networks, width 50": dict(use_networks=True, hidden=50),
     # per-coordinate step sizes that follow the position (Gibbs self-tuning, networks off)
-    "local step sizes": dict(use_networks=False, hidden=1, local_step_sizes=True),
+    # log-linear in the position (TrainingConfig.local_fit="curvature")
+    "local step sizes": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                             local_fit="curvature"),
+    # with a cap on each coordinate's step size, off where they hardly vary (the default)
+    "local step sizes, saturating": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                                         local_fit="saturating"),
+    # the same with a Metropolis scale move along the local model (L2HMCConfig.scale_move)
+    "local step sizes, scale move": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                                         local_fit="saturating", scale_move=1.0),
+    "local step sizes, scale move 2": dict(use_networks=False, hidden=1, local_step_sizes=True,
+                                           local_fit="saturating", scale_move=2.0),
 }
+TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
 # the fresh-sample term); the last two rows are the paper's setting (no warm-up and
 # whitening, fresh standard-normal samples in the loss), where its ESJD crosses by reflection
@@ -91,9 +103,12 @@ MIXTURE_RUNS = (("esjd_squares", "esjd_squares", None, 0.0),
                 ("esjd_coordinates, no warm-up, fresh samples", "esjd_coordinates", 0, 1.0),
                 ("esjd (paper's), no warm-up, fresh samples", "esjd", 0, 1.0))
 # not annealed: step sizes alone (networks off) and the reflection step through the warm-up's
-# mean (L2HMCConfig(reflection=True)): label -> (objective, variant)
-MIXTURE_REFLECTION = {"reflection, step sizes only, esjd_squares":
-                      ("esjd_squares", dict(VARIANTS["step sizes only"], reflection=True))}
+# mean (L2HMCConfig(reflection=True): the warm-up's within-chain scales, a trajectory of at
+# most a quarter period): label -> (objective, variant)
+MIXTURE_REFLECTION = {
+    f"reflection, step sizes only, {objective}":
+    (objective, dict(VARIANTS["step sizes only"], reflection=True))
+    for objective in ("esjd_squares", "squares_coordinates")}
 
 
 def targets() -> dict:
@@ -151,9 +166,11 @@ def optimizer(learning_rate: float):
 def train(target, variant: dict, objective: str, seed: int, iterations: int, chains: int,
           warmup: int, num_steps: int, anneal=None, aux_weight: float = 0.0,
           learning_rate: float = 1e-3):
+  variant = dict(variant)
+  options = {name: variant.pop(name) for name in TRAINING_FIELDS if name in variant}
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
                              per_coordinate=True, init_step_size=0.1, **variant)
-  options = dict(num_chains=chains, aux_weight=aux_weight, objective=objective,
+  options.update(num_chains=chains, aux_weight=aux_weight, objective=objective,
                  warmup_iterations=warmup, drop_nonfinite_chains=True)
   if anneal is not None:
     options["temperature"] = _annealing(anneal[0], max(1, int(anneal[1] * iterations)))
@@ -223,7 +240,8 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                      jax.random.key(1000 + seed), args.chains, args.burn_in, args.samples,
                      result.state.chains.position)
-  grads = config.num_steps + config.reflection  # the reflected point's gradient
+  # the reflected point's gradient, the scale move's
+  grads = config.num_steps + config.reflection + (config.scale_move > 0)
   scores = checked(_sampler_metrics.score(run["draws"], grads, run["seconds"]),
                    run["draws"], ref)
   if budget:  # NUTS's gradients: a run of its own (same start, another key), scored alike

@@ -59,6 +59,7 @@ __all__ = ("WarmupResult", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
+SCALES = ("pooled", "within")  # which variance gives the whitening's scale (see warmup)
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
 
@@ -72,14 +73,17 @@ class WarmupResult(NamedTuple):
   acceptance: jax.Array  # mean acceptance probability over the final window's second half
   # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup)
   log_scale_slopes: jax.Array | None = None
+  # with slopes="curvature": (positions z, log local scales of z) at the final window's
+  # second half, (transitions * chains, dim) each, for the saturating fit
+  log_scale_samples: tuple[jax.Array, jax.Array] | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
             dim, local=None, curvature=False):
   """``length`` HMC transitions of every chain in ``z = (x - location) / scale`` with step
   size ``h`` (with ``local``: times :math:`e^{c w}`, Gibbs self-tuning), ``log h`` adapted;
-  the chains' mean and variance over the second half, and the mean ``log h`` and
-  acceptance there."""
+  the chains' mean and variance over the second half (pooled, and the mean of the chains'
+  own variances), and the mean ``log h`` and acceptance there."""
   half = length // 2
   # Sums of x - shift, with shift the chains' mean at the window's start: the
   # variance from E[(x-c)^2] - E[x-c]^2 keeps its float32 digits when the mean is
@@ -109,26 +113,35 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance,
             sums[4] + in_second_half * info.acceptance_rate,
             sums[5] + in_second_half * x.T @ x, sums[6] + in_second_half * x.T @ log_square,
-            sums[7] + in_second_half * jnp.sum(log_square, 0))
+            sums[7] + in_second_half * jnp.sum(log_square, 0),
+            sums[8] + in_second_half * x, sums[9] + in_second_half * x * x)
     log_h = log_h + rate * (acceptance - target)
-    return (states, log_h, sums), None
+    # the curvature fit's samples (second half only; the first half's are discarded)
+    return (states, log_h, sums), ((states.position, log_square) if curvature else None)
 
   zeros = jnp.zeros(dim, states.position.dtype)
   zero = jnp.zeros((), states.position.dtype)
   square = jnp.zeros((dim, dim), states.position.dtype)
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
-  (states, log_h, (s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l)), _ = jax.lax.scan(
-      transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros)),
+  per_chain = jnp.zeros_like(states.position)
+  (states, log_h, sums), kept = jax.lax.scan(
+      transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
+                                   per_chain, per_chain)),
       (jax.random.split(key, length), jnp.arange(length)))
+  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2 = sums
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
   mean = shift + centred_mean
   variance = n / (n + 5.0) * variance + 1e-3 * 5.0 / (n + 5.0)
+  within = jnp.mean(jnp.maximum(c2 / half - (c1 / half) ** 2, 0.0), 0) * half / max(half - 1, 1)
+  within = n / (n + 5.0) * within + 1e-3 * 5.0 / (n + 5.0)
   slopes = _log_scale_slopes(s_xx / n - jnp.outer(centred_mean, centred_mean),
                              s_xl / n - jnp.outer(centred_mean, s_l / n))
-  return (states, log_h, mean, variance, s_log_h / half, s_acc / half, s_chain / half,
-          slopes)
+  if kept is not None:  # (half * chains, dim) positions and log local variances
+    kept = jax.tree.map(lambda a: a[length - half:].reshape(-1, dim), kept)
+  return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
+          s_chain / half, slopes, kept)
 
 
 def _curvature(logdensity_fn, position):
@@ -186,7 +199,7 @@ def _hmc_params(log_h, local=None, dim=None):
 def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
            num_steps: int = 10, num_iterations: int = 500, init_step_size: float = 0.1,
            target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
-           slopes: str = "squares") -> WarmupResult:
+           slopes: str = "squares", scales: str = "pooled") -> WarmupResult:
   r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
@@ -203,6 +216,13 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
       square, or ``"curvature"``, minus its log curvature
       :math:`-\log(-\partial^2\log p/\partial x_i^2)` (one Hessian-vector product per
       coordinate and chain at each transition of the window's second half).
+    scales: the whitening's variance: ``"pooled"`` over the chains (Stan's), or
+      ``"within"``, the mean of each chain's own variance over the window. On a
+      multimodal target whose chains each stay in one mode, the pooled variance adds the
+      spread between the modes (the mixture's :math:`x_0`: sd 2.03 pooled against 0.32
+      within a mode), and a step size that moves the modes' width along that coordinate
+      is then a fraction of :math:`\hat\sigma`; the within-chain variance is the modes'
+      own. For samplers that cross modes by other means (``reflection=True``).
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
@@ -223,6 +243,8 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
   if slopes not in SLOPES:
     raise ValueError(f"slopes must be one of {SLOPES}, got {slopes!r}.")
+  if scales not in SCALES:
+    raise ValueError(f"scales must be one of {SCALES}, got {scales!r}.")
   dim = positions.shape[1]
   config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False)
   kernel = build_kernel(config)
@@ -234,14 +256,18 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   scale = jnp.ones(dim, positions.dtype)
   keys = jax.random.split(key, 6)
   for i, length in enumerate(lengths):
-    states, log_h, mean, variance, mean_log_h, acceptance, chain_acceptance, fitted = _window(
+    (states, log_h, mean, variance, within, mean_log_h, acceptance, chain_acceptance,
+     fitted, kept) = _window(
         logdensity_fn, kernel, masks, keys[i], states, log_h,
         Whitening(jnp.zeros_like(scale), scale), length, target_acceptance, adaptation_rate,
         dim, curvature=slopes == "curvature" and i == len(lengths) - 1)
     states = _restart_stuck(keys[3 + i], states, chain_acceptance)
     if i < 2:
-      scale = jnp.sqrt(variance)
+      scale = jnp.sqrt(variance if scales == "pooled" else within)
       log_h = mean_log_h  # the new scale's h starts from the last window's average
+  samples = None
+  if kept is not None:  # whitened positions and log local scales (halved log variances)
+    samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))
   # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   return WarmupResult(jnp.exp(mean_log_h), Whitening(mean, scale), states.position, acceptance,
-                      _whitened(fitted, scale))
+                      _whitened(fitted, scale), samples)

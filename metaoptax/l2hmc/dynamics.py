@@ -81,6 +81,9 @@ class L2HMCConfig(NamedTuple):
   local_step_sizes: bool = False  # step sizes follow the position (Gibbs self-tuning)
   # each transition first proposes x -> 2 mu - x (mu: the whitening's location), by Metropolis
   reflection: bool = False
+  # > 0 (with local_step_sizes): each transition first makes a Metropolis scale move along the
+  # local model, t ~ N(0, scale_move^2) (metaoptax.l2hmc.local_step_sizes.scale_move)
+  scale_move: float = 0.0
 
 
 class L2HMCParams(NamedTuple):
@@ -103,6 +106,8 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError(f"init_step_size must be > 0, got {config.init_step_size}.")
   if config.local_step_sizes and not config.per_coordinate:
     raise ValueError("local_step_sizes needs per_coordinate=True.")
+  if config.scale_move < 0 or (config.scale_move and not config.local_step_sizes):
+    raise ValueError("scale_move must be >= 0, and > 0 only with local_step_sizes=True.")
 
 
 def init_params(key: jax.Array, config: L2HMCConfig,

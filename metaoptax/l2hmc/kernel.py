@@ -29,6 +29,12 @@ closed form of what the paper's sampler learns on symmetric targets (a reflectio
 composed with a move that mixes the even statistics the reflection leaves in place: on a
 mixture of two modes symmetric about :math:`\mu` it crosses at every accepted step.
 
+With ``config.scale_move`` :math:`= s > 0` (and local step sizes) a transition then makes a
+Metropolis group move along the local model, :math:`z \to T_t z`,
+:math:`t \sim \mathcal N(0, s^2)`, accepted with :math:`\min(1, p(T_t z)|\det\partial T_t/
+\partial z|/p(z))` (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`; one gradient
+evaluation more).
+
 Usage::
 
   sampler = metaoptax.l2hmc.l2hmc(target.logdensity_fn, config, params, masks)
@@ -148,10 +154,29 @@ def _reflection_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   """Metropolis on :math:`x \\to 2\\mu - x` (module docstring)."""
   center = 0.0 if whitening is None else whitening.location
   reflected = init(2.0 * center - state.position, logdensity_fn)
-  log_ratio = reflected.logdensity - state.logdensity
+  return _metropolis(rng_key, reflected.logdensity - state.logdensity, reflected, state)
+
+
+def _metropolis(rng_key, log_ratio, proposal: L2HMCState, state: L2HMCState) -> L2HMCState:
+  """``proposal`` with probability ``min(1, exp(log_ratio))`` (0 if not finite), else
+  ``state``."""
   accepted = jnp.log(jax.random.uniform(rng_key)) < jnp.where(jnp.isfinite(log_ratio),
                                                                log_ratio, -jnp.inf)
-  return optax.tree_utils.tree_where(accepted, reflected, state)
+  return optax.tree_utils.tree_where(accepted, proposal, state)
+
+
+def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
+                     whitening: Whitening | None, local, size: float) -> L2HMCState:
+  r"""Metropolis on the scale move :math:`T_t`, :math:`t \sim \mathcal N(0, s^2)`, in the
+  whitened coordinates (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`)."""
+  k_t, k_accept = jax.random.split(rng_key)
+  z = state.position if whitening is None else to_whitened(whitening, state.position)
+  t = size * jax.random.normal(k_t, (), z.dtype)
+  moved, log_det = local_step_sizes.scale_move(local, z, t)
+  proposal = init(moved if whitening is None else from_whitened(whitening, moved),
+                  logdensity_fn)
+  return _metropolis(k_accept, proposal.logdensity - state.logdensity + log_det, proposal,
+                     state)
 
 
 def build_kernel(config: L2HMCConfig):
@@ -163,6 +188,9 @@ def build_kernel(config: L2HMCConfig):
     if config.reflection:
       state = _reflection_step(jax.random.fold_in(rng_key, 2), state, logdensity_fn,
                                whitening)
+    if config.scale_move:
+      state = _scale_move_step(jax.random.fold_in(rng_key, 3), state, logdensity_fn,
+                               whitening, params.local, config.scale_move)
     momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
     direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
     noise = None
@@ -173,7 +201,8 @@ def build_kernel(config: L2HMCConfig):
     accepted = jax.random.uniform(k_accept) < acceptance
     new_state = optax.tree_utils.tree_where(accepted, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
-                     jnp.asarray(config.num_steps + config.reflection, jnp.int32))
+                     jnp.asarray(config.num_steps + config.reflection
+                                 + (config.scale_move > 0), jnp.int32))
     return new_state, info
 
   return kernel

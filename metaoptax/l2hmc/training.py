@@ -101,11 +101,17 @@ class TrainingConfig(NamedTuple):
       nothing to it, instead of the whole update being skipped. (Off by default:
       the per-chain cotangents are summed in another order, so results differ
       from the default's in rounding.)
-    local_fit: with ``config.local_step_sizes`` and a warm-up, what the warm-up's
-      slopes regress on the position (``slopes=`` of :func:`metaoptax.l2hmc.warmup`):
-      ``"curvature"`` (the default: minus each coordinate's log curvature,
-      deterministic given the positions) or ``"squares"`` (each coordinate's log
-      square, the earlier fit: noisy, see ``docs/l2hmc.md``).
+    local_fit: with ``config.local_step_sizes`` and a warm-up, how the warm-up fits the
+      step sizes' dependence on the position: ``"saturating"`` (the default: the
+      ``"curvature"`` fit with a cap on each coordinate's step size,
+      :func:`metaoptax.l2hmc.local_step_sizes.fit_caps`, switched off where the step sizes
+      hardly vary over the warm-up's positions,
+      :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`), ``"curvature"``
+      (log-linear: the slopes of minus each coordinate's log curvature on the position,
+      deterministic given the positions) or ``"squares"`` (log-linear in each
+      coordinate's log square, the earliest fit: noisy, see ``docs/l2hmc.md``); the
+      warm-up's ``slopes=`` (:func:`metaoptax.l2hmc.warmup`) is ``"curvature"`` for the
+      first two.
   """
 
   num_chains: int = 200
@@ -116,7 +122,7 @@ class TrainingConfig(NamedTuple):
   objective: str = "esjd"
   warmup_iterations: int = 0
   drop_nonfinite_chains: bool = False
-  local_fit: str = "curvature"
+  local_fit: str = "saturating"
 
 
 class TrainingState(NamedTuple):
@@ -165,8 +171,18 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
   return scale / delta - delta / scale
 
 
+#: With ``L2HMCConfig(reflection=True)``, the warm-up's step size is capped at this over K: a
+#: trajectory of at most a quarter period of a whitened (unit-scale) Gaussian coordinate,
+#: where its square decorrelates (:func:`objective_loss`, ``"squares_coordinates"``).
+QUARTER_PERIOD = 0.5 * np.pi
+
+#: ``TrainingConfig.local_fit``'s choices: the warm-up's slopes (:data:`SLOPES`), or the
+#: curvature's with caps (``"saturating"``).
+LOCAL_FITS = SLOPES + ("saturating",)
+
 #: The training objectives (:func:`objective_loss`).
-OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1", "esjd_coordinates", "esjd_and_coordinates")
+OBJECTIVES = ("esjd", "esjd_squares", "esjd_lag1", "esjd_coordinates", "esjd_and_coordinates",
+              "squares_coordinates")
 
 
 def objective_loss(objective: str, z_before, z_after, acceptance, scale: float = 0.1,
@@ -207,6 +223,18 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     per-coordinate terms charge a proposal that leaves a coordinate's value or
     square in place, so a pure reflection pays the squares' barrier while a
     crossing that lands elsewhere in the other mode scores on both.
+  * ``"squares_coordinates"``: the jumps of each coordinate's square alone, through the
+    logarithm of their mean over the chains,
+    :math:`-\frac1d\sum_i \log\big(\overline{\tfrac12 A(z_i^2 - z_i'^2)^2} + \epsilon\big)`
+    (the bar a mean over chains; spread evenly over them), for a sampler whose odd
+    statistics mix by other means (``L2HMCConfig(reflection=True)``: the reflection
+    through the centre flips every :math:`z_i`). For a standard normal coordinate moved by
+    exact dynamics for a time :math:`T`, :math:`E(z^2 - z'^2)^2 = 4\sin^2 T`: the optimum is
+    a quarter period, where :math:`z^2` decorrelates (lag-1 autocorrelation
+    :math:`\cos^2 T`), not the half period that the jump of :math:`z` rewards. The logarithm
+    weighs the coordinates alike whatever their scale, and the mean over chains replaces
+    the per-chain barrier :math:`\lambda^2/\delta`, whose gradient is dominated by the
+    few chains with a small jump.
 
   Returns per-chain losses ``(chains,)``.
   """
@@ -225,6 +253,9 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     loss = _coordinates_loss(z_before, z_after, acceptance, scale, eps)
   elif objective == "esjd_and_coordinates":
     loss = loss + _coordinates_loss(z_before, z_after, acceptance, scale, eps)
+  elif objective == "squares_coordinates":
+    squares = _accepted_jump(0.5 * (z_before**2 - z_after**2) ** 2, acceptance[..., None])
+    loss = jnp.full_like(loss, -jnp.mean(jnp.log(jnp.mean(squares, axis=0) + eps)))
   elif objective != "esjd":
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
   return loss
@@ -290,8 +321,8 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
   if training.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
-  if training.local_fit not in SLOPES:
-    raise ValueError(f"local_fit must be one of {SLOPES}, got {training.local_fit!r}.")
+  if training.local_fit not in LOCAL_FITS:
+    raise ValueError(f"local_fit must be one of {LOCAL_FITS}, got {training.local_fit!r}.")
   if training.warmup_iterations and training.warmup_iterations < 8:
     raise ValueError("warmup_iterations must be 0 or >= 8, got "
                      f"{training.warmup_iterations}.")
@@ -315,13 +346,14 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 
 @functools.cache
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
-                   init_step_size: float, slopes: str = "squares") -> Callable:
+                   init_step_size: float, slopes: str = "squares",
+                   scales: str = "pooled") -> Callable:
   """The jitted warm-up of one target and configuration (runs from other seeds reuse its
   compilation)."""
   return jax.jit(functools.partial(warmup, logdensity_fn, num_steps=num_steps,
                                    num_iterations=num_iterations,
                                    init_step_size=init_step_size,
-                                   slopes=slopes))
+                                   slopes=slopes, scales=scales))
 
 
 def init_training(target: Target, config: L2HMCConfig,
@@ -351,17 +383,27 @@ def init_training(target: Target, config: L2HMCConfig,
     k_chains, k_warmup = jax.random.split(k_chains)
     # at the target itself (temperature 1): its scales are where the sampler must end
     # the slopes matter only to local step sizes (the curvature's cost too)
-    slopes = training.local_fit if config.local_step_sizes else "squares"
+    slopes = "squares"
+    if config.local_step_sizes:
+      slopes = "curvature" if training.local_fit == "saturating" else training.local_fit
     found = _jitted_warmup(target.logdensity_fn, config.num_steps,
                            training.warmup_iterations, config.init_step_size,
-                           slopes)(positions, k_warmup)
+                           slopes, "within" if config.reflection else "pooled")(
+                               positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = found.step_size
+    if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
+      step_size = jnp.minimum(step_size, QUARTER_PERIOD / config.num_steps)
     if config.per_coordinate:
       step_size = jnp.full((config.dim,), step_size)
     params = init_params(k_params, config, step_size=step_size)
     if config.local_step_sizes:
-      params = params._replace(local=local_step_sizes.fit(found.log_scale_slopes))
+      local = local_step_sizes.fit(found.log_scale_slopes)
+      if training.local_fit == "saturating":
+        local = local_step_sizes.fit_caps(local, *found.log_scale_samples)._replace(
+            centre=local_step_sizes.fit_centre(*found.log_scale_samples))
+        local = local_step_sizes.keep_if_varying(local, found.log_scale_samples[0])
+      params = params._replace(local=local)
   else:
     params = init_params(k_params, config)
   chains = jax.vmap(lambda x: init(x, logdensity_fn))(positions)

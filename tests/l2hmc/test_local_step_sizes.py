@@ -21,21 +21,32 @@ def _config():
                            step_sizes="per_step", local_step_sizes=True)
 
 
-def _params(config):
+# saturating step sizes: coordinate 0 capped at a shift of 0.4 (reached at w ~ 0.7),
+# coordinate 1 uncapped (log-linear)
+CAPS = {"log-linear": None, "saturating": jnp.array([0.4, jnp.inf])}
+
+
+def _params(config, cap=None):
   params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.array([0.3, 0.5]))
-  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.5, -0.4]), jnp.array([0.6, 0.3]))
+  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.5, -0.4]), jnp.array([0.6, 0.3]),
+                                                cap)
   return params._replace(local=local)
 
 
 def _textbook(x, v, u, params):
-  """Leapfrog with eps_k = exp(log eps_k + c w), w = beta.x + u, and the acceptance
-  min(1, p(x')N(v')N(w; beta.x', 1) / (p(x)N(v)N(w; beta.x, 1)))."""
-  beta, c = params.local
+  """Leapfrog with eps_k = exp(log eps_k + c w), w = beta.x + u (with caps, the shift c w
+  replaced by the soft minimum -log(e^{-2 c w} + e^{-2 cap}) / 2 less its value at w = 0),
+  and the acceptance min(1, p(x')N(v')N(w; beta.x', 1) / (p(x)N(v)N(w; beta.x, 1)))."""
+  beta, c, cap = params.local[:3]
   w = beta @ x + u
+  shift = c * w
+  if cap is not None:
+    shift = (-0.5 * jnp.log(jnp.exp(-2.0 * c * w) + jnp.exp(-2.0 * cap))
+             + 0.5 * jnp.log(1.0 + jnp.exp(-2.0 * cap)))
   logp, grad = GAUSSIAN.logdensity_fn, jax.grad(GAUSSIAN.logdensity_fn)
   y, p = x, v
   for log_eps in params.log_step_size_x:
-    eps = jnp.exp(log_eps + c * w)
+    eps = jnp.exp(log_eps + shift)
     p = p + 0.5 * eps * grad(y)
     y = y + eps * p
     p = p + 0.5 * eps * grad(y)
@@ -44,10 +55,11 @@ def _textbook(x, v, u, params):
   return y, jnp.minimum(1.0, jnp.exp(log_ratio))
 
 
-def test_acceptance_matches_the_gist_ratio(u=1.3):
+@pytest.mark.parametrize("cap", list(CAPS))
+def test_acceptance_matches_the_gist_ratio(cap, u=1.3):
   with jax.enable_x64(True):
     config = _config()
-    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _params(config))
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _params(config, CAPS[cap]))
     x, v = jnp.array([0.5, -1.0]), jnp.array([0.4, 1.1])
     state = l2hmc.init(x, GAUSSIAN.logdensity_fn)
     proposal, acceptance, _ = l2hmc.propose(config, params, jnp.zeros((5, 2)),
@@ -55,14 +67,18 @@ def test_acceptance_matches_the_gist_ratio(u=1.3):
                                             jnp.asarray(1), None, jnp.asarray(u))
     y, expected = _textbook(x, v, u, params)
     assert 0.01 < float(expected) < 0.99  # the q ratio matters here
+    if cap == "saturating":  # the cap binds: coordinate 0's shift is below c w
+      assert float(params.local.exponent[0] * (params.local.slope @ x + u)) > 0.6
     np.testing.assert_allclose(proposal.position, y, atol=1e-10)
     np.testing.assert_allclose(acceptance, expected, atol=1e-10)
 
 
-def test_leaves_the_target_invariant():
+@pytest.mark.parametrize("cap", list(CAPS))
+def test_leaves_the_target_invariant(cap):
   """Exact draws stay exact after a transition (moments of x and x^2 within 5 s.e.)."""
   config, n = _config(), 20_000
-  sampler = l2hmc.l2hmc(GAUSSIAN.logdensity_fn, config, _params(config), jnp.zeros((5, 2)))
+  sampler = l2hmc.l2hmc(GAUSSIAN.logdensity_fn, config, _params(config, CAPS[cap]),
+                        jnp.zeros((5, 2)))
   draws = GAUSSIAN.sample(jax.random.key(1), n)
 
   @jax.jit
@@ -82,6 +98,11 @@ def test_leaves_the_target_invariant():
 def test_needs_per_coordinate_step_sizes():
   with pytest.raises(ValueError, match="per_coordinate"):
     l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, local_step_sizes=True))
+
+
+def test_scale_move_needs_local_step_sizes():
+  with pytest.raises(ValueError, match="scale_move"):
+    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, scale_move=1.0))
 
 
 @pytest.mark.parametrize("size", [0.1, 3.0])
@@ -142,3 +163,105 @@ def test_rejects_an_unknown_fit():
     l2hmc.warmup(GAUSSIAN.logdensity_fn, jnp.zeros((4, 2)), jax.random.key(0), slopes="x")
   with pytest.raises(ValueError, match="local_fit"):
     l2hmc.init_training(GAUSSIAN, _config(), l2hmc.TrainingConfig(local_fit="x"))
+
+
+def test_fit_caps_recovers_a_saturating_scale():
+  """Log scales m(0.5 p, 0.4) + 0.3 (soft minimum, p = z_0) and -1 + 0.5 p: the fit keeps the
+  second log-linear (cap inf, exponent 0.5) and matches the first's shifts over the samples
+  up to their intercept within 0.03 (the caps are a grid of quantiles)."""
+  z = jax.random.normal(jax.random.key(0), (2000, 2))
+  p = z[:, 0]
+  saturating = -0.5 * jnp.log(jnp.exp(-p) + jnp.exp(-0.8)) + 0.3
+  local = l2hmc.local_step_sizes.fit_caps(
+      l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.0, 0.0]), jnp.array([0.5, 0.5])),
+      z, jnp.stack([saturating, -1.0 + 0.5 * p], axis=1))
+  assert float(local.cap[1]) == float("inf")
+  np.testing.assert_allclose(local.exponent[1] * local.slope[0], 0.5, rtol=1e-6)
+  shifts = l2hmc.local_step_sizes.shifted_log_step_sizes(local, jnp.zeros(2),
+                                                         (local.slope[0] * p)[:, None])
+  residual = saturating - shifts[:, 0]
+  np.testing.assert_array_less(jnp.abs(residual - jnp.mean(residual)), 0.03)
+  assert float(local.cap[0]) < 1.0 < float(jnp.max(0.5 * p))  # the cap binds
+
+
+@pytest.mark.parametrize("exponent, kept", [(0.5, True), (0.3, False)])
+def test_keep_if_varying_switches_off_a_flat_model(exponent, kept):
+  """Positions with beta.z ~ N(0, 1): the shift c w has sd |c| (0.5 kept, 0.3 < MIN_SPREAD
+  = 0.4 switched off to beta = c = 0, which leaves the step sizes fixed)."""
+  z = jax.random.normal(jax.random.key(0), (4000, 2))
+  local = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.0, 0.0]),
+                                                jnp.array([exponent, 0.1]))
+  chosen = l2hmc.local_step_sizes.keep_if_varying(local, z)
+  expected = local if kept else l2hmc.local_step_sizes.LocalStepSizes(jnp.zeros(2), jnp.zeros(2))
+  np.testing.assert_array_equal(chosen.slope, expected.slope)
+  np.testing.assert_array_equal(chosen.exponent, expected.exponent)
+
+
+FUNNEL_MODEL = l2hmc.local_step_sizes.LocalStepSizes(jnp.array([1.0, 0.0, 0.0, 0.0]),
+                                                     jnp.array([0.0, 0.5, 0.5, 0.5]))
+
+
+@pytest.mark.parametrize("t", [-1.6, 2.3])
+def test_scale_move_ratio_on_the_funnel_is_the_prior_ratio_of_v(t):
+  """With the funnel's exact model (x_i scaled by e^{t/2} as v -> v + t), p(T_t z) |det| / p(z)
+  is N(v + t; 0, 9) / N(v; 0, 9) in closed form (float64, 1e-10); the Jacobian against
+  jax.jacfwd's (1e-10); T_{-t} undoes T_t."""
+  target = l2hmc.posteriors.neals_funnel(dim=4)
+  with jax.enable_x64(True):
+    model = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), FUNNEL_MODEL)
+    z, t = jnp.array([0.7, 0.3, -1.2, 2.0]), jnp.asarray(t)
+    moved, log_det = l2hmc.local_step_sizes.scale_move(model, z, t)
+    log_ratio = target.logdensity_fn(moved) - target.logdensity_fn(z) + log_det
+    np.testing.assert_allclose(log_ratio, -0.5 * ((0.7 + t) ** 2 - 0.7**2) / 9.0, atol=1e-10)
+    jacobian = jax.jacfwd(lambda y: l2hmc.local_step_sizes.scale_move(model, y, t)[0])(z)
+    np.testing.assert_allclose(log_det, jnp.linalg.slogdet(jacobian)[1], atol=1e-10)
+    np.testing.assert_allclose(l2hmc.local_step_sizes.scale_move(model, moved, -t)[0], z,
+                               atol=1e-10)
+
+
+def test_scale_move_leaves_the_funnel_invariant():
+  """A saturating model (caps that bind) with inexact rates and centres: exact funnel draws
+  stay exact
+  after a scale move and a leapfrog of tiny steps (the mean and variance of v and the mean of
+  log x_1^2 - v, a log chi^2_1, within 5 s.e.); v moves. Without the Jacobian the mean of v
+  fails (measured -0.69)."""
+  target = l2hmc.posteriors.neals_funnel(dim=4)
+  config = l2hmc.L2HMCConfig(dim=4, num_steps=1, use_networks=False, per_coordinate=True,
+                             local_step_sizes=True, scale_move=2.0)
+  local = FUNNEL_MODEL._replace(exponent=jnp.array([0.0, 0.45, 0.5, 0.55]),
+                                cap=jnp.array([jnp.inf, 1.0, 1.5, jnp.inf]),
+                                centre=jnp.array([0.0, 0.3, -0.2, 0.0]))
+  params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.full(4, 1e-3))
+  sampler = l2hmc.l2hmc(target.logdensity_fn, config, params._replace(local=local),
+                        jnp.zeros((1, 4)))
+  n = 20_000
+  draws = target.sample(jax.random.key(1), n)
+  moved = jax.jit(lambda k, x: jax.vmap(sampler.step)(jax.random.split(k, n),
+                                                      jax.vmap(sampler.init)(x))[0].position)(
+                                                          jax.random.key(2), draws)
+  v = moved[:, 0]
+  assert float(jnp.mean(jnp.abs(v - draws[:, 0]))) > 0.5
+  np.testing.assert_allclose(float(v.mean()), 0.0, atol=5 * 3.0 / np.sqrt(n))
+  np.testing.assert_allclose(float((v**2).mean()), 9.0, atol=5 * 9.0 * np.sqrt(2.0 / n))
+  standardized = jnp.log(moved[:, 1] ** 2) - v  # log chi^2_1: mean -1.27, sd 2.22
+  np.testing.assert_allclose(float(standardized.mean()), -1.2704, atol=5 * 2.2214 / np.sqrt(n))
+
+
+def test_scale_move_about_a_centre_and_fit_centre_by_hand():
+  """T_t scales z_i - a_i (a = centre): by hand, e^{c_i beta_k t} (log-linear, pivot 0), and
+  T_{-t} undoes it; fit_centre is the mean weighted by e^{-2 l} (two samples, by hand)."""
+  model = FUNNEL_MODEL._replace(centre=jnp.array([0.0, 1.0, -2.0, 0.5]))
+  z = jnp.array([0.7, 0.3, -1.2, 2.0])
+  moved, log_det = l2hmc.local_step_sizes.scale_move(model, z, jnp.asarray(0.8))
+  factor = np.exp(0.5 * 0.8)
+  expected = [0.7 + 0.8, 1.0 + (0.3 - 1.0) * factor, -2.0 + (-1.2 + 2.0) * factor,
+              0.5 + (2.0 - 0.5) * factor]
+  np.testing.assert_allclose(moved, expected, atol=1e-6)
+  np.testing.assert_allclose(log_det, 3 * 0.5 * 0.8, rtol=1e-6)
+  np.testing.assert_allclose(l2hmc.local_step_sizes.scale_move(model, moved, -0.8)[0], z,
+                             rtol=1e-5)
+  positions, log_scales = jnp.array([[1.0, 4.0], [3.0, -2.0]]), jnp.array([[0.0, 1.0],
+                                                                            [1.0, 0.0]])
+  w = np.exp(-2.0 * np.array([[0.0, 1.0], [1.0, 0.0]]))
+  np.testing.assert_allclose(l2hmc.local_step_sizes.fit_centre(positions, log_scales),
+                             (w * np.asarray(positions)).sum(0) / w.sum(0), rtol=1e-6)

@@ -40,3 +40,17 @@ def test_esjd_and_coordinates_is_the_sum():
   loss = l2hmc.objective_loss("esjd_and_coordinates", z, moved, accept)
   np.testing.assert_allclose(
       loss, paper + l2hmc.objective_loss("esjd_coordinates", z, moved, accept), rtol=1e-6)
+
+
+def test_squares_coordinates_by_hand():
+  """Two chains: -mean_i log(mean over chains of A (z_i^2 - z_i'^2)^2 / 2 + 1e-4), the same
+  value for every chain; a reflection of every coordinate moves no square (-log 1e-4)."""
+  z, moved, accept = (jnp.array([[1.0, 2.0], [0.5, -1.0]]),
+                      jnp.array([[-1.2, 2.5], [0.5, 0.0]]), jnp.array([0.5, 0.9]))
+  square_jumps = [np.mean([0.5 * 0.5 * (1.0 - 1.44) ** 2, 0.0]),
+                  np.mean([0.5 * 0.5 * (4.0 - 6.25) ** 2, 0.5 * 0.9 * 1.0])]
+  expected = -np.mean(np.log(np.array(square_jumps) + 1e-4))
+  loss = l2hmc.objective_loss("squares_coordinates", z, moved, accept)
+  np.testing.assert_allclose(loss, [expected, expected], rtol=1e-6)
+  reflected = l2hmc.objective_loss("squares_coordinates", z, -z, jnp.ones(2))
+  np.testing.assert_allclose(reflected, -np.log(1e-4), rtol=1e-6)

@@ -69,3 +69,17 @@ def test_reflection_is_through_the_whitening_location():
   state = sampler.init(shift + jnp.array([-2.0, 0.1]))  # the light mode's centre
   state, _ = jax.jit(sampler.step)(jax.random.key(0), state)  # accepted with probability 1
   np.testing.assert_allclose(state.position, shift + jnp.array([2.0, -0.1]), atol=1e-3)
+
+
+def test_within_chain_scale_is_the_modes_width():
+  """Warm-up chains that each stay in one mode (an equal mixture at x0 = +-2, variance 0.1,
+  exact starts): the within-chain sd is the modes' own, sqrt(0.1) = 0.316, in both
+  coordinates (within 15 %: 16 chains, 60 autocorrelated draws each), where the pooled sd of
+  x0 is the modes' spread, sqrt(4.1) = 2.02 (the reference's)."""
+  target = l2hmc.targets.mixture_of_gaussians()
+  found = jax.jit(lambda x, k: l2hmc.warmup(target.logdensity_fn, x, k, num_steps=5,
+                                            num_iterations=300, scales="within"))(
+                                                target.sample(jax.random.key(0), 16),
+                                                jax.random.key(1))
+  np.testing.assert_allclose(found.whitening.scale, [math.sqrt(0.1)] * 2, rtol=0.15)
+  assert float(jnp.min(found.positions[:, 0])) < -1.0 < 1.0 < float(jnp.max(found.positions[:, 0]))

@@ -112,7 +112,7 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   ]
   if noise_floor:
     # wide networks on few examples and small minibatches: at step 2,000 of Adam 8e-3 they
-    # sit at a noise floor that a decay lowers (results/l2o_transfer_floor.md)
+    # sit at a noise floor that a decay lowers (results/l2o_noise_floor.md)
     classifiers[1] = l2o.tasks.mlp_minibatch(digits_train, (64, 96, 96, 10), "relu", examples=512,
                                              batch=16, label_smoothing=smooth(0.0))
     classifiers[2] = l2o.tasks.mlp_minibatch(digits_train, (64, 128, 10), "tanh", examples=256,

@@ -98,7 +98,7 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   GELU and the MNIST-1D 40-32-32-10 tanh) give way to wide networks on 256 or 512
   examples and minibatches of 16 or 32 (digits 64-96-96-10 ReLU, 64-128-10 tanh, MNIST-1D
   40-128-128-10 ReLU), which reach their noise floor within the horizon: on them a
-  decay of Adam's rate at step 1,000 lowers the loss at step 2,000 1.5 to 6 times, while
+  decay of Adam's rate at step 1,000 lowers the loss at step 2,000 2 to 6 times, while
   on the six default classifiers it raises it in five."""
   mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples)
   smooth = (lambda eps: eps) if label_smoothing is None else (lambda _: label_smoothing)

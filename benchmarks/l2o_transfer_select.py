@@ -286,12 +286,13 @@ def diagnosis_report(diagnosis, per_tensor, args, out, commit, seconds):
   """``l2o_transfer_select_diagnosis.md``: the learned rates of the seeds side by side."""
   seeds = list(diagnosis)
   steps = list(next(iter(diagnosis[seeds[0]].values())))
-  lines = [f"# The learned rates of the default recipe's weights (batch {args.diagnose_batch}) "
+  lines = [f"# The learned rates of the {args.recipe} recipe's weights (batch {args.diagnose_batch}) "
            "per meta-training seed", "",
            f"measured at commit `{commit}`, jax {jax.__version__} (`l2o_transfer_select.py "
            f"--diagnose-only`, {seconds / 60:.1f} min on 2 shared CPU cores); the weights are "
            "read from the states kept by `l2o_transfer.py --learned-only --meta-seed K "
-           "--checkpoint-dir ...` (the default recipe, unchanged). One 5,000-step run per "
+           f"--checkpoint-dir ...` ({args.recipe_flags or 'the default recipe, unchanged'}). "
+           "One 5,000-step run per "
            "network (optimizee seed 0); the rate of tensor i is 3e-3 · exp(s_t^(i)).", "",
            "Min / median / max over the tensors:", "",
            "| network | tuned Adam (1,000 / 5,000) | meta seed | " + " | ".join(
@@ -342,6 +343,10 @@ def main(argv=None):
                       help="only the learned rates (needs batch --diagnose-batch only)")
   parser.add_argument("--quick", action="store_true",
                       help="smoke run on the states of l2o_transfer.py --quick runs")
+  parser.add_argument("--recipe", default="default",
+                      help="the recipe's name in the diagnosis's title")
+  parser.add_argument("--recipe-flags", default="",
+                      help="the runs' l2o_transfer.py flags beyond the defaults, for the report")
   args = parser.parse_args(argv)
   args.budgets = BUDGETS
   if args.quick:

@@ -613,10 +613,13 @@ def report(results, warm, commits, seeds, command) -> list[str]:
     lines += ablation(results)
     everything = designs_run(results, every=False)
     complete = [r for r in results if all(f"ours: {d}" in r["cells"]["1.0"] for d in everything)]
+    # tasks that ran one design alone (ours against the baselines) choose nothing
+    compared = [r for r in results if sum(k.startswith("ours: ") for k in r["cells"]["1.0"]) > 1]
     groups = [(results, "every task")]
-    if len(complete) not in (0, len(results)):  # some tasks ran fewer designs
-      groups.append((complete, "the tasks that ran every design ("
-                     + ", ".join(r["task"] for r in complete) + ")"))
+    for group, over in ((compared, "the tasks that ran more than one design"),
+                        (complete, "the tasks that ran every design")):
+      if len(group) not in (0, len(results)) and all(len(g) != len(group) for g, _ in groups):
+        groups.append((group, f"{over} ({', '.join(r['task'] for r in group)})"))
     for group, over in groups:
       chosen = chosen_design(group)
       scores = validation_scores(group)

@@ -2,9 +2,11 @@
 
 Blocks with ``>>>`` prompts are doctests, run (and their outputs compared) by
 pytest's ``--doctest-glob=*.md``. The others are run here, each on its own in a
-fresh namespace (README.md's in the README's test command; those of docs/, like the
-doctests of docs/, in the ``system`` tier that CI runs after it: ``conftest.py``): a block must import what it uses, so that it can be copied
-alone. A block that needs the reader's own objects says so in its first line,
+fresh namespace: README.md's in the README's test command, except those that train a
+sampler or a learned optimizer (``train(``: each a few XLA compilations of a whole
+training step), which join those of docs/ and the doctests of docs/ in the ``system``
+tier that CI runs after it (``conftest.py``). A block must import what it uses, so that
+it can be copied alone. A block that needs the reader's own objects says so in its first line,
 ``# yours: params, loss, batches``; those names, and only those, come from
 :data:`USER_SUPPLIED`.
 """
@@ -77,7 +79,8 @@ def test_the_readme_has_blocks_to_run():
 @pytest.mark.parametrize("page, line, code", [
     pytest.param(page, line, code, id=f"{page.name}:{line}",
                  marks=([pytest.mark.slow] if "train(" in code else [])
-                 + ([pytest.mark.system] if page.parent.name == "docs" else []))
+                 + ([pytest.mark.system] if page.parent.name == "docs" or "train(" in code
+                    else []))
     for page, line, code in BLOCKS])
 def test_code_block_runs_as_written(page, line, code):
   namespace = {"__name__": f"code_block_{page.stem}_{line}"}

@@ -254,13 +254,13 @@ def unrolled(opt, extra):
 def two_compilations(fn, *args):
   """Two independent XLA compilations of ``fn``.
 
-  JAX caches the trace and the lowering of a function and its executable keyed by
-  the lowered module, so two ``jax.jit(fn).lower(...).compile()`` in a row wrap the
-  same executable; its caches are cleared in between.
+  JAX keeps the trace, the lowering and the executable of a function object, so two
+  ``jax.jit(fn).lower(...).compile()`` in a row wrap the same executable; each
+  compilation here jits a wrapper of its own (a new function object: traced, lowered
+  and compiled again), leaving the process's other caches as they are.
   """
-  first = jax.jit(fn).lower(*args).compile()
-  jax.clear_caches()
-  second = jax.jit(fn).lower(*args).compile()
+  first = jax.jit(lambda *a: fn(*a)).lower(*args).compile()
+  second = jax.jit(lambda *a: fn(*a)).lower(*args).compile()
   assert first.runtime_executable() is not second.runtime_executable()
   return first, second
 

@@ -70,6 +70,9 @@ from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-
 
 OUT = HERE / "out" / "l2hmc_posteriors"  # git-ignored; the committed table: --out results
 HMC_GRID = (0.02, 0.045, 0.1, 0.22, 0.5)
+# --hmc-steps: tuned HMC at the short trajectories of the mixture's K = 1-3 rows, a finer grid
+# around a quarter period of a mode (sd 0.32: sqrt(2) 0.32 = 0.45 at K = 1 with equal steps)
+SHORT_HMC_GRID = (0.1, 0.16, 0.22, 0.32, 0.45, 0.6)
 
 # label -> L2HMCConfig fields; width 50 (the paper benchmark's) only where ABLATION runs
 ABLATION = ("logistic",)
@@ -114,7 +117,7 @@ MIXTURE_REFLECTION = {
 MIXTURE_REFLECTION.update({
     f"reflection, step sizes only, squares_coordinates, K = {steps}":
     ("squares_coordinates", dict(VARIANTS["step sizes only"], reflection=True, num_steps=steps))
-    for steps in (1, 2, 3, 5)})
+    for steps in (1, 2, 3, 5, 10)})
 
 
 def targets() -> dict:
@@ -278,6 +281,21 @@ def baselines(target, ref, args, key, progress):
   return found
 
 
+def short_hmc(target, ref, args, key, progress) -> list[dict]:
+  """The best HMC of ``SHORT_HMC_GRID`` at each K of ``--hmc-steps`` (its scores, with
+  ``num_steps``)."""
+  grid = SHORT_HMC_GRID if not args.quick else SHORT_HMC_GRID[2:4]
+  rows = []
+  for steps in args.hmc_steps:
+    found = sampler_baselines.run_baselines(target, key, args.chains, args.burn_in,
+                                            args.samples, steps, grid, progress,
+                                            keep_draws=True, include_nuts=False)
+    for scores in found["hmc_grid"]:
+      checked(scores, scores.pop("draws"), ref)
+    rows.append(dict(found["hmc"], num_steps=steps))
+  return rows
+
+
 def transfer(args, key, progress) -> dict:
   """Train on one 200-row subsample; sample the full data and another subsample."""
   rows = 200 if not args.quick else 50
@@ -339,6 +357,11 @@ def main(argv=None):
   parser.add_argument("--keep-baselines", action="store_true",
                       help="reuse the stored reference, NUTS and HMC of each target and the "
                       "rows of the variants not run (each row keeps its commit)")
+  parser.add_argument("--rerun-baselines", action="store_true",
+                      help="with --keep-baselines: run the reference, NUTS and HMC again "
+                      "(the rows of the variants not run are still kept)")
+  parser.add_argument("--hmc-steps", type=int, nargs="*", default=[],
+                      help="also tuned HMC at these K (SHORT_HMC_GRID), as rows of their own")
   parser.add_argument("--no-budget", action="store_true",
                       help="skip the runs at NUTS's gradient budget")
   parser.add_argument("--quick", action="store_true")
@@ -361,13 +384,18 @@ def main(argv=None):
       target = all_targets[name]
       start = time.perf_counter()
       kept = records.get(name) if args.keep_baselines else None
-      if kept is not None:
+      if kept is not None and not args.rerun_baselines:
         ref, found = kept["reference"], dict(nuts=kept["nuts"], hmc=kept["hmc"])
+        found["hmc_short"] = kept.get("hmc_short", [])
       else:
         ref = reference(name, target, jax.random.key(99), args.reference_chains,
                         args.reference_samples)
         found = baselines(target, ref, args, key,
                           functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
+        found["hmc_short"] = []
+      if args.hmc_steps:
+        found["hmc_short"] = short_hmc(target, ref, args, key, functools.partial(
+            progress, desc=f"{name}: HMC at K = {args.hmc_steps}"))
       budget = 0 if args.no_budget or name == "mixture" else int(round(
           args.samples * found["nuts"]["grads_per_transition"] / args.num_steps))
       rows = []
@@ -393,8 +421,9 @@ def main(argv=None):
         rows = [dict(row, commit=row.get("commit", kept["commit"])) for row in kept["l2hmc"]
                 if row["sampler"] not in ran] + rows
       records[name] = dict(target=target.name, reference=ref, nuts=found["nuts"],
-                           hmc=found["hmc"], l2hmc=rows,
-                           commit=kept["commit"] if kept is not None else commit,
+                           hmc=found["hmc"], hmc_short=found["hmc_short"], l2hmc=rows,
+                           commit=(kept["commit"] if kept is not None
+                                   and not args.rerun_baselines else commit),
                            quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,
                                          samples=args.samples, iterations=iterations,
@@ -485,8 +514,11 @@ def report(records) -> list[str]:
               + (f"{np.mean([r['training_seconds'] for r in rows]):.0f} |" if train else " |"))
 
     lines.append(line("NUTS (window adaptation)", [nuts], False))
-    lines.append(line(f"HMC (K = 10, step {record['hmc']['step_size']:.3g})",
-                      [record["hmc"]], False))
+    lines.append(line(f"HMC (K = {record['protocol']['num_steps']}, step "
+                      f"{record['hmc']['step_size']:.3g})", [record["hmc"]], False))
+    for hmc in record.get("hmc_short", []):
+      lines.append(line(f"HMC (K = {hmc['num_steps']}, step {hmc['step_size']:.3g})", [hmc],
+                        False))
     for label, rows in _groups(record).items():
       at = rows[0].get("commit", record["commit"])
       lines.append(line(f"L2HMC, {label}" + (f" (at `{at}`)" if at != record["commit"] else ""),

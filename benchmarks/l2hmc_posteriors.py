@@ -32,7 +32,8 @@ cross between the modes.
 
 At NUTS's gradient budget: every trained L2HMC sampler also runs, in a run of its own,
 NUTS's transitions times its gradients per transition over K (5,117 on the funnel), and is
-scored alike (a table of its own; ``--no-budget`` skips it). ``--keep-baselines`` reuses the
+scored alike (a table of its own; ``--no-budget`` skips it; ``--budget-factor F``: F times
+NUTS's gradients, the rows labelled so). ``--keep-baselines`` reuses the
 stored reference, NUTS and HMC of each target and the rows of the variants not run (each
 row keeps its commit, shown in the table where it differs from the target's).
 
@@ -261,7 +262,8 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
     scores["budget"] = dict(checked(_sampler_metrics.score(long["draws"], grads,
                                                            long["seconds"]),
                                     long["draws"], ref),
-                            samples=budget, acceptance=long["acceptance"],
+                            samples=budget, budget_factor=args.budget_factor,
+                            acceptance=long["acceptance"],
                             divergent=long["divergent"])
   eps = np.exp(np.asarray(result.params.log_step_size_x))
   scores.update(sampler=label, seed=seed, commit=commit, objective=objective, aux_weight=aux_weight,
@@ -362,6 +364,8 @@ def main(argv=None):
                       "(the rows of the variants not run are still kept)")
   parser.add_argument("--hmc-steps", type=int, nargs="*", default=[],
                       help="also tuned HMC at these K (SHORT_HMC_GRID), as rows of their own")
+  parser.add_argument("--budget-factor", type=float, default=1.0,
+                      help="the budget runs' gradients over NUTS's (default 1)")
   parser.add_argument("--no-budget", action="store_true",
                       help="skip the runs at NUTS's gradient budget")
   parser.add_argument("--quick", action="store_true")
@@ -397,7 +401,8 @@ def main(argv=None):
         found["hmc_short"] = short_hmc(target, ref, args, key, functools.partial(
             progress, desc=f"{name}: HMC at K = {args.hmc_steps}"))
       budget = 0 if args.no_budget or name == "mixture" else int(round(
-          args.samples * found["nuts"]["grads_per_transition"] / args.num_steps))
+          args.budget_factor * args.samples * found["nuts"]["grads_per_transition"]
+          / args.num_steps))
       rows = []
       if name == "mixture":
         runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
@@ -590,6 +595,8 @@ def budget_report(records) -> list[str]:
                  "x² | R-hat x, x² | diverg. | mean err | sd x0 | crossings |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
       worst_sd = max((r["sd_ratio_x0"] for r in runs), key=lambda v: abs(np.log(v)))
+      factor = runs[0].get("budget_factor", 1.0)
+      label += f", {factor:g}x NUTS's gradients" if factor != 1.0 else ""
       lines.append(f"| {record['target']} | L2HMC, {label} | {runs[0]['samples']} | "
                    f"{_per_grad_cells(runs, nuts)} | {_rhat(max(r['rhat_x'] for r in runs))}, "
                    f"{_rhat(max(r['rhat_x2'] for r in runs))} | "

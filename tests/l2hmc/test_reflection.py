@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from metaoptax import l2hmc
-from metaoptax.l2hmc import training
 
 WEIGHTS, MEANS, VARIANCE = jnp.array([0.3, 0.7]), jnp.array([[-2.0, 0.0], [2.0, 0.0]]), 0.1
 
@@ -81,7 +80,7 @@ def test_rotation_step_sizes_turn_a_gaussian_exactly():
     z = jnp.array([0.7, -1.3, 2.0])
     v = jnp.array([1.1, 0.4, -0.9])
     for num_steps, h in ((1, 3.0), (2, 0.5), (3, 10.0)):  # capped, below the cap, capped
-      eps_x, eps_v = training.rotation_step_sizes(jnp.float64(h), num_steps)
+      eps_x, eps_v = l2hmc.rotation_step_sizes(jnp.float64(h), num_steps)
       theta = min(2 * math.asin(min(h / 2, 1.0)), math.pi / 2 / num_steps)
       config = l2hmc.L2HMCConfig(dim=3, num_steps=num_steps, use_networks=False)
       params = l2hmc.L2HMCParams({}, jnp.log(eps_x)[None], jnp.log(eps_v)[None])

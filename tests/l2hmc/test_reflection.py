@@ -6,7 +6,9 @@ exact draws). The share of transitions that change side is the exact Metropolis 
 of the reflection, 0.7 min(1, 3/7) + 0.3 = 0.6 (within 0.03; the leapfrog move, step 0.1,
 does not cross the ~20-nat barrier), and after a transition from exact draws the weights and
 the moments of x and x^2 stay within 5 standard errors (an acceptance of 1 would swap the
-weights to 0.7 / 0.3).
+weights to 0.7 / 0.3). The reflection sampler's start: the exact-rotation step sizes against
+the closed-form rotation in float64, the warm-up's midpoint location against the mixture's
+centre from an uneven split of the chains, and their wiring in ``init_training``.
 """
 
 import math
@@ -14,6 +16,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from metaoptax import l2hmc
 
@@ -118,3 +121,21 @@ def test_within_chain_scale_and_midpoint_of_an_uneven_split():
   np.testing.assert_allclose(found.whitening.scale, [math.sqrt(0.1)] * 2, rtol=0.15)
   np.testing.assert_allclose(found.whitening.location, [0.0, 0.0], atol=0.08)
   assert float(jnp.min(found.positions[:, 0])) < -1.0 < 1.0 < float(jnp.max(found.positions[:, 0]))
+
+
+@pytest.mark.system  # a warm-up's compilation (~9 s on the shared cores)
+def test_init_training_starts_the_reflection_sampler_at_an_exact_rotation():
+  """With ``reflection=True`` the step sizes start as an exact-rotation pair,
+  eps_v = 2 tan(asin(eps_x) / 2) (to 1e-5; equal step sizes fail it), at most the
+  quarter-period angle over K (K = 1: eps_x <= 1), and the whitening's location (the
+  reflection's centre) is near the mixture's centre (within 0.15 of 0)."""
+  target = l2hmc.targets.mixture_of_gaussians()
+  config = l2hmc.L2HMCConfig(dim=2, num_steps=1, use_networks=False, hidden=1,
+                             step_sizes="per_step", per_coordinate=True, reflection=True)
+  state = l2hmc.init_training(target, config, l2hmc.TrainingConfig(
+      num_chains=16, objective="squares_coordinates", warmup_iterations=100), seed=0)
+  eps_x = np.exp(np.asarray(state.params.log_step_size_x))
+  eps_v = np.exp(np.asarray(state.params.log_step_size_v))
+  np.testing.assert_allclose(eps_v, 2 * np.tan(np.arcsin(eps_x) / 2), rtol=1e-5)
+  assert np.all(eps_x <= 1.0 + 1e-6) and np.all(eps_v > eps_x)
+  np.testing.assert_allclose(state.whitening.location[0], 0.0, atol=0.15)

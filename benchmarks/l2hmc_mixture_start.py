@@ -89,21 +89,15 @@ def main(argv=None):
 
 
 def report(result) -> list[str]:
-  spread = l2hmc_posteriors._spread  # pylint: disable=protected-access
   lines = ["# The mixture's reflection sampler at K = 1: what each part of its start buys", "",
            f"{LABEL}; {result['seeds']} seeds, mean ± std; the mixture's protocol of "
            f"`l2hmc_posteriors.py`. Commit `{result['commit']}`.", "",
            "| start | ESS/grad x | ESS/grad x² | crossings | acceptance | |location x0| (max) |"
            " R-hat x, x² |", "|---|---|---|---|---|---|---|"]
-  groups = {}
-  for row in result["rows"]:
-    groups.setdefault(row["sampler"], []).append(row)
-  for label, rows in groups.items():
-    lines.append(f"| {label} | {spread([r['ess_per_grad_x'] for r in rows])} | "
-                 f"{spread([r['ess_per_grad_x2'] for r in rows])} | "
-                 f"{spread([r['crossings'] for r in rows])} | "
-                 f"{spread([r['acceptance'] for r in rows])} | "
-                 f"{max(abs(r['location_x0']) for r in rows):.3f} | "
+  for label, rows in l2hmc_posteriors.grouped(result["rows"]).items():
+    cells = l2hmc_posteriors.spread_cells(rows, ("ess_per_grad_x", "ess_per_grad_x2",
+                                                 "crossings", "acceptance"))
+    lines.append(f"| {label} | {cells} | {max(abs(r['location_x0']) for r in rows):.3f} | "
                  f"{max(r['rhat_x'] for r in rows):.3f}, {max(r['rhat_x2'] for r in rows):.3f} |")
   return lines
 

@@ -462,11 +462,21 @@ def _per_second(scores, key):
   return count
 
 
-def _groups(record):
+def grouped(rows, key: str = "sampler") -> dict:
+  """``rows`` by their ``key``, in the order of first appearance."""
   groups = {}
-  for row in record["l2hmc"]:
-    groups.setdefault(row["sampler"], []).append(row)
+  for row in rows:
+    groups.setdefault(row[key], []).append(row)
   return groups
+
+
+def spread_cells(rows, keys) -> str:
+  """``mean ± std`` over ``rows`` of each of ``keys``, as table cells."""
+  return " | ".join(_spread([r[k] for r in rows]) for k in keys)
+
+
+def _groups(record):
+  return grouped(record["l2hmc"])
 
 
 def report(records) -> list[str]:

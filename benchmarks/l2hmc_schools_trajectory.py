@@ -77,21 +77,15 @@ def report(result: dict) -> list[str]:
            f"Commit `{result['commit']}`.", "",
            "| K | transitions | ESS/grad x | ESS/grad x² | R-hat x, x² | accept | "
            "log tau move | log tau sd |", "|---|---|---|---|---|---|---|---|"]
-  spread = l2hmc_posteriors._spread  # pylint: disable=protected-access
-  groups = {}
-  for row in result["rows"]:
-    groups.setdefault(row["steps"], []).append(row)
-  for steps, rows in groups.items():
-    lines.append(f"| {steps} | {rows[0]['transitions']} | "
-                 f"{spread([r['ess_per_grad_x'] for r in rows])} | "
-                 f"{spread([r['ess_per_grad_x2'] for r in rows])} | "
-                 f"{max(r['rhat_x'] for r in rows):.3f}, "
-                 f"{max(r['rhat_x2'] for r in rows):.3f} | "
-                 f"{spread([r['acceptance'] for r in rows])} | "
-                 f"{spread([r['log_tau_move'] for r in rows])} | "
-                 f"{spread([r['log_tau_sd'] for r in rows])} |")
-  lines.append(f"| NUTS | {result['nuts_transitions']} | {nuts['ess_per_grad_x']:.3g} | {nuts['ess_per_grad_x2']:.3g} | "
-               f"{nuts['rhat_x']:.3f}, {nuts['rhat_x2']:.3f} | {nuts['acceptance']:.3g} | | |")
+  cells = l2hmc_posteriors.spread_cells
+  for steps, rows in l2hmc_posteriors.grouped(result["rows"], "steps").items():
+    ess = cells(rows, ("ess_per_grad_x", "ess_per_grad_x2"))
+    rhat = f"{max(r['rhat_x'] for r in rows):.3f}, {max(r['rhat_x2'] for r in rows):.3f}"
+    rest = cells(rows, ("acceptance", "log_tau_move", "log_tau_sd"))
+    lines.append(f"| {steps} | {rows[0]['transitions']} | {ess} | {rhat} | {rest} |")
+  lines.append(f"| NUTS | {result['nuts_transitions']} | {nuts['ess_per_grad_x']:.3g} | "
+               f"{nuts['ess_per_grad_x2']:.3g} | {nuts['rhat_x']:.3f}, {nuts['rhat_x2']:.3f} | "
+               f"{nuts['acceptance']:.3g} | | |")
   return lines
 
 

@@ -32,7 +32,8 @@ cross between the modes.
 
 At NUTS's gradient budget: every trained L2HMC sampler also runs, in a run of its own,
 NUTS's transitions times its gradients per transition over K (5,117 on the funnel), and is
-scored alike (a table of its own; ``--no-budget`` skips it). ``--keep-baselines`` reuses the
+scored alike (a table of its own; ``--no-budget`` skips it; ``--budget-factor F``: F times
+NUTS's gradients, the rows labelled so). ``--keep-baselines`` reuses the
 stored reference, NUTS and HMC of each target and the rows of the variants not run (each
 row keeps its commit, shown in the table where it differs from the target's).
 
@@ -70,6 +71,9 @@ from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-
 
 OUT = HERE / "out" / "l2hmc_posteriors"  # git-ignored; the committed table: --out results
 HMC_GRID = (0.02, 0.045, 0.1, 0.22, 0.5)
+# --hmc-steps: tuned HMC at the short trajectories of the mixture's K = 1-3 rows, a finer grid
+# around a quarter period of a mode (sd 0.32: sqrt(2) 0.32 = 0.45 at K = 1 with equal steps)
+SHORT_HMC_GRID = (0.1, 0.16, 0.22, 0.32, 0.45, 0.6)
 
 # label -> L2HMCConfig fields; width 50 (the paper benchmark's) only where ABLATION runs
 ABLATION = ("logistic",)
@@ -109,6 +113,12 @@ MIXTURE_REFLECTION = {
     f"reflection, step sizes only, {objective}":
     (objective, dict(VARIANTS["step sizes only"], reflection=True))
     for objective in ("esjd_squares", "squares_coordinates")}
+# fewer leapfrog steps: x^2 decorrelates at a quarter period whatever K is (ESS <= 1 a draw),
+# so the gradients per transition are what is left to cut
+MIXTURE_REFLECTION.update({
+    f"reflection, step sizes only, squares_coordinates, K = {steps}":
+    ("squares_coordinates", dict(VARIANTS["step sizes only"], reflection=True, num_steps=steps))
+    for steps in (1, 2, 3, 5, 10)})
 
 
 def targets() -> dict:
@@ -168,6 +178,7 @@ def train(target, variant: dict, objective: str, seed: int, iterations: int, cha
           learning_rate: float = 1e-3):
   variant = dict(variant)
   options = {name: variant.pop(name) for name in TRAINING_FIELDS if name in variant}
+  num_steps = variant.pop("num_steps", num_steps)  # a variant's own K (the mixture's)
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
                              per_coordinate=True, init_step_size=0.1, **variant)
   options.update(num_chains=chains, aux_weight=aux_weight, objective=objective,
@@ -251,7 +262,8 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
     scores["budget"] = dict(checked(_sampler_metrics.score(long["draws"], grads,
                                                            long["seconds"]),
                                     long["draws"], ref),
-                            samples=budget, acceptance=long["acceptance"],
+                            samples=budget, budget_factor=args.budget_factor,
+                            acceptance=long["acceptance"],
                             divergent=long["divergent"])
   eps = np.exp(np.asarray(result.params.log_step_size_x))
   scores.update(sampler=label, seed=seed, commit=commit, objective=objective, aux_weight=aux_weight,
@@ -269,6 +281,21 @@ def baselines(target, ref, args, key, progress):
   for scores in [found["nuts"]] + found["hmc_grid"]:
     checked(scores, scores.pop("draws"), ref)
   return found
+
+
+def short_hmc(target, ref, args, key, progress) -> list[dict]:
+  """The best HMC of ``SHORT_HMC_GRID`` at each K of ``--hmc-steps`` (its scores, with
+  ``num_steps``)."""
+  grid = SHORT_HMC_GRID if not args.quick else SHORT_HMC_GRID[2:4]
+  rows = []
+  for steps in args.hmc_steps:
+    found = sampler_baselines.run_baselines(target, key, args.chains, args.burn_in,
+                                            args.samples, steps, grid, progress,
+                                            keep_draws=True, include_nuts=False)
+    for scores in found["hmc_grid"]:
+      checked(scores, scores.pop("draws"), ref)
+    rows.append(dict(found["hmc"], num_steps=steps))
+  return rows
 
 
 def transfer(args, key, progress) -> dict:
@@ -332,6 +359,13 @@ def main(argv=None):
   parser.add_argument("--keep-baselines", action="store_true",
                       help="reuse the stored reference, NUTS and HMC of each target and the "
                       "rows of the variants not run (each row keeps its commit)")
+  parser.add_argument("--rerun-baselines", action="store_true",
+                      help="with --keep-baselines: run the reference, NUTS and HMC again "
+                      "(the rows of the variants not run are still kept)")
+  parser.add_argument("--hmc-steps", type=int, nargs="*", default=[],
+                      help="also tuned HMC at these K (SHORT_HMC_GRID), as rows of their own")
+  parser.add_argument("--budget-factor", type=float, default=1.0,
+                      help="the budget runs' gradients over NUTS's (default 1)")
   parser.add_argument("--no-budget", action="store_true",
                       help="skip the runs at NUTS's gradient budget")
   parser.add_argument("--quick", action="store_true")
@@ -354,15 +388,21 @@ def main(argv=None):
       target = all_targets[name]
       start = time.perf_counter()
       kept = records.get(name) if args.keep_baselines else None
-      if kept is not None:
+      if kept is not None and not args.rerun_baselines:
         ref, found = kept["reference"], dict(nuts=kept["nuts"], hmc=kept["hmc"])
+        found["hmc_short"] = kept.get("hmc_short", [])
       else:
         ref = reference(name, target, jax.random.key(99), args.reference_chains,
                         args.reference_samples)
         found = baselines(target, ref, args, key,
                           functools.partial(progress, desc=f"{name}: NUTS, HMC grid"))
+        found["hmc_short"] = []
+      if args.hmc_steps:
+        found["hmc_short"] = short_hmc(target, ref, args, key, functools.partial(
+            progress, desc=f"{name}: HMC at K = {args.hmc_steps}"))
       budget = 0 if args.no_budget or name == "mixture" else int(round(
-          args.samples * found["nuts"]["grads_per_transition"] / args.num_steps))
+          args.budget_factor * args.samples * found["nuts"]["grads_per_transition"]
+          / args.num_steps))
       rows = []
       if name == "mixture":
         runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
@@ -386,8 +426,9 @@ def main(argv=None):
         rows = [dict(row, commit=row.get("commit", kept["commit"])) for row in kept["l2hmc"]
                 if row["sampler"] not in ran] + rows
       records[name] = dict(target=target.name, reference=ref, nuts=found["nuts"],
-                           hmc=found["hmc"], l2hmc=rows,
-                           commit=kept["commit"] if kept is not None else commit,
+                           hmc=found["hmc"], hmc_short=found["hmc_short"], l2hmc=rows,
+                           commit=(kept["commit"] if kept is not None
+                                   and not args.rerun_baselines else commit),
                            quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,
                                          samples=args.samples, iterations=iterations,
@@ -421,11 +462,21 @@ def _per_second(scores, key):
   return count
 
 
-def _groups(record):
+def grouped(rows, key: str = "sampler") -> dict:
+  """``rows`` by their ``key``, in the order of first appearance."""
   groups = {}
-  for row in record["l2hmc"]:
-    groups.setdefault(row["sampler"], []).append(row)
+  for row in rows:
+    groups.setdefault(row[key], []).append(row)
   return groups
+
+
+def spread_cells(rows, keys) -> str:
+  """``mean ± std`` over ``rows`` of each of ``keys``, as table cells."""
+  return " | ".join(_spread([r[k] for r in rows]) for k in keys)
+
+
+def _groups(record):
+  return grouped(record["l2hmc"])
 
 
 def report(records) -> list[str]:
@@ -478,8 +529,11 @@ def report(records) -> list[str]:
               + (f"{np.mean([r['training_seconds'] for r in rows]):.0f} |" if train else " |"))
 
     lines.append(line("NUTS (window adaptation)", [nuts], False))
-    lines.append(line(f"HMC (K = 10, step {record['hmc']['step_size']:.3g})",
-                      [record["hmc"]], False))
+    lines.append(line(f"HMC (K = {record['protocol']['num_steps']}, step "
+                      f"{record['hmc']['step_size']:.3g})", [record["hmc"]], False))
+    for hmc in record.get("hmc_short", []):
+      lines.append(line(f"HMC (K = {hmc['num_steps']}, step {hmc['step_size']:.3g})", [hmc],
+                        False))
     for label, rows in _groups(record).items():
       at = rows[0].get("commit", record["commit"])
       lines.append(line(f"L2HMC, {label}" + (f" (at `{at}`)" if at != record["commit"] else ""),
@@ -551,6 +605,8 @@ def budget_report(records) -> list[str]:
                  "x² | R-hat x, x² | diverg. | mean err | sd x0 | crossings |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
       worst_sd = max((r["sd_ratio_x0"] for r in runs), key=lambda v: abs(np.log(v)))
+      factor = runs[0].get("budget_factor", 1.0)
+      label += f", {factor:g}x NUTS's gradients" if factor != 1.0 else ""
       lines.append(f"| {record['target']} | L2HMC, {label} | {runs[0]['samples']} | "
                    f"{_per_grad_cells(runs, nuts)} | {_rhat(max(r['rhat_x'] for r in runs))}, "
                    f"{_rhat(max(r['rhat_x2'] for r in runs))} | "

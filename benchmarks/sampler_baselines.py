@@ -122,7 +122,7 @@ def sample_hmc(target, key, chains: int, burn_in: int, samples: int, num_steps: 
 
 def run_baselines(target, key, chains: int = 200, burn_in: int = 1000, samples: int = 2000,
                   num_steps: int = 10, grid=HMC_GRID, progress=None,
-                  keep_draws: bool = False) -> dict:
+                  keep_draws: bool = False, include_nuts: bool = True) -> dict:
   """NUTS and the best HMC of ``grid`` on ``target``: their scores (``_sampler_metrics.score``).
 
   Args:
@@ -133,13 +133,14 @@ def run_baselines(target, key, chains: int = 200, burn_in: int = 1000, samples: 
     grid: HMC step sizes.
     progress: wraps the iterable of runs (e.g. ``tqdm.tqdm``), or None.
     keep_draws: also return every run's draws (``"draws"`` in its scores' dict).
+    include_nuts: False: the HMC grid alone (no ``"nuts"`` in the result).
 
   Returns:
     ``{"nuts": scores, "hmc": scores of the best step size, "hmc_grid": [scores...]}``;
     each has ``acceptance``, ``step_size`` (NUTS: the median of its chains') and
     ``divergent`` (the share of divergent transitions, blackjax's ``is_divergent``).
   """
-  runs = [("nuts", None)] + [("hmc", eps) for eps in grid]
+  runs = [("nuts", None)] * include_nuts + [("hmc", eps) for eps in grid]
   result = {"hmc_grid": []}
   for name, eps in (progress or iter)(runs):
     if name == "nuts":

@@ -9,7 +9,7 @@ from metaoptax.l2hmc.kernel import (L2HMCInfo, L2HMCState, SamplingAlgorithm,
 from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       TrainingResult, TrainingState, build_training_step,
                                       default_optimizer, esjd_loss, init_training,
-                                      objective_loss, train)
+                                      objective_loss, rotation_step_sizes, train)
 from metaoptax.l2hmc.adaptation import WarmupResult, warmup
 from metaoptax.l2hmc.whitening import Whitening
 
@@ -17,5 +17,6 @@ __all__ = ("ess", "local_step_sizes", "posteriors", "targets", "L2HMCConfig", "L
            "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability", "build_kernel",
            "init", "l2hmc", "propose", "sample_chains", "OBJECTIVES", "TrainingConfig",
            "TrainingInfo", "TrainingResult", "TrainingState", "build_training_step",
-           "default_optimizer", "esjd_loss", "init_training", "objective_loss", "train",
+           "default_optimizer", "esjd_loss", "init_training", "objective_loss",
+           "rotation_step_sizes", "train",
            "WarmupResult", "warmup", "Whitening")

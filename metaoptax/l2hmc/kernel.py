@@ -154,15 +154,15 @@ def _reflection_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   """Metropolis on :math:`x \\to 2\\mu - x` (module docstring)."""
   center = 0.0 if whitening is None else whitening.location
   reflected = init(2.0 * center - state.position, logdensity_fn)
-  return _metropolis(rng_key, reflected.logdensity - state.logdensity, reflected, state)
+  return _metropolis(rng_key, acceptance_probability(-state.logdensity, -reflected.logdensity,
+                                                     0.0), reflected, state)[0]
 
 
-def _metropolis(rng_key, log_ratio, proposal: L2HMCState, state: L2HMCState) -> L2HMCState:
-  """``proposal`` with probability ``min(1, exp(log_ratio))`` (0 if not finite), else
-  ``state``."""
-  accepted = jnp.log(jax.random.uniform(rng_key)) < jnp.where(jnp.isfinite(log_ratio),
-                                                               log_ratio, -jnp.inf)
-  return optax.tree_utils.tree_where(accepted, proposal, state)
+def _metropolis(rng_key, acceptance, proposal: L2HMCState, state: L2HMCState):
+  """``(proposal, True)`` with probability ``acceptance`` (:func:`acceptance_probability`),
+  else ``(state, False)``."""
+  accepted = jax.random.uniform(rng_key) < acceptance
+  return optax.tree_utils.tree_where(accepted, proposal, state), accepted
 
 
 def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
@@ -175,8 +175,8 @@ def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   moved, log_det = local_step_sizes.scale_move(local, z, t)
   proposal = init(moved if whitening is None else from_whitened(whitening, moved),
                   logdensity_fn)
-  return _metropolis(k_accept, proposal.logdensity - state.logdensity + log_det, proposal,
-                     state)
+  return _metropolis(k_accept, acceptance_probability(-state.logdensity, -proposal.logdensity,
+                                                     log_det), proposal, state)[0]
 
 
 def build_kernel(config: L2HMCConfig):
@@ -198,8 +198,7 @@ def build_kernel(config: L2HMCConfig):
       noise = jax.random.normal(jax.random.fold_in(rng_key, 1), (), state.position.dtype)
     proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
                                             momentum, direction, whitening, noise)
-    accepted = jax.random.uniform(k_accept) < acceptance
-    new_state = optax.tree_utils.tree_where(accepted, proposal, state)
+    new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
                      jnp.asarray(config.num_steps + config.reflection
                                  + (config.scale_move > 0), jnp.int32))

@@ -67,7 +67,7 @@ from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
 __all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult", "esjd_loss",
            "OBJECTIVES", "objective_loss", "default_optimizer", "init_training",
-           "build_training_step", "train")
+           "build_training_step", "train", "rotation_step_sizes")
 
 
 class TrainingConfig(NamedTuple):
@@ -171,10 +171,41 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
   return scale / delta - delta / scale
 
 
-#: With ``L2HMCConfig(reflection=True)``, the warm-up's step size is capped at this over K: a
-#: trajectory of at most a quarter period of a whitened (unit-scale) Gaussian coordinate,
-#: where its square decorrelates (:func:`objective_loss`, ``"squares_coordinates"``).
+#: With ``L2HMCConfig(reflection=True)``, the K leapfrog steps turn a whitened (unit-scale)
+#: Gaussian coordinate by at most this angle: a quarter period, where its square
+#: decorrelates (:func:`objective_loss`, ``"squares_coordinates"``;
+#: :func:`rotation_step_sizes`).
 QUARTER_PERIOD = 0.5 * np.pi
+
+
+def rotation_step_sizes(step_size, num_steps: int):
+  r"""The step sizes :math:`(\varepsilon_x, \varepsilon_v)` whose ``num_steps`` leapfrog
+  steps turn a unit Gaussian coordinate exactly, by at most a quarter period.
+
+  One leapfrog step (a half kick :math:`\varepsilon_v/2`, a drift :math:`\varepsilon_x`, a
+  half kick) on :math:`U(z) = z^2/2` is the linear map
+
+  .. math::
+
+    \begin{pmatrix} z' \\ v' \end{pmatrix} = \begin{pmatrix} c & \varepsilon_x \\
+    -\varepsilon_v(1 - \varepsilon_x\varepsilon_v/4) & c \end{pmatrix}
+    \begin{pmatrix} z \\ v \end{pmatrix}, \qquad c = 1 - \varepsilon_x\varepsilon_v/2,
+
+  of determinant 1. It is the rotation by :math:`\theta` (which keeps
+  :math:`z^2 + v^2`: acceptance 1) if and only if :math:`\varepsilon_x = \sin\theta` and
+  :math:`\varepsilon_v = 2\tan(\theta/2)`. Equal step sizes :math:`h` turn by the same
+  :math:`\theta = 2\arcsin(h/2)` (the same product :math:`\varepsilon_x\varepsilon_v =
+  h^2`) but change the energy: at :math:`K = 1` and a quarter period (:math:`h = \sqrt2`)
+  the acceptance is :math:`\min(1, e^{z^2/4 - v^2/2})`. Here :math:`\theta` is the angle of
+  the warm-up's ``step_size`` :math:`h`, capped at :data:`QUARTER_PERIOD` over K.
+
+  Returns ``(eps_x, eps_v)`` (arrays of ``step_size``'s shape and dtype).
+  """
+  step_size = jnp.asarray(step_size)
+  theta = jnp.minimum(2.0 * jnp.arcsin(jnp.minimum(0.5 * step_size, 1.0)),
+                      QUARTER_PERIOD / num_steps)
+  return jnp.sin(theta), 2.0 * jnp.tan(0.5 * theta)
+
 
 #: ``TrainingConfig.local_fit``'s choices: the warm-up's slopes (:data:`SLOPES`), or the
 #: curvature's with caps (``"saturating"``).
@@ -347,13 +378,13 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 @functools.cache
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    init_step_size: float, slopes: str = "squares",
-                   scales: str = "pooled") -> Callable:
+                   scales: str = "pooled", location: str = "mean") -> Callable:
   """The jitted warm-up of one target and configuration (runs from other seeds reuse its
   compilation)."""
   return jax.jit(functools.partial(warmup, logdensity_fn, num_steps=num_steps,
                                    num_iterations=num_iterations,
                                    init_step_size=init_step_size,
-                                   slopes=slopes, scales=scales))
+                                   slopes=slopes, scales=scales, location=location))
 
 
 def init_training(target: Target, config: L2HMCConfig,
@@ -388,15 +419,18 @@ def init_training(target: Target, config: L2HMCConfig,
       slopes = "curvature" if training.local_fit == "saturating" else training.local_fit
     found = _jitted_warmup(target.logdensity_fn, config.num_steps,
                            training.warmup_iterations, config.init_step_size,
-                           slopes, "within" if config.reflection else "pooled")(
-                               positions, k_warmup)
+                           slopes, "within" if config.reflection else "pooled",
+                           "midpoint" if config.reflection else "mean")(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
-    step_size = found.step_size
+    step_size = step_size_v = found.step_size
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
-      step_size = jnp.minimum(step_size, QUARTER_PERIOD / config.num_steps)
+      step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps)
     if config.per_coordinate:
       step_size = jnp.full((config.dim,), step_size)
     params = init_params(k_params, config, step_size=step_size)
+    if config.reflection:  # the exact rotation's momentum step
+      params = params._replace(log_step_size_v=jnp.full_like(params.log_step_size_v,
+                                                             jnp.log(step_size_v)))
     if config.local_step_sizes:
       local = local_step_sizes.fit(found.log_scale_slopes)
       if training.local_fit == "saturating":

@@ -180,6 +180,7 @@ def test_meta_training_reduces_the_meta_loss_and_is_deterministic():
   np.testing.assert_array_equal(result.losses, again.losses)
 
 
+@pytest.mark.system  # three meta steps compiled: about 8 s
 def test_truncation_weights_scale_each_truncations_meta_step():
   """Oracle: with plain SGD as the meta-optimizer, a run of two truncations weighted
   (0.5, 0) takes exactly the meta step of the first truncation alone at half the rate

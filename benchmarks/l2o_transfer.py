@@ -144,7 +144,8 @@ def meta_train(families, args, config):
                                     truncation_weights=loss_weights(
                                         args.run_weights, args.horizon // args.unroll))
   updates = args.meta_iterations * (args.horizon // args.unroll)
-  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates)
+  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates,
+                                                max_norm=args.meta_clip)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
                               steps=args.validation_steps or args.horizon,
                               every=args.validate_every)
@@ -330,6 +331,7 @@ def recipe(config, args):
           + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights"
           + ("" if args.run_weights == "uniform" else
              f" within each truncation and {args.run_weights} over the run's truncations")
+          + ("" if args.meta_clip == 1.0 else f", meta-gradient clipped at norm {args.meta_clip:g}")
           + (", training classifiers with noise floors (--families floor)"
              if args.families == "floor" else "")
           + ("" if args.label_smoothing is None else
@@ -390,6 +392,8 @@ def main(argv=None):
   parser.add_argument("--horizon", type=int, default=2000)
   parser.add_argument("--unroll", type=int, default=100)
   parser.add_argument("--meta-lr", type=float, default=1e-3)
+  parser.add_argument("--meta-clip", type=float, default=1.0,
+                      help="global norm the meta-gradient is clipped to (after --run-weights)")
   parser.add_argument("--meta-seed", type=int, default=0,
                       help="seed of the network's initialization and of the task batches")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,

@@ -27,11 +27,11 @@ The recipe's options: ``--learning-rate``, ``--max-log-scale``, ``--min-log-scal
 (the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
 none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
 smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the
-GELU family's 0.1, plain meta-loss), ``--loss-weights`` and ``--validation-steps``. The
-first recipe (``results/l2o_transfer.md``, commit ``3590d31``) is ``--learning-rate 1e-3
---max-log-scale 3 --min-log-scale 0 --slow-b1 0 --examples 512 --label-smoothing -1
---loss-weights uniform --horizon 300 --unroll 30 --meta-iterations 700 --validation-tasks
-8 --validate-every 100``.
+GELU family's 0.1, plain meta-loss), ``--loss-weights``, ``--run-weights`` (the sixth
+attempt: ``ramp``) and ``--validation-steps``. The first recipe
+(``results/l2o_transfer.md``, commit ``3590d31``) is ``--learning-rate 1e-3 --max-log-scale 3
+--min-log-scale 0 --slow-b1 0 --examples 512 --label-smoothing -1 --loss-weights uniform
+--horizon 300 --unroll 30 --meta-iterations 700 --validation-tasks 8 --validate-every 100``.
 
     taskset -c 1 python benchmarks/l2o_transfer.py            # about 50 min on 2 busy cores
     python benchmarks/l2o_transfer.py --quick                 # smoke run: tiny budgets
@@ -127,7 +127,9 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
 def loss_weights(kind, unroll):
   """The meta-loss weights of the steps of a truncation: ``uniform`` (the mean loss over
   the truncation) or ``ramp`` (``w_t = 2t / (T + 1)``, mean 1: the end of each
-  truncation counts most, which rewards a low loss reached over a fast one)."""
+  truncation counts most, which rewards a low loss reached over a fast one). The same
+  weights over the truncations of a run (``--run-weights``) count the end of the run
+  most: truncation ``k`` of ``K`` weighs ``2k / (K + 1)``."""
   if kind == "uniform":
     return None
   if kind == "ramp":
@@ -138,9 +140,12 @@ def loss_weights(kind, unroll):
 def meta_train(families, args, config):
   training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
                                     unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
-                                    loss_weights=loss_weights(args.loss_weights, args.unroll))
+                                    loss_weights=loss_weights(args.loss_weights, args.unroll),
+                                    truncation_weights=loss_weights(
+                                        args.run_weights, args.horizon // args.unroll))
   updates = args.meta_iterations * (args.horizon // args.unroll)
-  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates)
+  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates,
+                                                max_norm=args.meta_clip)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
                               steps=args.validation_steps or args.horizon,
                               every=args.validate_every)
@@ -324,6 +329,9 @@ def recipe(config, args):
           + (f"noise features (slow moment {config.slow_b1:g})" if config.slow_b1 else
              "no noise features")
           + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights"
+          + ("" if args.run_weights == "uniform" else
+             f" within each truncation and {args.run_weights} over the run's truncations")
+          + ("" if args.meta_clip == 1.0 else f", meta-gradient clipped at norm {args.meta_clip:g}")
           + (", training classifiers with noise floors (--families floor)"
              if args.families == "floor" else "")
           + ("" if args.label_smoothing is None else
@@ -384,6 +392,8 @@ def main(argv=None):
   parser.add_argument("--horizon", type=int, default=2000)
   parser.add_argument("--unroll", type=int, default=100)
   parser.add_argument("--meta-lr", type=float, default=1e-3)
+  parser.add_argument("--meta-clip", type=float, default=1.0,
+                      help="global norm the meta-gradient is clipped to (after --run-weights)")
   parser.add_argument("--meta-seed", type=int, default=0,
                       help="seed of the network's initialization and of the task batches")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
@@ -406,6 +416,9 @@ def main(argv=None):
                            "evaluation")
   parser.add_argument("--loss-weights", default="ramp", choices=("uniform", "ramp"),
                       help="meta-loss weights within a truncation")
+  parser.add_argument("--run-weights", default="uniform", choices=("uniform", "ramp"),
+                      help="meta-loss weights of the truncations of a run (ramp: the end of "
+                           "the run counts most, MetaTrainingConfig.truncation_weights)")
   parser.add_argument("--validation-steps", type=int, default=0,
                       help="optimizee steps of the held-out scores (default: the horizon)")
   parser.add_argument("--validation-tasks", type=int, default=4)

@@ -55,6 +55,12 @@ class MetaTrainingConfig(NamedTuple):
     second_order: differentiate through the optimizee's gradient too.
     log_loss: use ``log f`` in the meta-loss (robust across task scales).
     loss_weights: ``(unroll,)`` weights ``w_t`` of the meta-loss (default: all ones).
+    truncation_weights: ``(horizon // unroll,)`` weights ``c_k`` of the meta-loss of
+      each truncation of the run (default: all ones). Truncation ``k``'s meta-gradient
+      is multiplied by ``c_k`` before the meta-optimizer (so ``c_k = 0`` runs the
+      optimizee without a meta step): with weights that grow along the run, the
+      meta-objective counts the end of each run most, e.g. the loss after a decay. The
+      reported meta-losses stay unweighted.
     mask_diverged_tasks: when the batch's meta-loss or meta-gradient is not
       finite, take the meta step on the tasks whose own meta-loss and
       meta-gradient are finite (their mean), and restart the others from their
@@ -72,6 +78,7 @@ class MetaTrainingConfig(NamedTuple):
   log_loss: bool = False
   loss_weights: tuple[float, ...] | None = None
   mask_diverged_tasks: bool = False
+  truncation_weights: tuple[float, ...] | None = None
 
 
 class MetaTrainingState(NamedTuple):
@@ -210,6 +217,13 @@ def _training_config(training: MetaTrainingConfig) -> MetaTrainingConfig:
       raise ValueError(f"loss_weights must have shape ({training.unroll},), got "
                        f"{weights.shape}.")
     training = training._replace(loss_weights=tuple(weights.tolist()))
+  if training.truncation_weights is not None:
+    weights = np.asarray(training.truncation_weights, np.float32)
+    truncations = training.horizon // training.unroll
+    if weights.shape != (truncations,):
+      raise ValueError(f"truncation_weights must have shape ({truncations},) (horizon // "
+                       f"unroll), got {weights.shape}.")
+    training = training._replace(truncation_weights=tuple(weights.tolist()))
   return training
 
 
@@ -267,9 +281,12 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
                           mesh: jax.sharding.Mesh | None,
                           data_axis: str | tuple[str, ...] | None):
   """The meta step of one family."""
-  tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights, masking = training
+  (tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights, masking,
+   truncation_weights) = training
   parallel = data_parallel(mesh, data_axis, tasks_per_step, "tasks_per_step")
   weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
+  run_weights = (jnp.ones(horizon // unroll) if truncation_weights is None
+                 else jnp.asarray(truncation_weights))
 
   def task_losses_of(net, tasks, params, states):
     return jax.vmap(
@@ -298,7 +315,7 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
     loss = jnp.where(count > 0, mean(values), jnp.nan)
     return loss, jax.tree.map(mean, grads), ok
 
-  def truncation(carry, _):
+  def truncation(carry, run_weight):
     net, opt_state, skipped, tasks, params, states, start = carry
     (loss, ((new_params, new_states), ok, per_task)), grads = jax.value_and_grad(
         batch_loss, has_aux=True)(net, tasks, params, states)
@@ -313,6 +330,8 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
           ok.reshape((-1,) + (1,) * (current.ndim - 1)), current, fresh)
       new_params, new_states = jax.tree.map(restart, start, (new_params, new_states))
       diverged = jnp.sum(~ok).astype(jnp.int32)
+    if truncation_weights is not None:
+      grads = jax.tree.map(lambda g: run_weight * g, grads)
     net, opt_state, finite = apply_if_finite(meta_optimizer, grads, loss, net, opt_state)
     net, opt_state = parallel.replicate((net, opt_state))
     params, states = parallel.shard_batch((new_params, new_states))
@@ -327,7 +346,7 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
     carry = (state.params, state.opt_state, state.skipped_updates, tasks, params, states,
              (params, states))
     (net, opt_state, skipped, tasks, params, _, _), (losses, finite, diverged, per_task) = (
-        jax.lax.scan(truncation, carry, None, length=horizon // unroll))
+        jax.lax.scan(truncation, carry, run_weights))
     task_losses = parallel.shard_batch(jax.vmap(family.loss)(tasks, params))
     new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
     return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged,

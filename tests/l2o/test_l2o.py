@@ -180,6 +180,34 @@ def test_meta_training_reduces_the_meta_loss_and_is_deterministic():
   np.testing.assert_array_equal(result.losses, again.losses)
 
 
+@pytest.mark.system  # three meta steps compiled: about 8 s
+def test_truncation_weights_scale_each_truncations_meta_step():
+  """Oracle: with plain SGD as the meta-optimizer, a run of two truncations weighted
+  (0.5, 0) takes exactly the meta step of the first truncation alone at half the rate
+  (the second, weight 0, none); unweighted, the same run moves further. rtol 1e-5."""
+  family = l2o.tasks.ellipse()
+  config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
+  state = l2o.init_meta_training(config, seed=4, meta_optimizer=optax.sgd(0.1))
+
+  def net_after(horizon, learning_rate, truncation_weights=None):
+    training = l2o.MetaTrainingConfig(tasks_per_step=4, horizon=horizon, unroll=5, log_loss=True,
+                                      truncation_weights=truncation_weights)
+    step = l2o.build_meta_step(config, family, training,
+                               meta_optimizer=optax.sgd(learning_rate))
+    return jax.tree.leaves(jax.jit(step)(state)[0].params)
+
+  oracle = net_after(5, 0.05)
+  weighted = net_after(10, 0.1, (0.5, 0.0))
+  unweighted = net_after(10, 0.05)
+  start = jax.tree.leaves(state.params)
+  assert any(not np.allclose(a, b) for a, b in zip(oracle, start))  # the step is not zero
+  for a, b in zip(weighted, oracle):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert any(not np.allclose(a, b, rtol=1e-3) for a, b in zip(unweighted, oracle))
+  with pytest.raises(ValueError, match="truncation_weights must have shape"):
+    net_after(10, 0.1, (1.0, 1.0, 1.0))
+
+
 def test_non_finite_meta_gradients_are_skipped_and_counted():
   base = l2o.tasks.ellipse()
   # a family whose loss is NaN on some tasks

@@ -48,12 +48,12 @@ class DataParallel(NamedTuple):
   def place(self, tree: Any) -> Any:
     """Puts ``tree`` replicated on every device of the mesh, outside jit.
 
-    Without a mesh, commits it to the default device, so a fresh state and one
+    Without a mesh, commits it to this process's first device (:func:`on_local_device`), so a fresh state and one
     restored from a checkpoint (committed) share one compiled step. On a mesh
     spanning several processes, every process passes the same ``tree``.
     """
     if self.replicated is None:
-      return jax.device_put(tree, jax.devices()[0])
+      return on_local_device(tree)
     return multihost.put(tree, self.replicated)
 
   def place_batch(self, tree: Any) -> Any:
@@ -62,7 +62,7 @@ class DataParallel(NamedTuple):
     processes, every process passes the same (whole) ``tree`` and keeps its
     devices' part."""
     if self.batch is None:
-      return jax.device_put(tree, jax.devices()[0])
+      return on_local_device(tree)
     return multihost.put(tree, self.batch)
 
 

@@ -173,6 +173,9 @@ DESIGNS = {
                                             average=0.1), True),
     "interpolation, climb x2, hold": (lambda: _interpolated(climb_backoff=0.5,
                                                             meta_step_size=0.0), _interpolated_eval),
+    # the same interpolation with the default's meta updates (gamma = 1) after the climb
+    "interpolation, climb x2, gamma=1": (lambda: _interpolated(
+        climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0), _interpolated_eval),
     # Adam's moments and the trace restart when the climb ends (metaoptimize's
     # restart_after_climb): the climb's gradients no longer shrink the steps after it
     "climb x2, gamma=1 + average, restart": (_design(

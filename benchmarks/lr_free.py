@@ -190,6 +190,12 @@ DESIGNS = {
                                              average=0.3), True),
     "climb x2, gamma=1 + average 0.3": (_design(climb_backoff=0.5, meta_step_size=1e-3,
                                                 gamma=1.0, average=0.3), True),
+    # the default with a meta step 3x faster or slower: how fast the learned step size
+    # can anneal (a cosine over T steps moves log alpha by ~4.6/T per step)
+    "climb x2, gamma=1, meta 3e-3 + average": (_design(climb_backoff=0.5, meta_step_size=3e-3,
+                                                       gamma=1.0, average=0.1), True),
+    "climb x2, gamma=1, meta 3e-4 + average": (_design(climb_backoff=0.5, meta_step_size=3e-4,
+                                                       gamma=1.0, average=0.1), True),
 }
 
 

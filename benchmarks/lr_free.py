@@ -156,6 +156,37 @@ def _interpolated_eval(state, params, b1=0.9):
   return jax.tree.map(lambda y, z: (y - (1 - b1) * z) / b1, params, state.z)
 
 
+def _rsqrt_after_climb() -> optax.GradientTransformation:
+  r"""The meta optimizer after the climb of an anytime design: no meta-gradient,
+  :math:`\beta_{t+1} = \beta_t - \tfrac12\log(1 + 1/t)`, i.e.
+  :math:`\alpha_t = \alpha_{t_0}\sqrt{t_0/t}` from the climb's end :math:`t_0` (the
+  inverse-square-root schedule of Vaswani et al. 2017, which needs no budget).
+  :func:`metaoptax.climb` ignores its updates while it climbs."""
+
+  def init(meta_params):
+    del meta_params
+    return jnp.zeros([], jnp.int32)
+
+  def update(meta_grads, count, meta_params=None):
+    del meta_params
+    t = (count + 1).astype(jnp.float32)
+    shift = -0.5 * jnp.log1p(1.0 / t)
+    return jax.tree.map(lambda g: jnp.full_like(g, shift), meta_grads), count + 1
+
+  return optax.GradientTransformation(init, update)
+
+
+def _anytime(average: float = 0.1) -> optax.GradientTransformation:
+  """``metaoptax.adamw()``'s climb (x2), then the step size decays as
+  :math:`1/\sqrt t` (:func:`_rsqrt_after_climb`) instead of following its meta-gradient;
+  the average of the weights as the default's. A design of the ablation only."""
+  meta = metaoptax.climb(_rsqrt_after_climb(), rate=0.1, backoff=0.5)
+  return optax.chain(
+      metaoptax.metaoptimize(optax.scale_by_adam(), meta, init_step_size=1e-6,
+                             weight_decay=WEIGHT_DECAY, gamma=1.0),
+      metaoptax.average_iterates(average))
+
+
 #: Ours, untuned: name -> (optimizer, evaluate the averaged weights). Each design's
 #: settings are spelled out, so the ablation runs the same at any commit. An earlier
 #: round (the grids then stopped at 1e-2) also ran a faster climb (``climb_rate=0.3``):
@@ -196,6 +227,8 @@ DESIGNS = {
                                                        gamma=1.0, average=0.1), True),
     "climb x2, gamma=1, meta 3e-4 + average": (_design(climb_backoff=0.5, meta_step_size=3e-4,
                                                        gamma=1.0, average=0.1), True),
+    # a fixed anytime decay after the climb: alpha_t = alpha_end sqrt(t_end / t)
+    "climb x2, rsqrt + average": (_anytime, True),
 }
 
 

@@ -117,11 +117,13 @@ def _design(**kwargs):
 
 class InterpolationState(NamedTuple):
   weight_sum: jax.Array  # sum of alpha_t^2 so far
+  count: jax.Array  # steps taken
   base: optax.OptState  # the wrapped metaoptax.adamw(b1=0)'s state
   z: optax.Params  # the base iterates
 
 
-def _interpolated(b1: float = 0.9, **kwargs) -> optax.GradientTransformation:
+def _interpolated(b1: float = 0.9, horizon: float | None = None,
+                  **kwargs) -> optax.GradientTransformation:
   """Schedule-free's interpolation (Defazio et al. 2024) around a learned step size.
 
   The base is ``metaoptax.adamw(b1=0, average=None, **kwargs)`` (its momentum
@@ -129,12 +131,15 @@ def _interpolated(b1: float = 0.9, **kwargs) -> optax.GradientTransformation:
   there, and ``z_{t+1} = z_t + u_t``, ``x_{t+1} = x_t + c_t (z_{t+1} - x_t)`` with
   ``c_t = alpha_t^2 / sum_{s<=t} alpha_s^2`` (schedule-free's ``lr^2`` weights, the
   learned ``alpha_t`` for ``lr``), ``y_{t+1} = b1 x_{t+1} + (1 - b1) z_{t+1}``.
+  With a ``horizon`` :math:`h`, ``c_t`` is at least ``1 / (h t + 1)``: ``x`` averages
+  over the last fraction :math:`h` of the steps at most, as the default's average.
   Evaluate ``x`` (:func:`_interpolated_eval`). A design of the ablation only."""
   base = metaoptax.adamw(b1=0.0, weight_decay=WEIGHT_DECAY, average=None,
                          restart_after_climb=False, **kwargs)
 
   def init(params):
-    return InterpolationState(jnp.zeros([], jnp.float32), base.init(params),
+    return InterpolationState(jnp.zeros([], jnp.float32), jnp.zeros([], jnp.int32),
+                              base.init(params),
                               jax.tree.map(jnp.copy, params))
 
   def update(grads, state, params):
@@ -142,11 +147,14 @@ def _interpolated(b1: float = 0.9, **kwargs) -> optax.GradientTransformation:
     weight = jnp.mean(jnp.atleast_1d(metaoptax.step_sizes(base_state))) ** 2
     total = state.weight_sum + weight
     c = weight / total
+    count = state.count + 1
+    if horizon is not None:
+      c = jnp.maximum(c, 1.0 / (horizon * count.astype(jnp.float32) + 1.0))
     z = jax.tree.map(jnp.add, state.z, u)
     x = jax.tree.map(lambda y, z0, z1: (1 - c) * (y - (1 - b1) * z0) / b1 + c * z1,
                      params, state.z, z)
     updates = jax.tree.map(lambda xi, zi, y: b1 * xi + (1 - b1) * zi - y, x, z, params)
-    return updates, InterpolationState(total, base_state, z)
+    return updates, InterpolationState(total, count, base_state, z)
 
   return optax.GradientTransformation(init, update)
 
@@ -229,6 +237,11 @@ DESIGNS = {
                                                        gamma=1.0, average=0.1), True),
     # a fixed anytime decay after the climb: alpha_t = alpha_end sqrt(t_end / t)
     "climb x2, rsqrt + average": (_anytime, True),
+    # schedule-free's interpolation, its average limited to the last 10 % of the steps
+    "interpolation 0.1, climb x2, hold": (lambda: _interpolated(
+        climb_backoff=0.5, meta_step_size=0.0, horizon=0.1), _interpolated_eval),
+    "interpolation 0.1, climb x2, gamma=1": (lambda: _interpolated(
+        climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0, horizon=0.1), _interpolated_eval),
 }
 
 

@@ -99,6 +99,7 @@ def _poisoned_ellipses(threshold=1.2):
   return family, poisoned
 
 
+@pytest.mark.system  # a meta-training run, saved and resumed
 def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path):
   l2o = metaoptax.l2o
   family, poisoned = _poisoned_ellipses()
@@ -152,6 +153,7 @@ def _walled_gaussian(threshold):
       x[0] > threshold, jnp.nan, base.logdensity_fn(x)))
 
 
+@pytest.mark.system  # an L2HMC training run, saved and resumed
 def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path):
   """A fresh N(0, I) draw of the loss's second population inside the NaN region
   makes the gradient NaN (its acceptance is 0, the derivative of exp at NaN is

@@ -315,6 +315,7 @@ def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
   assert not np.array_equal(np.asarray(other.losses), np.asarray(runs[0][0].losses))
 
 
+@pytest.mark.system  # two compilations of an L2HMC training run
 def test_l2hmc_training_is_bitwise_deterministic_across_compilations():
   target = l2hmc.targets.strongly_correlated_gaussian()
   config = l2hmc.L2HMCConfig(dim=2, num_steps=1)  # one leapfrog step: a small compile

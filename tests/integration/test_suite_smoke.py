@@ -31,6 +31,7 @@ class _NoBar:
     pass
 
 
+@pytest.mark.system  # the benchmark protocol end to end
 def test_tiny_digits_protocol_end_to_end(tmp_path):
   config = protocol.TaskConfig(
       title="tiny", description="tiny digits config", steps=8, quick_steps=8, chunk=2,

@@ -90,6 +90,7 @@ def _assert_state_close(tree, data: bytes) -> None:
       np.testing.assert_array_equal(have, want, err_msg=f"leaf {index}")
 
 
+@pytest.mark.system  # every driver's run, twice
 def test_same_run_as_the_drivers_before_the_shared_loop():
   """The fixture holds the losses and final states of ``meta_train`` and
   ``l2hmc.train`` as they were before they shared one loop (same settings,

@@ -225,6 +225,7 @@ def test_geyer_ess_sees_chains_stuck_apart():
 
 
 
+@pytest.mark.system  # three L2HMC training steps compiled
 def test_temperature_and_first_order_force_in_training():
   """p^(1/T) of N(0, S) is N(0, T S): training at T = 4 is training on the wider
   Gaussian (bit for bit: the scalings are powers of 2), and a schedule is read at

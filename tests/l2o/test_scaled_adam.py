@@ -125,6 +125,7 @@ def test_minibatch_family_gradients_vary_with_the_step():
   assert float(family.loss(task, params)) == pytest.approx(np.log(10), rel=0.5)
 
 
+@pytest.mark.system  # meta-trains on two families
 def test_meta_training_on_two_families_beats_its_start():
   """A few task batches alternating between two architectures lower the held-out score
   below that of the starting weights (Adam 1e-4, far too slow); the score of several

@@ -88,24 +88,27 @@ def run(args) -> dict:
     config, result, _ = l2hmc_posteriors.train(
         target, l2hmc_posteriors.VARIANTS[variant], "esjd_squares", seed, args.iterations,
         args.chains, args.warmup, args.num_steps)
-    grads = config.num_steps + config.reflection + (config.scale_move > 0)
-    transitions = int(round(gradients / grads))
+    grads = l2hmc_posteriors.gradients_per_transition(config)
+    # NUTS's gradients over all its chains, spread over the sampled chains
+    chains = args.sample_chains or args.chains
+    transitions = int(round(gradients * record["protocol"]["chains"] / chains / grads))
     found = l2hmc_posteriors.sample_l2hmc(
         target, config, result.params, result.masks, result.whitening,
-        jax.random.key(2000 + seed), args.chains, args.burn_in, transitions,
-        result.state.chains.position)
+        jax.random.key(2000 + seed), chains, args.burn_in, transitions,
+        result.state.chains.position[:chains])
     draws = found["draws"]
     row = dict(variant=variant, seed=seed, transitions=transitions,
                acceptance=found["acceptance"], **per_coordinate(draws),
                **against_exact(draws, exact))
-    row["rhat_predicted_x"] = predicted_rhat(row["ess_x"], args.chains, transitions).tolist()
-    row["rhat_predicted_x2"] = predicted_rhat(row["ess_x2"], args.chains, transitions).tolist()
+    row["rhat_predicted_x"] = predicted_rhat(row["ess_x"], chains, transitions).tolist()
+    row["rhat_predicted_x2"] = predicted_rhat(row["ess_x2"], chains, transitions).tolist()
+    row["chains"] = chains
     # the training chains' log tau at the start of the measured run (after warm-up, training)
     row["start_log_tau"] = np.asarray(result.state.chains.position)[:, LOG_TAU].tolist()
     rows.append(row)
     traces[f"{variant}/{seed}"] = draws[:, :, LOG_TAU]
   return dict(rows=rows, exact={k: v.tolist() for k, v in exact.items()},
-              commit=_report.git_commit(short=True), chains=args.chains), traces
+              commit=_report.git_commit(short=True)), traces
 
 
 NAMES = ["mu", "log tau"] + [f"theta{j}" for j in range(1, 9)]
@@ -113,7 +116,8 @@ NAMES = ["mu", "log tau"] + [f"theta{j}" for j in range(1, 9)]
 
 def report(result) -> list[str]:
   lines = ["# Centered eight schools at NUTS's gradient budget: a diagnosis", "",
-           f"Commit `{result['commit']}`, {result['chains']} chains. Per seed: the coordinate "
+           f"Commit `{result['commit']}`, {result['rows'][0]['chains']} chains sampled "
+           f"({result['rows'][0]['transitions']} transitions, NUTS's total gradients). Per seed: the coordinate "
            "with the worst split R-hat of x and of x^2, its ESS count and the R-hat that "
            "converged chains with that ESS would show (sqrt(1 - 1/n + 2m/ESS)); the log tau "
            "marginal against the exact one (mean 0.802, sd 1.171; share of draws below the "
@@ -169,6 +173,9 @@ def main(argv=None):
                       default=["local step sizes, saturating", "local step sizes, scale move"])
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--chains", type=int, default=32)
+  parser.add_argument("--sample-chains", type=int, default=None,
+                      help="chains of the measured run (the first of the training chains; "
+                      "default --chains), NUTS's total gradients spread over them")
   parser.add_argument("--burn-in", type=int, default=300)
   parser.add_argument("--warmup", type=int, default=300)
   parser.add_argument("--iterations", type=int, default=300)

@@ -106,6 +106,13 @@ VARIANTS = {
     "local step sizes, saturating, interweaving x3": dict(
         use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
         interweaving=dict(num_moves=3)),
+    "local step sizes, saturating, interweaving x5": dict(
+        use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
+        interweaving=dict(num_moves=5)),
+    # half the leapfrog steps: more transitions, so more interweaving moves, per gradient
+    "local step sizes, saturating, interweaving x3, K = 5": dict(
+        use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
+        interweaving=dict(num_moves=3), num_steps=5),
 }
 TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
 #: the hierarchies the targets declare (by name), for the interweaving rows

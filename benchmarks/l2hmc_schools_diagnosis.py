@@ -86,7 +86,7 @@ def run(args) -> dict:
   jobs = [(variant, seed) for variant in args.variants for seed in range(args.seeds)]
   for variant, seed in _report.progress_bars()(jobs, desc="variants x seeds"):
     config, result, _ = l2hmc_posteriors.train(
-        target, l2hmc_posteriors.VARIANTS[variant], "esjd_squares", seed, args.iterations,
+        target, l2hmc_posteriors.VARIANTS[variant], args.objective, seed, args.iterations,
         args.chains, args.warmup, args.num_steps)
     grads = l2hmc_posteriors.gradients_per_transition(config)
     # NUTS's gradients over all its chains, spread over the sampled chains
@@ -108,6 +108,7 @@ def run(args) -> dict:
     rows.append(row)
     traces[f"{variant}/{seed}"] = draws[:, :, LOG_TAU]
   return dict(rows=rows, exact={k: v.tolist() for k, v in exact.items()},
+              objective=args.objective, num_steps=args.num_steps,
               commit=_report.git_commit(short=True)), traces
 
 
@@ -117,7 +118,9 @@ NAMES = ["mu", "log tau"] + [f"theta{j}" for j in range(1, 9)]
 def report(result) -> list[str]:
   lines = ["# Centered eight schools at NUTS's gradient budget: a diagnosis", "",
            f"Commit `{result['commit']}`, {result['rows'][0]['chains']} chains sampled "
-           f"({result['rows'][0]['transitions']} transitions, NUTS's total gradients). Per seed: the coordinate "
+           f"({result['rows'][0]['transitions']} transitions, NUTS's total gradients), "
+           f"K = {result.get('num_steps', 10)}, trained on "
+           f"{result.get('objective', 'esjd_squares')}. Per seed: the coordinate "
            "with the worst split R-hat of x and of x^2, its ESS count and the R-hat that "
            "converged chains with that ESS would show (sqrt(1 - 1/n + 2m/ESS)); the log tau "
            "marginal against the exact one (mean 0.802, sd 1.171; share of draws below the "
@@ -180,6 +183,9 @@ def main(argv=None):
   parser.add_argument("--warmup", type=int, default=300)
   parser.add_argument("--iterations", type=int, default=300)
   parser.add_argument("--num-steps", type=int, default=10)
+  parser.add_argument("--objective", default="esjd_squares", choices=l2hmc.OBJECTIVES,
+                      help="the training objective (esjd_coordinates charges a proposal that "
+                      "leaves any one coordinate, log tau too, in place)")
   parser.add_argument("--out", type=pathlib.Path, default=HERE / "out" / "schools_diagnosis")
   args = parser.parse_args(argv)
   result, traces = run(args)

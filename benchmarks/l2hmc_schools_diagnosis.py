@@ -15,6 +15,7 @@ quadrature over log tau) it reports, per seed:
   and 5 % quantiles: the neck), and the means' errors in Monte Carlo standard errors.
 
     taskset -c 0 python benchmarks/l2hmc_schools_diagnosis.py   # benchmarks/out/schools_diagnosis
+    python benchmarks/l2hmc_schools_diagnosis.py --summarize benchmarks/results/l2hmc_schools_diagnosis
 """
 
 from __future__ import annotations
@@ -170,6 +171,44 @@ def plot(result, traces, path):
   _report.save_figure(fig, path)
 
 
+def summarize(folder: pathlib.Path) -> str:
+  """One row per run under ``folder`` (its ``l2hmc_schools_diagnosis.json`` and those of its
+  subfolders): worst R-hat of x, x^2 over seeds and coordinates, log tau's ESS and move;
+  ``summary.md`` and ``summary.png`` (worst R-hat against log tau's ESS, per seed)."""
+  runs = []
+  for path in sorted(folder.glob("**/l2hmc_schools_diagnosis.json")):
+    result = json.loads(path.read_text())
+    for variant, rows in l2hmc_posteriors.grouped(result["rows"], "variant").items():
+      name = path.parent.relative_to(folder).as_posix() or "."
+      runs.append((name, variant, result, rows))
+  lines = ["# Centered eight schools at NUTS's gradient budget: the remedies", "",
+           "Worst split R-hat over coordinates and 3 training seeds; log tau's ESS count "
+           "(all chains, x) per seed; its mean |change| per transition. The runs' tables and "
+           "figures are in the folders named.", "",
+           "| folder | variant | chains | K | objective | transitions | R-hat x, x² (worst) | "
+           "log tau ESS (seeds) | log tau move | largest mean err (exact sds) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  plt = _report.pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for name, variant, result, rows in runs:
+    ess = [r["ess_x"][LOG_TAU] for r in rows]
+    worst = [max(max(r["rhat_x"]), max(r["rhat_x2"])) for r in rows]
+    lines.append(
+        f"| {name} | {variant} | {rows[0].get('chains', 32)} | {result.get('num_steps', 10)} "
+        f"| {result.get('objective', 'esjd_squares')} | {rows[0]['transitions']} | "
+        f"{max(max(r['rhat_x']) for r in rows):.3f}, {max(max(r['rhat_x2']) for r in rows):.3f}"
+        f" | {', '.join(f'{e:.0f}' for e in ess)} | "
+        f"{np.mean([r['log_tau_move'] for r in rows]):.2f} | "
+        f"{max(max(abs(e) for e in r['mean_error_sd']) for r in rows):.3f} |")
+    ax.scatter(ess, worst, label=f"{name}: {variant}", s=18)
+  ax.axhline(1.01, color="r", lw=0.8, ls="--")
+  ax.set(xscale="log", xlabel="log tau's ESS (all chains)", ylabel="worst split R-hat",
+         title="Centered schools at NUTS's gradient budget")
+  ax.legend(fontsize=6)
+  _report.save_figure(fig, folder / "summary.png")
+  return _report.write_table(lines, str(folder / "summary.md"))
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--variants", nargs="+", choices=list(l2hmc_posteriors.VARIANTS),
@@ -187,7 +226,11 @@ def main(argv=None):
                       help="the training objective (esjd_coordinates charges a proposal that "
                       "leaves any one coordinate, log tau too, in place)")
   parser.add_argument("--out", type=pathlib.Path, default=HERE / "out" / "schools_diagnosis")
+  parser.add_argument("--summarize", type=pathlib.Path, default=None,
+                      help="only tabulate the runs found under this folder (summarize)")
   args = parser.parse_args(argv)
+  if args.summarize is not None:
+    return summarize(args.summarize)
   result, traces = run(args)
   args.out.mkdir(parents=True, exist_ok=True)
   (args.out / "l2hmc_schools_diagnosis.json").write_text(json.dumps(result, indent=1))

@@ -91,3 +91,14 @@ def test_the_moment_test_fails_without_the_jacobian():
   # s.e. off, the others 9-300; with it at most 1.7)
   _, wrong, _ = _moved(CONFIG, drop_jacobian=True)
   assert _errors(wrong).max() > 20.0
+
+
+def test_overflowing_moves_are_rejected():
+  """Proposal sds of 1e3 in log tau: e^t overflows to inf or underflows to 0 (a 0/0 in the
+  density) in ~93 % of proposals (|t| > 88), every such proposal is rejected and the states
+  stay finite; log tau moves in under 1 % of the chains (the few |t| ~ 1 draws; measured
+  1 of 500)."""
+  config = CONFIG._replace(interweaving=SCHOOLS._replace(scales=(1.0, 1e3), num_moves=2))
+  draws, moved, _ = _moved(config, n=500, transitions=1)
+  assert np.isfinite(moved).all()
+  assert np.mean(np.abs(moved[:, 1] - draws[:, 1]) > 1e-3) < 0.01

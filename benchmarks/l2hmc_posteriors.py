@@ -116,7 +116,7 @@ VARIANTS = {
 }
 TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
 #: the hierarchies the targets declare (by name), for the interweaving rows
-HIERARCHIES = {l2hmc.posteriors.eight_schools(centered=True).name: l2hmc.Interweaving(
+HIERARCHIES = {l2hmc.posteriors.eight_schools(centered=True).name: l2hmc.interweaving.Interweaving(
     location=0, log_scale=1, members=tuple(range(2, 10)))}
 
 

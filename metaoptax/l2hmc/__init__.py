@@ -11,7 +11,6 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       default_optimizer, esjd_loss, init_training,
                                       objective_loss, rotation_step_sizes, train)
 from metaoptax.l2hmc.adaptation import WarmupResult, warmup
-from metaoptax.l2hmc.interweaving import Interweaving
 from metaoptax.l2hmc.whitening import Whitening
 
 __all__ = ("ess", "interweaving", "local_step_sizes", "posteriors", "schools_exact", "targets", "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
@@ -20,4 +19,4 @@ __all__ = ("ess", "interweaving", "local_step_sizes", "posteriors", "schools_exa
            "TrainingInfo", "TrainingResult", "TrainingState", "build_training_step",
            "default_optimizer", "esjd_loss", "init_training", "objective_loss",
            "rotation_step_sizes", "train",
-           "WarmupResult", "warmup", "Whitening", "Interweaving")
+           "WarmupResult", "warmup", "Whitening")

@@ -14,11 +14,11 @@ import pytest
 from metaoptax import l2hmc
 from metaoptax.l2hmc import interweaving, schools_exact
 
-SCHOOLS = l2hmc.Interweaving(location=0, log_scale=1, members=tuple(range(2, 10)))
+SCHOOLS = l2hmc.interweaving.Interweaving(location=0, log_scale=1, members=tuple(range(2, 10)))
 
 
 def test_move_jacobian_and_group_law():
-  config = l2hmc.Interweaving(location=3, log_scale=0, members=(1, 4))
+  config = l2hmc.interweaving.Interweaving(location=3, log_scale=0, members=(1, 4))
   with jax.enable_x64(True):
     x = jnp.array([0.3, -1.2, 0.7, 2.0, 0.4], jnp.float64)
     s, t = 0.8, -0.6
@@ -39,7 +39,7 @@ def test_move_jacobian_and_group_law():
 def test_config_is_validated():
   with pytest.raises(ValueError, match="interweaving"):
     l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(
-        dim=3, interweaving=l2hmc.Interweaving(0, 1, (1, 2))))
+        dim=3, interweaving=l2hmc.interweaving.Interweaving(0, 1, (1, 2))))
 
 
 def _moved(config, n=10_000, transitions=2, drop_jacobian=False):

@@ -5,10 +5,11 @@ centered and non-centered (10-d), Bayesian logistic regression on scikit-learn's
 breast-cancer data (31-d), and the paper's mixture of two Gaussians (the
 objective ablation). For each target:
 
-* **reference**: the funnel's exact moments; for the others a long blackjax NUTS
-  run (``--reference-chains`` x ``--reference-samples`` after 1,000 steps of window
-  adaptation; the centered eight schools' from the non-centered run, mapped by
-  :math:`\\theta = \\mu + \\tau\\tilde\\theta`, which NUTS samples without divergences).
+* **reference**: the funnel's and the centered eight schools' exact moments (the latter by
+  quadrature over log tau, ``metaoptax.l2hmc.schools_exact``; before `6bc8aa5` from the
+  non-centered NUTS run, mapped by :math:`\\theta = \\mu + \\tau\\tilde\\theta`); for the
+  others a long blackjax NUTS run (``--reference-chains`` x ``--reference-samples`` after
+  1,000 steps of window adaptation).
   Every sampler's draws are checked against it: the largest error of a mean in
   reference standard deviations, and the ratio of the standard deviation of x[0]
   (the funnel's v, the schools' mu, the regression's intercept).
@@ -20,7 +21,8 @@ objective ablation). For each target:
   (``esjd_squares`` unless the row says otherwise) of per-step per-coordinate
   step sizes alone (the networks off: HMC's cost per transition), or with S, Q, T
   networks of width 10 or 50, or step sizes that follow the position (Gibbs self-tuning:
-  log-linear, saturating, and saturating with the scale move).
+  log-linear, saturating, and saturating with the scale move or with interweaving moves of
+  the target's declared hierarchy, ``HIERARCHIES``: the centered schools).
 
 Scores (``_sampler_metrics.score``): Geyer's ESS (min over dimensions) of x and
 x^2 per gradient and per second of sampling (jitted, chains vmapped, compiled
@@ -31,8 +33,10 @@ energy error beyond ~100) and, on the mixture, the share of transitions that
 cross between the modes.
 
 At NUTS's gradient budget: every trained L2HMC sampler also runs, in a run of its own,
-NUTS's transitions times its gradients per transition over K (5,117 on the funnel), and is
-scored alike (a table of its own; ``--no-budget`` skips it; ``--budget-factor F``: F times
+NUTS's transitions times its gradients per transition over its own gradients per transition
+(K, plus one for the reflection or the scale move and one per interweaving move; 5,117 on the
+funnel at K = 10; rows before `a599f14` divided by K alone, so the scale move's rows spent
+1.1x NUTS's gradients), and is scored alike (a table of its own; ``--no-budget`` skips it; ``--budget-factor F``: F times
 NUTS's gradients, the rows labelled so). ``--keep-baselines`` reuses the
 stored reference, NUTS and HMC of each target and the rows of the variants not run (each
 row keeps its commit, shown in the table where it differs from the target's).
@@ -93,8 +97,38 @@ VARIANTS = {
                                          local_fit="saturating", scale_move=1.0),
     "local step sizes, scale move 2": dict(use_networks=False, hidden=1, local_step_sizes=True,
                                            local_fit="saturating", scale_move=2.0),
+    # with the interweaving move of the target's declared hierarchy (HIERARCHIES): (mu,
+    # log tau) at fixed non-centered members, Metropolis (L2HMCConfig.interweaving); the
+    # rows run only on the targets that declare one
+    "local step sizes, saturating, interweaving": dict(
+        use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
+        interweaving=dict(num_moves=1)),
+    "local step sizes, saturating, interweaving x3": dict(
+        use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
+        interweaving=dict(num_moves=3)),
+    "local step sizes, saturating, interweaving x5": dict(
+        use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
+        interweaving=dict(num_moves=5)),
+    # half the leapfrog steps: more transitions, so more interweaving moves, per gradient
+    "local step sizes, saturating, interweaving x3, K = 5": dict(
+        use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
+        interweaving=dict(num_moves=3), num_steps=5),
 }
 TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
+#: the hierarchies the targets declare (by name), for the interweaving rows
+HIERARCHIES = {l2hmc.posteriors.eight_schools(centered=True).name: l2hmc.interweaving.Interweaving(
+    location=0, log_scale=1, members=tuple(range(2, 10)))}
+
+
+def runs_on(target, variant: dict) -> bool:
+  """Whether a variant applies to ``target`` (interweaving needs a declared hierarchy)."""
+  return "interweaving" not in variant or target.name in HIERARCHIES
+
+
+def gradients_per_transition(config) -> int:
+  """K, plus the reflected point's, the scale move's and the interweaving moves' gradients."""
+  return (config.num_steps + config.reflection + (config.scale_move > 0)
+          + l2hmc.interweaving.gradient_evaluations(config.interweaving))
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
 # the fresh-sample term); the last two rows are the paper's setting (no warm-up and
 # whitening, fresh standard-normal samples in the loss), where its ESJD crosses by reflection
@@ -128,7 +162,12 @@ def targets() -> dict:
 
 
 def reference(name, target, key, chains, samples) -> dict:
-  """Per-dimension mean and sd of x and x^2: exact (funnel, mixture) or a long NUTS run."""
+  """Per-dimension mean and sd of x: exact (funnel, mixture, centered schools by quadrature)
+  or a long NUTS run."""
+  if name == "schools_centered":  # exact: a quadrature over log tau
+    exact = l2hmc.schools_exact.moments()
+    return dict(mean=exact["mean"].tolist(), sd=exact["sd"].tolist(),
+                source="exact (quadrature over log tau, `l2hmc.schools_exact`)")
   if target.sample is not None:
     draws = np.asarray(target.sample(key, 1_000_000), np.float64)[:, None]
     source = "exact draws (10^6)"
@@ -179,6 +218,8 @@ def train(target, variant: dict, objective: str, seed: int, iterations: int, cha
   variant = dict(variant)
   options = {name: variant.pop(name) for name in TRAINING_FIELDS if name in variant}
   num_steps = variant.pop("num_steps", num_steps)  # a variant's own K (the mixture's)
+  if "interweaving" in variant:  # the target's hierarchy with the variant's settings
+    variant["interweaving"] = HIERARCHIES[target.name]._replace(**variant["interweaving"])
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
                              per_coordinate=True, init_step_size=0.1, **variant)
   options.update(num_chains=chains, aux_weight=aux_weight, objective=objective,
@@ -240,8 +281,9 @@ def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in,
 def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
               iterations=None, warmup=None, aux_weight=0.0, budget=0, commit=None):
   """One trained sampler's scores; with ``budget``, also those of a run of ``budget``
-  transitions (NUTS's gradient budget: its transitions times its gradients per transition
-  over K), under ``"budget"``."""
+  gradient evaluations per chain (NUTS's gradient budget: its transitions times its gradients
+  per transition; ``budget`` over the sampler's gradients per transition transitions), under
+  ``"budget"``."""
   config, result, trained = train(target, variant, objective, seed,
                                   iterations or args.iterations, args.chains,
                                   args.warmup if warmup is None else warmup, args.num_steps,
@@ -251,11 +293,11 @@ def l2hmc_row(target, ref, label, variant, objective, seed, args, anneal=None,
   run = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                      jax.random.key(1000 + seed), args.chains, args.burn_in, args.samples,
                      result.state.chains.position)
-  # the reflected point's gradient, the scale move's
-  grads = config.num_steps + config.reflection + (config.scale_move > 0)
+  grads = gradients_per_transition(config)
   scores = checked(_sampler_metrics.score(run["draws"], grads, run["seconds"]),
                    run["draws"], ref)
   if budget:  # NUTS's gradients: a run of its own (same start, another key), scored alike
+    budget = int(round(budget / grads))  # transitions
     long = sample_l2hmc(target, config, result.params, result.masks, result.whitening,
                         jax.random.key(2000 + seed), args.chains, args.burn_in, budget,
                         result.state.chains.position)
@@ -400,9 +442,9 @@ def main(argv=None):
       if args.hmc_steps:
         found["hmc_short"] = short_hmc(target, ref, args, key, functools.partial(
             progress, desc=f"{name}: HMC at K = {args.hmc_steps}"))
-      budget = 0 if args.no_budget or name == "mixture" else int(round(
-          args.budget_factor * args.samples * found["nuts"]["grads_per_transition"]
-          / args.num_steps))
+      # NUTS's gradients per chain (each row runs them over its own gradients per transition)
+      budget = 0.0 if args.no_budget or name == "mixture" else (
+          args.budget_factor * args.samples * found["nuts"]["grads_per_transition"])
       rows = []
       if name == "mixture":
         runs = [(label, VARIANTS["networks, width 10"], objective, (10.0, 2 / 3), warmup,
@@ -414,7 +456,8 @@ def main(argv=None):
         iterations = args.mixture_iterations
       else:
         runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)
-                for label in args.variants if name in ABLATION or label != "networks, width 50"]
+                for label in args.variants if (name in ABLATION or label != "networks, width 50")
+                and runs_on(target, VARIANTS[label])]
         iterations = args.iterations
       jobs = [(run, seed) for run in runs for seed in range(args.seeds)]
       for (label, variant, objective, anneal, warmup, aux_weight), seed in progress(
@@ -598,7 +641,9 @@ def budget_report(records) -> list[str]:
                  "The measured runs above use the same number of transitions (1,000) for "
                  "every sampler, so NUTS spends 5-50x L2HMC's gradients. Here each trained "
                  "L2HMC sampler runs NUTS's budget instead: NUTS's transitions x its gradients "
-                 "per transition / K transitions (a run of its own, from the same start as "
+                 "per transition over the sampler's gradients per transition (K, + 1 for a reflection or "
+                 "scale move, + 1 per interweaving move; rows before `a599f14`: over K) "
+                 "transitions (a run of its own, from the same start as "
                  "the 1,000-transition run, another key); NUTS's row is its 1,000-transition "
                  "run. Same scores, R-hat and mean err of the worst seed.", "",
                  "| target | sampler | transitions | ESS/grad x | ESS/grad x² | /NUTS grad x, "

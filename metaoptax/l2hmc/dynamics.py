@@ -60,6 +60,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from metaoptax.l2hmc.interweaving import Interweaving, validate as validate_interweaving
 from metaoptax.l2hmc.local_step_sizes import LocalStepSizes, init_local
 from metaoptax.l2hmc.networks import SQTNetwork, init_networks, time_embedding
 
@@ -84,6 +85,9 @@ class L2HMCConfig(NamedTuple):
   # > 0 (with local_step_sizes): each transition first makes a Metropolis scale move along the
   # local model, t ~ N(0, scale_move^2) (metaoptax.l2hmc.local_step_sizes.scale_move)
   scale_move: float = 0.0
+  # a declared hierarchy (metaoptax.l2hmc.interweaving.Interweaving): each transition first
+  # makes Metropolis moves of its location and log scale at fixed non-centered members
+  interweaving: Interweaving | None = None
 
 
 class L2HMCParams(NamedTuple):
@@ -108,6 +112,8 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError("local_step_sizes needs per_coordinate=True.")
   if config.scale_move < 0 or (config.scale_move and not config.local_step_sizes):
     raise ValueError("scale_move must be >= 0, and > 0 only with local_step_sizes=True.")
+  if config.interweaving is not None:
+    validate_interweaving(config.interweaving, config.dim)
 
 
 def init_params(key: jax.Array, config: L2HMCConfig,

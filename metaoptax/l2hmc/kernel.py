@@ -29,6 +29,13 @@ closed form of what the paper's sampler learns on symmetric targets (a reflectio
 composed with a move that mixes the even statistics the reflection leaves in place: on a
 mixture of two modes symmetric about :math:`\mu` it crosses at every accepted step.
 
+With ``config.interweaving`` (an :class:`metaoptax.l2hmc.interweaving.Interweaving`, a
+declared hierarchy :math:`\mu, \log\tau, \theta_j`) a transition then makes
+``num_moves`` Metropolis steps on :math:`(\mu, \log\tau)` with
+:math:`\tilde\theta = (\theta - \mu)/\tau` held fixed, accepted with
+:math:`\min(1, p(T_{s,t}x)\,e^{nt}/p(x))` (one gradient evaluation each): the
+non-centered half of an interweaving strategy.
+
 With ``config.scale_move`` :math:`= s > 0` (and local step sizes) a transition then makes a
 Metropolis group move along the local model, :math:`z \to T_t z`,
 :math:`t \sim \mathcal N(0, s^2)`, accepted with :math:`\min(1, p(T_t z)|\det\partial T_t/
@@ -51,7 +58,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import tree_utils
-from metaoptax.l2hmc import local_step_sizes
+from metaoptax.l2hmc import interweaving, local_step_sizes
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
 from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
@@ -173,10 +180,32 @@ def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   z = state.position if whitening is None else to_whitened(whitening, state.position)
   t = size * jax.random.normal(k_t, (), z.dtype)
   moved, log_det = local_step_sizes.scale_move(local, z, t)
-  proposal = init(moved if whitening is None else from_whitened(whitening, moved),
-                  logdensity_fn)
-  return _metropolis(k_accept, acceptance_probability(-state.logdensity, -proposal.logdensity,
-                                                     log_det), proposal, state)[0]
+  return _group_move(k_accept, state, moved if whitening is None
+                     else from_whitened(whitening, moved), log_det, logdensity_fn)[0]
+
+
+def _group_move(rng_key, state: L2HMCState, moved: jax.Array, log_det: jax.Array,
+                logdensity_fn: Callable):
+  """Metropolis on a group move's point ``moved`` (of log Jacobian ``log_det``):
+  ``(state, accepted)``."""
+  proposal = init(moved, logdensity_fn)
+  return _metropolis(rng_key, acceptance_probability(-state.logdensity, -proposal.logdensity,
+                                                     log_det), proposal, state)
+
+
+def _interweaving_steps(rng_key, state: L2HMCState, logdensity_fn: Callable,
+                        whitening: Whitening | None, config: interweaving.Interweaving):
+  r"""``config.num_moves`` Metropolis steps on the non-centered move :math:`T_{s,t}`
+  (:mod:`metaoptax.l2hmc.interweaving`)."""
+  scales = interweaving.proposal_scales(config, None if whitening is None else whitening.scale)
+
+  def one(state, key):
+    k_move, k_accept = jax.random.split(key)
+    s, t = scales * jax.random.normal(k_move, (2,), state.position.dtype)
+    moved, log_det = interweaving.move(config, state.position, s, t)
+    return _group_move(k_accept, state, moved, log_det, logdensity_fn)
+
+  return jax.lax.scan(one, state, jax.random.split(rng_key, config.num_moves))[0]
 
 
 def build_kernel(config: L2HMCConfig):
@@ -191,6 +220,9 @@ def build_kernel(config: L2HMCConfig):
     if config.scale_move:
       state = _scale_move_step(jax.random.fold_in(rng_key, 3), state, logdensity_fn,
                                whitening, params.local, config.scale_move)
+    if config.interweaving is not None:
+      state = _interweaving_steps(jax.random.fold_in(rng_key, 4), state, logdensity_fn,
+                                  whitening, config.interweaving)
     momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
     direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
     noise = None
@@ -201,7 +233,9 @@ def build_kernel(config: L2HMCConfig):
     new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
                      jnp.asarray(config.num_steps + config.reflection
-                                 + (config.scale_move > 0), jnp.int32))
+                                 + (config.scale_move > 0)
+                                 + interweaving.gradient_evaluations(config.interweaving),
+                                 jnp.int32))
     return new_state, info
 
   return kernel

@@ -114,10 +114,35 @@ VARIANTS = {
         use_networks=False, hidden=1, local_step_sizes=True, local_fit="saturating",
         interweaving=dict(num_moves=3), num_steps=5),
 }
-TRAINING_FIELDS = ("local_fit",)  # variant keys that are TrainingConfig's
+TRAINING_FIELDS = ("local_fit", "differentiate_force")  # variant keys that are TrainingConfig's
 #: the hierarchies the targets declare (by name), for the interweaving rows
 HIERARCHIES = {l2hmc.posteriors.eight_schools(centered=True).name: l2hmc.interweaving.Interweaving(
     location=0, log_scale=1, members=tuple(range(2, 10)))}
+
+
+# the paper's toys (``l2hmc.targets``) but the mixture: one L2HMC row each, with the settings
+# of ``l2hmc_ess.TARGETS`` (width-50 networks, its objective, warm-up, training iterations and
+# TrainingConfig fields such as the rough well's first-order force gradients)
+TOYS = ("correlated", "rough_well", "ill_conditioned")
+
+
+def toy_runs(name: str, quick: bool) -> tuple[list, int]:
+  """``(runs, iterations)`` of a toy (``TOYS``): its ``l2hmc_ess.TARGETS`` settings as rows of
+  ``main``'s ``(label, variant, objective, anneal, warmup, aux_weight)``."""
+  runs, counts = [], set()
+  for label, iterations, options, anneal in l2hmc_ess.TARGETS[name]:
+    options = dict(options)
+    variant = dict(VARIANTS["networks, width 50"],
+                   **{k: options.pop(k) for k in TRAINING_FIELDS if k in options})
+    warmup = 40 if quick else options.pop("warmup_iterations")
+    label = "networks, width 50 (l2hmc_ess settings)" + (
+        "" if variant.get("differentiate_force", True) else ", first-order force gradients")
+    runs.append((label, variant, options["objective"],
+                 None if anneal is None else (anneal[0], anneal[1] / iterations), warmup,
+                 options["aux_weight"]))
+    counts.add(iterations)
+  assert len(counts) == 1, counts  # one training length per target (the protocol's)
+  return runs, 10 if quick else counts.pop()
 
 
 def runs_on(target, variant: dict) -> bool:
@@ -157,7 +182,9 @@ MIXTURE_REFLECTION.update({
 
 def targets() -> dict:
   found = dict(l2hmc.posteriors.all_posteriors())
-  found["mixture"] = l2hmc.targets.mixture_of_gaussians()
+  toys = l2hmc.targets.all_targets()
+  found["mixture"] = toys["mixture"]
+  found.update({name: toys[name] for name in TOYS})
   return found
 
 
@@ -378,7 +405,8 @@ def transfer(args, key, progress) -> dict:
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  names = ["logistic", "funnel", "schools_centered", "mixture", "schools_noncentered"]
+  names = ["logistic", "funnel", "schools_centered", "mixture", "schools_noncentered",
+           *TOYS]
   parser.add_argument("--targets", nargs="+", default=names, choices=names)
   parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
   parser.add_argument("--seeds", type=int, default=3)
@@ -413,13 +441,15 @@ def main(argv=None):
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--report-only", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
+  parser.add_argument("--stem", default="l2hmc_posteriors",
+                      help="the results' file names: STEM.json, STEM.md, STEM.png")
   args = parser.parse_args(argv)
   if args.quick:
     args.seeds, args.chains, args.burn_in, args.samples = 1, 8, 20, 100
     args.iterations, args.warmup, args.mixture_iterations = 10, 40, 10
     args.reference_chains, args.reference_samples = 4, 200
   args.out.mkdir(parents=True, exist_ok=True)
-  path = args.out / "l2hmc_posteriors.json"
+  path = args.out / f"{args.stem}.json"
   records = json.loads(path.read_text()) if path.exists() else {}
   progress = _report.progress_bars()
   if not args.report_only:
@@ -454,6 +484,8 @@ def main(argv=None):
         if args.mixture_runs:
           runs = [run for run in runs if run[0] in args.mixture_runs]
         iterations = args.mixture_iterations
+      elif name in TOYS:
+        runs, iterations = toy_runs(name, args.quick)
       else:
         runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)
                 for label in args.variants if (name in ABLATION or label != "networks, width 50")
@@ -475,7 +507,9 @@ def main(argv=None):
                            quick=args.quick,
                            protocol=dict(chains=args.chains, burn_in=args.burn_in,
                                          samples=args.samples, iterations=iterations,
-                                         warmup=args.warmup, num_steps=args.num_steps,
+                                         warmup=runs[0][4] if name in TOYS
+                                         else args.warmup,
+                                         num_steps=args.num_steps,
                                          learning_rate=args.learning_rate),
                            seconds=(kept["seconds"] if kept is not None else 0.0)
                            + time.perf_counter() - start)
@@ -486,8 +520,8 @@ def main(argv=None):
                                  quick=args.quick, seconds=time.perf_counter() - start)
       path.write_text(json.dumps(records, indent=1))
   records = json.loads(path.read_text())
-  table = _report.write_table(report(records), str(args.out / "l2hmc_posteriors.md"))
-  plot(records, args.out / "l2hmc_posteriors.png")
+  table = _report.write_table(report(records), str(args.out / f"{args.stem}.md"))
+  plot(records, args.out / f"{args.stem}.png")
   return table
 
 

@@ -419,6 +419,8 @@ def main(argv=None):
   parser.add_argument("--learning-rate", type=float, default=1e-3,
                       help="Adam's initial rate (decayed 0.96 every 1000 it.)")
   parser.add_argument("--objective", default="esjd_squares", choices=l2hmc.OBJECTIVES)
+  parser.add_argument("--toy-variants", nargs="*", default=[], choices=list(VARIANTS),
+                      help="on the toys (TOYS), these VARIANTS too (their settings otherwise)")
   parser.add_argument("--mixture-iterations", type=int, default=600)
   parser.add_argument("--reference-chains", type=int, default=8)
   parser.add_argument("--reference-samples", type=int, default=4000)
@@ -486,6 +488,9 @@ def main(argv=None):
         iterations = args.mixture_iterations
       elif name in TOYS:
         runs, iterations = toy_runs(name, args.quick)
+        # --toy-variants: more rows, same warm-up, training length and objective
+        runs += [(label, VARIANTS[label], runs[0][2], None, runs[0][4], runs[0][5])
+                 for label in args.toy_variants]
       else:
         runs = [(label, VARIANTS[label], args.objective, None, None, 0.0)
                 for label in args.variants if (name in ABLATION or label != "networks, width 50")

@@ -3,7 +3,9 @@
 Targets (``metaoptax.l2hmc.posteriors``): Neal's funnel (10-d), eight schools
 centered and non-centered (10-d), Bayesian logistic regression on scikit-learn's
 breast-cancer data (31-d), and the paper's mixture of two Gaussians (the
-objective ablation). For each target:
+objective ablation); and the paper's other toys (``TOYS``: the strongly correlated 2-d
+Gaussian, the rough well, the 50-d ill-conditioned Gaussian) with ``l2hmc_ess``'s L2HMC settings
+(``toy_runs``; ``--toy-variants`` adds ``VARIANTS`` rows). For each target:
 
 * **reference**: the funnel's and the centered eight schools' exact moments (the latter by
   quadrature over log tau, ``metaoptax.l2hmc.schools_exact``; before `6bc8aa5` from the
@@ -48,6 +50,8 @@ training).
 
     taskset -c 0 python benchmarks/l2hmc_posteriors.py --quick     # smoke run
     taskset -c 0 python benchmarks/l2hmc_posteriors.py --out benchmarks/results
+    python benchmarks/l2hmc_posteriors.py --targets correlated rough_well ill_conditioned \
+        --no-budget --out benchmarks/results --stem l2hmc_posteriors_toys
 """
 
 from __future__ import annotations

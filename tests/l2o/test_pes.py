@@ -111,3 +111,36 @@ def test_perturbations_are_antithetic_and_masked():
   assert not np.any(eps["b"]) and np.all(np.abs(eps["w"]) > 0)
   with pytest.raises(ValueError, match="even number"):
     pes.init(theta, jnp.zeros((3, 2)))
+
+
+@pytest.mark.system  # 10 s: 80,000 particles and a back-propagated step, two compilations
+def test_pes_meta_step_matches_back_propagation_on_one_truncation():
+  """``MetaTrainingConfig(pes=...)`` on a run of one truncation, plain SGD (rate 1) as the
+  meta-optimizer: the meta step on the perturbed leaves (the read-out) is minus the
+  back-propagated meta-gradient of the same tasks (``second_order=True``, float64)
+  within 5 % of its norm (20,000 pairs per task; measured 1.0 %); the other leaves do
+  not move."""
+  from metaoptax import l2o
+  import optax
+
+  family = l2o.tasks.ellipse()
+  config = l2o.ScaledAdamConfig(learning_rate=0.05, hidden=4)
+  state = l2o.init_meta_training(config, seed=3, meta_optimizer=optax.sgd(1.0))
+  common = dict(tasks_per_step=2, horizon=5, unroll=5, log_loss=True)
+
+  def moved(training):
+    step = l2o.build_meta_step(config, family, training, meta_optimizer=optax.sgd(1.0))
+    new = jax.jit(step)(state)[0].params
+    return jax.tree.map(lambda a, b: np.asarray(a - b), new, state.params)
+
+  estimated = moved(l2o.MetaTrainingConfig(
+      **common, pes=pes.PES(pairs=PAIRS, sigma=SIGMA, perturb="log_scale")))
+  exact = moved(l2o.MetaTrainingConfig(**common, second_order=True))
+  head = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(
+      tree["params"]["log_scale"])])
+  assert np.linalg.norm(head(exact)) > 1e-3
+  assert np.linalg.norm(head(estimated) - head(exact)) <= 0.05 * np.linalg.norm(head(exact))
+  lstm = [x for x in jax.tree.leaves(estimated["params"]["lstm_0"])]
+  assert lstm and not any(np.any(x) for x in lstm)
+  with pytest.raises(ValueError, match="matches no leaf"):
+    moved(l2o.MetaTrainingConfig(**common, pes=pes.PES(perturb="nothing")))

@@ -369,6 +369,18 @@ def learned_only_report(results, budgets, result, training, args, config, times,
             f"{times['update'][1] / times['update'][0]:.2f}"]
   args.out.mkdir(parents=True, exist_ok=True)
   _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
+  record = {"commit": commit, "meta_seed": args.meta_seed,
+            "meta_training_seconds": result.seconds, "best_iteration": result.best_iteration,
+            "validation_scores": result.validation_scores.tolist(),
+            "meta_losses": result.losses.tolist(), "skipped_updates": result.skipped_updates,
+            "diverged_tasks": result.diverged_tasks, "step_times": times,
+            "rows": {f"{name} @ {budget}": {
+                "train_loss": (log.train_loss[:, at_step(log, budget)]
+                               - problem.train_loss_floor).tolist(),
+                "test": log.test[:, at_step(log, budget)].tolist(),
+                "non_finite": int(np.sum(~np.isfinite(log.train_loss[:, -1])))}
+                for name, (problem, (log,)) in results.items() for budget in budgets}}
+  (args.out / "l2o_transfer_learned_only.json").write_text(json.dumps(record, indent=1))
   save_network(result.params, args.out / "l2o_transfer_learned_only_network.npz")
 
 

@@ -5,7 +5,10 @@ the optimizee runs ``horizon`` steps in truncations of ``unroll`` steps
 (``jax.lax.scan``, ``jax.vmap`` over tasks). After each truncation the network
 takes one meta-optimizer step on the gradient of the weighted loss
 :math:`L = \tfrac1T \sum_t w_t\, \ell(f(x_t))` (truncated back-propagation: no
-gradient crosses truncations). Non-finite meta-gradients are skipped and
+gradient crosses truncations). With ``MetaTrainingConfig(pes=...)`` the
+meta-gradient is instead the persistent-evolution-strategies estimate
+(:mod:`metaoptax.l2o.pes`, Vicol et al. 2021) of the gradient of each truncation's
+loss through the whole run so far. Non-finite meta-gradients are skipped and
 counted; the run is a pure function of its starting state.
 
 :func:`init_meta_training` gives a :class:`MetaTrainingState` (network,

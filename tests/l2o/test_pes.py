@@ -144,3 +144,30 @@ def test_pes_meta_step_matches_back_propagation_on_one_truncation():
   assert lstm and not any(np.any(x) for x in lstm)
   with pytest.raises(ValueError, match="matches no leaf"):
     moved(l2o.MetaTrainingConfig(**common, pes=pes.PES(perturb="nothing")))
+
+
+
+@pytest.mark.system  # compiles two meta-training runs (tens of seconds on 2 busy cores)
+def test_pes_non_finite_pairs_veto_the_step_unless_masked():
+  """Ellipse tasks whose loss is NaN when ``b[0] > 1``: without masking every PES meta step
+  is skipped; with ``mask_diverged_tasks`` none is, the restarted particles are counted
+  and the network moves and stays finite."""
+  from metaoptax import l2o
+
+  base = l2o.tasks.ellipse()
+  family = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > 1.0, jnp.nan, 1.0)
+                         * base.loss(task, x))
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  state = l2o.init_meta_training(config, seed=1)
+  runs = {}
+  for masking in (False, True):
+    training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=10, unroll=5, log_loss=True,
+                                      mask_diverged_tasks=masking, pes=pes.PES(pairs=2))
+    runs[masking] = l2o.meta_train(config, family, training, num_iterations=2, progress=None,
+                                   init_state=state)
+  assert runs[False].skipped_updates == 4 and runs[False].diverged_tasks == 0
+  assert runs[True].skipped_updates == 0 and runs[True].diverged_tasks >= 4
+  assert bool(jnp.all(jnp.isfinite(runs[True].losses)))
+  moved = [np.asarray(a - b) for a, b in zip(jax.tree.leaves(runs[True].params),
+                                             jax.tree.leaves(state.params))]
+  assert all(np.all(np.isfinite(m)) for m in moved) and any(np.any(m) for m in moved)

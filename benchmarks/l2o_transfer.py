@@ -142,7 +142,9 @@ def meta_train(families, args, config):
                                     unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
                                     loss_weights=loss_weights(args.loss_weights, args.unroll),
                                     truncation_weights=loss_weights(
-                                        args.run_weights, args.horizon // args.unroll))
+                                        args.run_weights, args.horizon // args.unroll),
+                                    pes=None if args.meta_gradient == "backprop" else l2o.pes.PES(
+                                        args.pes_pairs, args.pes_sigma, args.pes_perturb or None))
   updates = args.meta_iterations * (args.horizon // args.unroll)
   meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates,
                                                 max_norm=args.meta_clip)
@@ -331,6 +333,9 @@ def recipe(config, args):
           + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights"
           + ("" if args.run_weights == "uniform" else
              f" within each truncation and {args.run_weights} over the run's truncations")
+          + ("" if args.meta_gradient == "backprop" else
+             f", PES meta-gradient ({args.pes_pairs} antithetic pairs per task, sigma "
+             f"{args.pes_sigma:g}, perturbing {args.pes_perturb or 'every leaf'})")
           + ("" if args.meta_clip == 1.0 else f", meta-gradient clipped at norm {args.meta_clip:g}")
           + (", training classifiers with noise floors (--families floor)"
              if args.families == "floor" else "")
@@ -364,6 +369,18 @@ def learned_only_report(results, budgets, result, training, args, config, times,
             f"{times['update'][1] / times['update'][0]:.2f}"]
   args.out.mkdir(parents=True, exist_ok=True)
   _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
+  record = {"commit": commit, "meta_seed": args.meta_seed,
+            "meta_training_seconds": result.seconds, "best_iteration": result.best_iteration,
+            "validation_scores": result.validation_scores.tolist(),
+            "meta_losses": result.losses.tolist(), "skipped_updates": result.skipped_updates,
+            "diverged_tasks": result.diverged_tasks, "step_times": times,
+            "rows": {f"{name} @ {budget}": {
+                "train_loss": (log.train_loss[:, at_step(log, budget)]
+                               - problem.train_loss_floor).tolist(),
+                "test": log.test[:, at_step(log, budget)].tolist(),
+                "non_finite": int(np.sum(~np.isfinite(log.train_loss[:, -1])))}
+                for name, (problem, (log,)) in results.items() for budget in budgets}}
+  (args.out / "l2o_transfer_learned_only.json").write_text(json.dumps(record, indent=1))
   save_network(result.params, args.out / "l2o_transfer_learned_only_network.npz")
 
 
@@ -419,6 +436,16 @@ def main(argv=None):
   parser.add_argument("--run-weights", default="uniform", choices=("uniform", "ramp"),
                       help="meta-loss weights of the truncations of a run (ramp: the end of "
                            "the run counts most, MetaTrainingConfig.truncation_weights)")
+  parser.add_argument("--meta-gradient", default="backprop", choices=("backprop", "pes"),
+                      help="back-propagation through each truncation, or persistent evolution "
+                           "strategies across the run's truncations (MetaTrainingConfig.pes)")
+  parser.add_argument("--pes-pairs", type=int, default=8,
+                      help="antithetic pairs of particles per task (--meta-gradient pes)")
+  parser.add_argument("--pes-sigma", type=float, default=0.01,
+                      help="standard deviation of the PES perturbations")
+  parser.add_argument("--pes-perturb", default="log_scale",
+                      help="PES perturbs (and trains) the network's leaves whose path contains "
+                           "this ('log_scale': the read-out; '': every leaf)")
   parser.add_argument("--validation-steps", type=int, default=0,
                       help="optimizee steps of the held-out scores (default: the horizon)")
   parser.add_argument("--validation-tasks", type=int, default=4)

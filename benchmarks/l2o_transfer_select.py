@@ -116,6 +116,12 @@ def meta_optimizer(args):
 def load_networks(args, seed, batches):
   """``{batch: network weights}`` of the kept states of run ``seed`` (0: the initialization)."""
   like = l2o.init_meta_training(l2o_transfer.CONFIG, seed=seed, meta_optimizer=meta_optimizer(args))
+  if args.networks:  # the selected weights that l2o_transfer.py saves, as one "batch"
+    saved = np.load(args.networks.format(seed=seed))
+    net = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: jnp.asarray(saved["/".join(str(k.key) for k in path)], leaf.dtype),
+        like.params)
+    return {i: net for i in batches}
   folder = pathlib.Path(args.checkpoint_dir.format(seed=seed)).resolve()
   return {i: like.params if i == 0 else checkpoint.restore(folder / str(i), like=like).params
           for i in batches}
@@ -286,12 +292,15 @@ def diagnosis_report(diagnosis, per_tensor, args, out, commit, seconds):
   """``l2o_transfer_select_diagnosis.md``: the learned rates of the seeds side by side."""
   seeds = list(diagnosis)
   steps = list(next(iter(diagnosis[seeds[0]].values())))
-  lines = [f"# The learned rates of the {args.recipe} recipe's weights (batch {args.diagnose_batch}) "
+  which = ("the selected" if args.networks else f"batch {args.diagnose_batch}")
+  source = (f"`{args.networks}`, the weights `l2o_transfer.py --learned-only --meta-seed K` "
+            "selected and saved" if args.networks else
+            "the states kept by `l2o_transfer.py --learned-only --meta-seed K --checkpoint-dir ...`")
+  lines = [f"# The learned rates of the {args.recipe} recipe's weights ({which}) "
            "per meta-training seed", "",
            f"measured at commit `{commit}`, jax {jax.__version__} (`l2o_transfer_select.py "
            f"--diagnose-only`, {seconds / 60:.1f} min on 2 shared CPU cores); the weights are "
-           "read from the states kept by `l2o_transfer.py --learned-only --meta-seed K "
-           f"--checkpoint-dir ...` ({args.recipe_flags or 'the default recipe, unchanged'}). "
+           f"read from {source} ({args.recipe_flags or 'the default recipe, unchanged'}). "
            "One 5,000-step run per "
            "network (optimizee seed 0); the rate of tensor i is 3e-3 · exp(s_t^(i)).", "",
            "Min / median / max over the tensors:", "",
@@ -339,6 +348,10 @@ def main(argv=None):
                       help="write into benchmarks/results/ instead of --out")
   parser.add_argument("--no-diagnosis", action="store_true",
                       help="skip the learned rates (written by --diagnose-only)")
+  parser.add_argument("--networks", default="",
+                      help="with --diagnose-only: the .npz of the weights l2o_transfer.py kept "
+                           "(its --out folder's l2o_transfer_learned_only_network.npz), with "
+                           "{seed}, instead of the checkpointed batch --diagnose-batch")
   parser.add_argument("--diagnose-only", action="store_true",
                       help="only the learned rates (needs batch --diagnose-batch only)")
   parser.add_argument("--quick", action="store_true",
@@ -349,6 +362,8 @@ def main(argv=None):
                       help="the runs' l2o_transfer.py flags beyond the defaults, for the report")
   args = parser.parse_args(argv)
   args.budgets = BUDGETS
+  if args.networks and not args.diagnose_only:
+    parser.error("--networks needs --diagnose-only")
   if args.quick:
     args.meta_iterations, args.horizon, args.unroll, args.steps, args.chunk = 7, 20, 10, 200, 100
     args.budgets, args.diagnose_batch, args.candidates, args.average, args.val_seeds = (

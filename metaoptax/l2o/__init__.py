@@ -1,7 +1,7 @@
 """Learned (LSTM) optimizers that can teleport, a learned scaling of Adam that transfers
 to unseen networks, their tasks and meta-training."""
 
-from metaoptax.l2o import tasks
+from metaoptax.l2o import pes, tasks
 from metaoptax.l2o.evaluation import evaluate
 from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaTrainingResult,
                                          MetaTrainingState, build_meta_step,
@@ -14,7 +14,7 @@ from metaoptax.l2o.learned_adam import (ScaledAdamConfig, ScaledAdamState, Tenso
                                        scaled_adam, scaled_adam_features)
 from metaoptax.l2o.validation import Validation
 
-__all__ = ("tasks", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
+__all__ = ("tasks", "pes", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
            "MetaTrainingState", "build_meta_step", "default_meta_optimizer", "init_meta_training",
            "meta_train", "sample_problems", "HEADS", "CoordinateLSTM", "L2OConfig", "init_network",
            "preprocess", "L2OState", "learned_optimizer", "step", "ScaledAdamConfig",

@@ -5,7 +5,10 @@ the optimizee runs ``horizon`` steps in truncations of ``unroll`` steps
 (``jax.lax.scan``, ``jax.vmap`` over tasks). After each truncation the network
 takes one meta-optimizer step on the gradient of the weighted loss
 :math:`L = \tfrac1T \sum_t w_t\, \ell(f(x_t))` (truncated back-propagation: no
-gradient crosses truncations). Non-finite meta-gradients are skipped and
+gradient crosses truncations). With ``MetaTrainingConfig(pes=...)`` the
+meta-gradient is instead the persistent-evolution-strategies estimate
+(:mod:`metaoptax.l2o.pes`, Vicol et al. 2021) of the gradient of each truncation's
+loss through the whole run so far. Non-finite meta-gradients are skipped and
 counted; the run is a pure function of its starting state.
 
 :func:`init_meta_training` gives a :class:`MetaTrainingState` (network,
@@ -35,7 +38,9 @@ from metaoptax._src.data_parallel import data_parallel, hashable_axis, on_local_
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2o.tasks import gradient as task_gradient
+from metaoptax.l2o import pes as pes_estimator
 from metaoptax.l2o.network import L2OConfig
+from metaoptax.l2o.pes import PES
 from metaoptax.l2o.problems import sample_problems
 from metaoptax.l2o.tasks import TaskFamily
 from metaoptax.l2o.validation import Selection as validation_selection
@@ -69,6 +74,15 @@ class MetaTrainingConfig(NamedTuple):
       meta step of its truncation and, carrying non-finite parameters, of every
       later truncation of its batch. Batches where every task is finite are
       computed exactly as without it.
+    pes: estimate the meta-gradient by persistent evolution strategies
+      (:class:`~metaoptax.l2o.pes.PES`: antithetic pairs of perturbed networks per task,
+      each carrying its sum of perturbations across the truncations of the run) instead
+      of back-propagation through each truncation: an unbiased estimate of the gradient
+      of each truncation's meta-loss through the whole run so far, with no
+      back-propagation (``second_order`` is moot: the particles run the true dynamics).
+      Without ``mask_diverged_tasks`` a pair whose meta-loss is not finite vetoes the
+      meta step (and, carrying non-finite params, every later one of its batch); with
+      it the pair contributes nothing and restarts, as a masked task does.
   """
 
   tasks_per_step: int = 32
@@ -79,6 +93,7 @@ class MetaTrainingConfig(NamedTuple):
   loss_weights: tuple[float, ...] | None = None
   mask_diverged_tasks: bool = False
   truncation_weights: tuple[float, ...] | None = None
+  pes: PES | None = None
 
 
 class MetaTrainingState(NamedTuple):
@@ -281,8 +296,10 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
                           mesh: jax.sharding.Mesh | None,
                           data_axis: str | tuple[str, ...] | None):
   """The meta step of one family."""
+  if training.pes is not None:
+    return _pes_meta_step(config, family, training, meta_optimizer, mesh, data_axis)
   (tasks_per_step, horizon, unroll, second_order, log_loss, loss_weights, masking,
-   truncation_weights) = training
+   truncation_weights, _) = training
   parallel = data_parallel(mesh, data_axis, tasks_per_step, "tasks_per_step")
   weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
   run_weights = (jnp.ones(horizon // unroll) if truncation_weights is None
@@ -348,6 +365,92 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
     (net, opt_state, skipped, tasks, params, _, _), (losses, finite, diverged, per_task) = (
         jax.lax.scan(truncation, carry, run_weights))
     task_losses = parallel.shard_batch(jax.vmap(family.loss)(tasks, params))
+    new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
+    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged,
+                                                       per_task)
+
+  return meta_step
+
+
+def _perturbed_leaves(net: Any, perturb: str | None) -> Any:
+  """The network's leaves that PES perturbs (a pytree of bools): those whose path
+  contains ``perturb`` (all with ``None``)."""
+  mask = jax.tree_util.tree_map_with_path(
+      lambda path, _: perturb is None or perturb in jax.tree_util.keystr(path), net)
+  if not any(jax.tree.leaves(mask)):
+    raise ValueError(f"PES.perturb={perturb!r} matches no leaf of the network; its paths: "
+                     f"{[jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(net)]}")
+  return mask
+
+
+def _pes_meta_step(config, family: TaskFamily, training: MetaTrainingConfig,
+                   meta_optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh | None,
+                   data_axis: str | tuple[str, ...] | None):
+  """The meta step of one family with the PES meta-gradient (``training.pes``): each of
+  the batch's tasks runs ``2 * pes.pairs`` perturbed copies of the network from the same
+  start on the same minibatches, and after each truncation the meta-optimizer steps on
+  the mean over the tasks of :func:`metaoptax.l2o.pes.gradient`'s estimate."""
+  (tasks_per_step, horizon, unroll, _, log_loss, loss_weights, masking, truncation_weights,
+   pes) = training
+  if pes.pairs < 1 or not pes.sigma > 0:
+    raise ValueError(f"PES needs pairs >= 1 and sigma > 0, got {pes.pairs} and {pes.sigma}.")
+  copies = 2 * pes.pairs
+  parallel = data_parallel(mesh, data_axis, tasks_per_step * copies,
+                           "tasks_per_step * 2 * pes.pairs")
+  weights = jnp.ones(unroll) if loss_weights is None else jnp.asarray(loss_weights)
+  run_weights = (jnp.ones(horizon // unroll) if truncation_weights is None
+                 else jnp.asarray(truncation_weights))
+
+  def particle_loss(net, particle):
+    task, params, state = particle
+    losses, (params, state) = _unroll(config, family, net, task, params, state, unroll, False,
+                                      log_loss)
+    return jnp.mean(losses * weights), (task, params, state)
+
+  def truncation(carry, inputs):
+    run_weight, key = inputs
+    net, opt_state, skipped, particles, start = carry
+    grads, losses, particles, pairs_ok = pes_estimator.gradient(
+        particle_loss, net, particles, key, pes.sigma, _perturbed_leaves(net, pes.perturb))
+    ok = jnp.repeat(pairs_ok, 2)
+    diverged = jnp.zeros([], jnp.int32)
+    if masking:
+      ok = ok & jax.vmap(tree_utils.all_finite)(particles.states[1:])
+      ok = jnp.repeat(jnp.all(ok.reshape(-1, 2), axis=1), 2)  # a pair restarts together
+      count = jnp.sum(ok)
+      loss = jnp.where(count > 0, jnp.sum(jnp.where(ok, losses, 0.0))
+                       / jnp.maximum(count, 1).astype(losses.dtype), jnp.nan)
+      restart = lambda fresh, current: jnp.where(
+          ok.reshape((-1,) + (1,) * (current.ndim - 1)), current, fresh)
+      particles = pes_estimator.PESState(
+          jax.tree.map(restart, start, particles.states),
+          jax.tree.map(lambda xi: restart(jnp.zeros_like(xi), xi), particles.accumulated))
+      diverged = jnp.sum(~ok).astype(jnp.int32)
+    else:
+      loss = jnp.mean(losses)
+    if truncation_weights is not None:
+      grads = jax.tree.map(lambda g: run_weight * g, grads)
+    net, opt_state, finite = apply_if_finite(meta_optimizer, grads, loss, net, opt_state)
+    net, opt_state = parallel.replicate((net, opt_state))
+    particles = parallel.shard_batch(particles)
+    skipped = skipped + (~finite).astype(jnp.int32)
+    per_task = jnp.mean(losses.reshape(tasks_per_step, copies), axis=1)
+    return (net, opt_state, skipped, particles, start), (loss, finite, diverged, per_task)
+
+  def meta_step(state: MetaTrainingState):
+    key, sub = jax.random.split(state.key)
+    noise_key = jax.random.fold_in(sub, 1)  # the tasks are those of the back-propagation step
+    particles = parallel.shard_batch(jax.tree.map(
+        lambda x: jnp.repeat(x, copies, axis=0),
+        sample_problems(config, family, sub, tasks_per_step)))
+    carry = (state.params, state.opt_state, state.skipped_updates,
+             pes_estimator.init(state.params, particles), particles)
+    (net, opt_state, skipped, particles, _), (losses, finite, diverged, per_task) = (
+        jax.lax.scan(truncation, carry,
+                     (run_weights, jax.random.split(noise_key, horizon // unroll))))
+    tasks, params, _ = particles.states
+    task_losses = jnp.mean(jax.vmap(family.loss)(tasks, params).reshape(tasks_per_step, copies),
+                           axis=1)
     new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
     return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged,
                                                        per_task)

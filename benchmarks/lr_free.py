@@ -230,10 +230,12 @@ def _rewarmed(climb: optax.GradientTransformation, steps: int = 23,
   return optax.GradientTransformation(init, update)
 
 
-def _restart_rewarm(average: float = 0.1) -> optax.GradientTransformation:
+def _restart_rewarm(average: float = 0.1,
+                    meta_step_size: float = 1e-3) -> optax.GradientTransformation:
   """The default's design with Adam's moments restarted when the climb ends and a
   second, short climb from a tenth of the climbed step size (:func:`_rewarmed`)."""
-  meta = _rewarmed(metaoptax.climb(metaoptax.presets.meta_adam(1e-3), rate=0.1, backoff=0.5))
+  meta = _rewarmed(metaoptax.climb(metaoptax.presets.meta_adam(meta_step_size), rate=0.1,
+                                   backoff=0.5))
   return optax.chain(
       metaoptax.metaoptimize(optax.scale_by_adam(), meta, init_step_size=1e-6,
                              weight_decay=WEIGHT_DECAY, gamma=1.0, restart_after_climb=True),
@@ -289,6 +291,9 @@ DESIGNS = {
         climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0, horizon=0.1), _interpolated_eval),
     # the restart, its first Adam steps taken at a tenth of the climbed step size
     "climb x2, gamma=1 + average, restart + rewarm": (_restart_rewarm, True),
+    # the same with the meta step that validation chose among the meta speeds
+    "climb x2, gamma=1, meta 3e-3 + average, restart + rewarm": (
+        lambda: _restart_rewarm(meta_step_size=3e-3), True),
 }
 
 

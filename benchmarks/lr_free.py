@@ -77,12 +77,14 @@ WARMUP_FRACTION = 0.05
 VALIDATION = 0.2
 WARMUP_STARTS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
 #: The drop-in as it is, with Adam's moments restarted when the climb ends, and with the
-#: restart followed by a second, short climb (:func:`_restart_rewarm`).
+#: restart followed by a second, short climb (:func:`_restart_rewarm`; also with the faster
+#: meta step).
 WARMUP_VARIANTS = {
     "metaoptax.adamw()": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY),
     "restart_after_climb=True": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY,
                                                         restart_after_climb=True),
-    "restart + rewarm": lambda: _restart_rewarm()}
+    "restart + rewarm": lambda: _restart_rewarm(),
+    "restart + rewarm, meta 3e-3": lambda: _restart_rewarm(meta_step_size=3e-3)}
 
 
 class Task(NamedTuple):

@@ -58,6 +58,7 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax._src import tree_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from suite_tasks import blockwise  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import charlm  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -220,8 +221,7 @@ def _rewarmed(climb: optax.GradientTransformation, steps: int = 23,
 
   def update(meta_grads, state, meta_params=None):
     updates, climb_state = climb.update(meta_grads, state.climb, meta_params)
-    (found,) = [x for x in jax.tree.leaves(climb_state, is_leaf=lambda x: isinstance(
-        x, metaoptax.ClimbState)) if isinstance(x, metaoptax.ClimbState)]
+    (found,) = tree_utils.instances_of(climb_state, metaoptax.ClimbState)
     ended, rewarming = found.ended, state.left > 0
     shift = jnp.where(rewarming, rate, jnp.where(ended, -rate * steps, 0.0))
     step_size = jax.tree.map(lambda u: jnp.where(rewarming, shift, u + shift).astype(u.dtype),

@@ -195,10 +195,18 @@ def _anytime(average: float = 0.1) -> optax.GradientTransformation:
   """``metaoptax.adamw()``'s climb (x2), then the step size decays as
   :math:`1/\sqrt t` (:func:`_rsqrt_after_climb`) instead of following its meta-gradient;
   the average of the weights as the default's. A design of the ablation only."""
-  meta = metaoptax.climb(_rsqrt_after_climb(), rate=0.1, backoff=0.5)
+  return _adam_with_meta(metaoptax.climb(_rsqrt_after_climb(), rate=0.1, backoff=0.5),
+                         average)
+
+
+def _adam_with_meta(meta: optax.GradientTransformation, average: float,
+                    restart_after_climb: bool = False) -> optax.GradientTransformation:
+  """``metaoptax.adamw()``'s construction (Adam's direction from 1e-6, gamma = 1, the task's
+  weight decay, the average) around another meta optimizer ``meta``."""
   return optax.chain(
       metaoptax.metaoptimize(optax.scale_by_adam(), meta, init_step_size=1e-6,
-                             weight_decay=WEIGHT_DECAY, gamma=1.0),
+                             weight_decay=WEIGHT_DECAY, gamma=1.0,
+                             restart_after_climb=restart_after_climb),
       metaoptax.average_iterates(average))
 
 
@@ -238,10 +246,7 @@ def _restart_rewarm(average: float = 0.1,
   second, short climb from a tenth of the climbed step size (:func:`_rewarmed`)."""
   meta = _rewarmed(metaoptax.climb(metaoptax.presets.meta_adam(meta_step_size), rate=0.1,
                                    backoff=0.5))
-  return optax.chain(
-      metaoptax.metaoptimize(optax.scale_by_adam(), meta, init_step_size=1e-6,
-                             weight_decay=WEIGHT_DECAY, gamma=1.0, restart_after_climb=True),
-      metaoptax.average_iterates(average))
+  return _adam_with_meta(meta, average, restart_after_climb=True)
 
 
 #: Ours, untuned: name -> (optimizer, evaluate the averaged weights). Each design's

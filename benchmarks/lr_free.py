@@ -301,6 +301,15 @@ DESIGNS = {
     # the same with the meta step that validation chose among the meta speeds
     "climb x2, gamma=1, meta 3e-3 + average, restart + rewarm": (
         lambda: _restart_rewarm(meta_step_size=3e-3), True),
+    # the interpolation at 2x the climbed step size: schedule-free, tuned, picks 3e-2 on
+    # most tasks, where the interpolation's climb x2 ends at 1.1e-2 (the CNN) to 2.4e-2
+    "interpolation, climb x4, hold": (lambda: _interpolated(
+        climb_backoff=0.25, meta_step_size=0.0), _interpolated_eval),
+    # the gradient taken halfway between the average and the iterate (schedule-free's
+    # b1 = 0.5): nearer Adam's own iterate, which the networks that overfit prefer
+    "interpolation b1=0.5, climb x2, hold": (lambda: _interpolated(
+        b1=0.5, climb_backoff=0.5, meta_step_size=0.0), lambda s, p: _interpolated_eval(
+            s, p, b1=0.5)),
 }
 
 

@@ -106,7 +106,9 @@ def _target(leaf) -> Any:
   if isinstance(leaf, jax.Array):
     return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
   if isinstance(leaf, jax.ShapeDtypeStruct):
-    sharding = leaf.sharding or jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    # no sharding given: this process's first device (jax.devices()[0] belongs to
+    # process 0 on a multi-host run)
+    sharding = leaf.sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
   leaf = np.asarray(leaf)
   return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # restored as np.ndarray

@@ -94,6 +94,9 @@ class Integrator(NamedTuple):
   rotation: Callable
   # gradients evaluated at each point a move between trajectories proposes (0 or 1)
   end_point_gradients: int
+  # evaluations of log p alone (no gradient) at each end point: the trajectory's and each
+  # move's proposal (0 or 1)
+  end_point_values: int
 
 
 def _kick_drift_kick(state, eps_x, eps_v, logdensity_and_grad):
@@ -128,13 +131,13 @@ velocity_verlet = Integrator(
     step=_kick_drift_kick, finish=lambda state, logdensity_fn: state,
     evaluate=_with_gradient,
     rotation=lambda theta: (jnp.sin(theta), 2.0 * jnp.tan(0.5 * theta)),
-    end_point_gradients=1)
+    end_point_gradients=1, end_point_values=0)
 
 # the state's gradient is neither read nor kept (zeros after a transition)
 position_verlet = Integrator(
     step=_drift_kick_drift, finish=_finish_without_gradient, evaluate=_without_gradient,
     rotation=lambda theta: (2.0 * jnp.tan(0.5 * theta), jnp.sin(theta)),
-    end_point_gradients=0)
+    end_point_gradients=0, end_point_values=1)
 
 #: ``L2HMCConfig.integrator``'s choices.
 INTEGRATORS = {"velocity_verlet": velocity_verlet, "position_verlet": position_verlet}

@@ -72,7 +72,7 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
-           "gradient_evaluations", "propose", "build_kernel", "l2hmc", "sample_chains")
+           "gradient_evaluations", "logdensity_evaluations", "propose", "build_kernel", "l2hmc", "sample_chains")
 
 
 class L2HMCState(NamedTuple):
@@ -117,13 +117,23 @@ def init(position: jax.Array, logdensity_fn: Callable) -> L2HMCState:
   return L2HMCState(position, logdensity, grad)
 
 
+def _moves(config: L2HMCConfig) -> int:
+  """The Metropolis moves a transition makes before its trajectory."""
+  return (config.reflection + (config.scale_move > 0)
+          + interweaving.gradient_evaluations(config.interweaving))
+
+
 def gradient_evaluations(config: L2HMCConfig) -> int:
   """The gradients of ``log p`` one transition evaluates: one per leapfrog step, and with velocity
   Verlet one at each point a move between trajectories proposes (the reflection, the scale
   move, each interweaving move); position Verlet evaluates none there."""
-  moves = (config.reflection + (config.scale_move > 0)
-           + interweaving.gradient_evaluations(config.interweaving))
-  return config.num_steps + INTEGRATORS[config.integrator].end_point_gradients * moves
+  return config.num_steps + INTEGRATORS[config.integrator].end_point_gradients * _moves(config)
+
+
+def logdensity_evaluations(config: L2HMCConfig) -> int:
+  """The evaluations of ``log p`` without its gradient one transition makes: none with velocity
+  Verlet; with position Verlet one at the trajectory's end point and one per move."""
+  return INTEGRATORS[config.integrator].end_point_values * (1 + _moves(config))
 
 
 def _evaluated(position: jax.Array, logdensity_fn: Callable,

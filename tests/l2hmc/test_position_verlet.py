@@ -195,6 +195,7 @@ def test_gradients_per_transition(integrator, num_steps, reflection, gradients, 
     jax.effects_barrier()
   assert counts == {"value": values, "gradient": gradients}
   assert int(info.num_gradient_evaluations) == gradients == l2hmc.gradient_evaluations(config)
+  assert values == l2hmc.logdensity_evaluations(config)
 
 
 def test_position_verlet_with_the_networks_is_refused():

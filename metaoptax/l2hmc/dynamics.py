@@ -123,7 +123,7 @@ def validate(config: L2HMCConfig) -> None:
   if config.integrator not in INTEGRATORS:
     raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got "
                      f"{config.integrator!r}.")
-  if config.use_networks and config.integrator != "velocity_verlet":
+  if config.use_networks and not INTEGRATORS[config.integrator].with_networks:
     raise ValueError(f"integrator={config.integrator!r} needs use_networks=False: the "
                      "networks' generalized leapfrog is kick-drift-kick only (its momentum "
                      "update reads the gradient at the step's end points).")

@@ -62,6 +62,17 @@ The :class:`Integrator` record holds what the sampler calls; nothing outside it 
 one it is. The networks' generalized leapfrog (:mod:`metaoptax.l2hmc.dynamics`) is
 velocity Verlet's form only.
 
+Examples:
+  >>> import jax, jax.numpy as jnp
+  >>> from metaoptax import l2hmc
+  >>> eps_x, eps_v = l2hmc.integrators.position_verlet.rotation(jnp.pi / 2)  # a quarter period
+  >>> round(float(eps_x), 5), round(float(eps_v), 5)
+  (2.0, 1.0)
+  >>> config = l2hmc.L2HMCConfig(dim=2, num_steps=1, use_networks=False, reflection=True,
+  ...                            integrator="position_verlet")
+  >>> l2hmc.gradient_evaluations(config), l2hmc.logdensity_evaluations(config)
+  (1, 2)
+
 References:
   Verlet, `Computer "experiments" on classical fluids
   <https://doi.org/10.1103/PhysRev.159.98>`_, Phys. Rev. 1967; Leimkuhler and Reich,
@@ -97,6 +108,8 @@ class Integrator(NamedTuple):
   # evaluations of log p alone (no gradient) at each end point: the trajectory's and each
   # move's proposal (0 or 1)
   end_point_values: int
+  # whether the networks' generalized leapfrog (metaoptax.l2hmc.dynamics) has this form
+  with_networks: bool
 
 
 def _kick_drift_kick(state, eps_x, eps_v, logdensity_and_grad):
@@ -131,13 +144,13 @@ velocity_verlet = Integrator(
     step=_kick_drift_kick, finish=lambda state, logdensity_fn: state,
     evaluate=_with_gradient,
     rotation=lambda theta: (jnp.sin(theta), 2.0 * jnp.tan(0.5 * theta)),
-    end_point_gradients=1, end_point_values=0)
+    end_point_gradients=1, end_point_values=0, with_networks=True)
 
 # the state's gradient is neither read nor kept (zeros after a transition)
 position_verlet = Integrator(
     step=_drift_kick_drift, finish=_finish_without_gradient, evaluate=_without_gradient,
     rotation=lambda theta: (2.0 * jnp.tan(0.5 * theta), jnp.sin(theta)),
-    end_point_gradients=0, end_point_values=1)
+    end_point_gradients=0, end_point_values=1, with_networks=False)
 
 #: ``L2HMCConfig.integrator``'s choices.
 INTEGRATORS = {"velocity_verlet": velocity_verlet, "position_verlet": position_verlet}

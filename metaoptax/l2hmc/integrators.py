@@ -140,13 +140,15 @@ def _finish_without_gradient(state, logdensity_fn):
   return state._replace(logdensity=logdensity_fn(state.x), grad=jnp.zeros_like(state.x))
 
 
+#: Kick-drift-kick: the end point's gradient is carried to the next step (the default).
 velocity_verlet = Integrator(
     step=_kick_drift_kick, finish=lambda state, logdensity_fn: state,
     evaluate=_with_gradient,
     rotation=lambda theta: (jnp.sin(theta), 2.0 * jnp.tan(0.5 * theta)),
     end_point_gradients=1, end_point_values=0, with_networks=True)
 
-# the state's gradient is neither read nor kept (zeros after a transition)
+#: Drift-kick-drift: one gradient per step, at its midpoint; the state's gradient is neither
+#: read nor kept (zeros after a transition).
 position_verlet = Integrator(
     step=_drift_kick_drift, finish=_finish_without_gradient, evaluate=_without_gradient,
     rotation=lambda theta: (2.0 * jnp.tan(0.5 * theta), jnp.sin(theta)),

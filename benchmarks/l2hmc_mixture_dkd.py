@@ -14,7 +14,14 @@ burn-in 300, 1,000 transitions; step sizes only). In the same process: the exact
 NUTS (window adaptation), HMC at K = 10 (``HMC_GRID``) and tuned HMC at short trajectories
 (``SHORT_HMC_GRID``, ``--hmc-steps``).
 
-    taskset -c 0 python benchmarks/l2hmc_mixture_dkd.py --out benchmarks/results
+The per-second scores time each sampler alone (the median of 3 runs), minutes apart on a
+shared core. ``--costs`` (also ``--costs-only``: on the stored results) times the transitions
+again with the samplers interleaved (``sampler_cost.interleaved_medians``: 32 chains,
+``COST_TRANSITIONS`` scanned transitions a call, ``--cost-repeats`` rounds), L2HMC with the
+mixture's within-mode whitening and the exact-rotation step sizes at the cap (a transition's
+cost does not depend on the values), blackjax HMC at each measured K with its tuned step.
+
+    taskset -c 0 python benchmarks/l2hmc_mixture_dkd.py --costs --out benchmarks/results
     python benchmarks/l2hmc_mixture_dkd.py --quick     # smoke run
 """
 
@@ -29,6 +36,7 @@ import time
 import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -36,6 +44,7 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import l2hmc_posteriors  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sampler_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OBJECTIVE = "squares_coordinates"
@@ -46,15 +55,78 @@ ROWS = {
     for name, integrator, steps in (("velocity Verlet", "velocity_verlet", 1),
                                     ("position Verlet", "position_verlet", 1),
                                     ("position Verlet", "position_verlet", 2))}
+COST_TRANSITIONS = 1000  # scanned transitions per timed call
+
+
+def transition_costs(target, rows: dict, hmc: list, chains: int, repeats: int) -> dict:
+  """Seconds per transition of all ``chains`` (vmapped, scanned), the samplers interleaved:
+  ``{label: seconds}`` for each L2HMC configuration of ``rows`` and each HMC of ``hmc``."""
+  import blackjax  # pylint: disable=g-import-not-at-top
+  whitening = l2hmc.Whitening(jnp.zeros(target.dim), jnp.full((target.dim,), 0.32))
+  samplers = {}
+  for label, variant in rows.items():
+    config = l2hmc.L2HMCConfig(dim=target.dim, step_sizes="per_step", per_coordinate=True,
+                               **variant)
+    eps_x, eps_v = l2hmc.rotation_step_sizes(jnp.full((target.dim,), 2.0), config.num_steps,
+                                             config.integrator)
+    params = l2hmc.init_params(jax.random.key(0), config, step_size=eps_x)
+    params = params._replace(log_step_size_v=jnp.broadcast_to(jnp.log(eps_v),
+                                                              params.log_step_size_v.shape))
+    samplers[f"L2HMC, {label}"] = l2hmc.l2hmc(target.logdensity_fn, config, params,
+                                              l2hmc.make_masks(jax.random.key(1), config),
+                                              whitening)
+  for row in hmc:
+    samplers[f"HMC (K = {row['num_steps']}, step {row['step_size']:.3g})"] = blackjax.hmc(
+        target.logdensity_fn, row["step_size"], jnp.ones(target.dim), row["num_steps"])
+  positions = jax.random.normal(jax.random.key(2), (chains, target.dim))
+
+  def scanned(sampler):
+    def run(key, states):
+      def one(states, key):
+        return jax.vmap(sampler.step)(jax.random.split(key, chains), states)[0], None
+      return jax.lax.scan(one, states, jax.random.split(key, COST_TRANSITIONS))[0]
+    return run
+
+  calls = {label: sampler_cost.compiled(scanned(sampler), jax.random.key(3),
+                                        jax.vmap(sampler.init)(positions))
+           for label, sampler in samplers.items()}
+  medians = sampler_cost.interleaved_medians(calls, repeats)
+  return {label: seconds / COST_TRANSITIONS for label, seconds in medians.items()}
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--hmc-steps", type=int, nargs="*", default=[1, 2])
+  parser.add_argument("--costs", action="store_true",
+                      help="also time the transitions with the samplers interleaved")
+  parser.add_argument("--costs-only", action="store_true",
+                      help="only the interleaved timing, added to the stored results")
+  parser.add_argument("--cost-repeats", type=int, default=21)
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=HERE / "out")
   args = parser.parse_args(argv)
+  path = args.out / "l2hmc_mixture_dkd.json"
+  target = l2hmc.targets.mixture_of_gaussians()
+  if args.costs_only:
+    result = json.loads(path.read_text())
+  else:
+    result = sample(args, target)
+  if args.costs or args.costs_only:
+    start = time.perf_counter()
+    hmc = [dict(result["hmc"], num_steps=result["protocol"]["num_steps"])]
+    seconds = transition_costs(target, ROWS, hmc + result["hmc_short"],
+                               result["protocol"]["chains"], 3 if args.quick else args.cost_repeats)
+    result["costs"] = dict(seconds_per_transition=seconds, commit=_report.git_commit(short=True),
+                           repeats=3 if args.quick else args.cost_repeats,
+                           transitions=COST_TRANSITIONS, seconds=time.perf_counter() - start)
+  args.out.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(result, indent=1))
+  return _report.write_table(report(result), str(args.out / "l2hmc_mixture_dkd.md"))
+
+
+def sample(args, target) -> dict:
+  """The reference, NUTS, HMC and the L2HMC rows (trained, sampled and scored)."""
   protocol = types.SimpleNamespace(
       chains=32, burn_in=300, samples=1000, iterations=600, warmup=300, num_steps=10,
       learning_rate=1e-3, quick=args.quick, hmc_steps=args.hmc_steps)
@@ -64,7 +136,6 @@ def main(argv=None):
     protocol.iterations, protocol.warmup = 10, 40
   start = time.perf_counter()
   progress = _report.progress_bars()
-  target = l2hmc.targets.mixture_of_gaussians()
   ref = l2hmc_posteriors.reference("mixture", target, jax.random.key(99), 0, 0)
   key = jax.random.key(0)  # l2hmc_posteriors.py's baselines key
   found = l2hmc_posteriors.baselines(target, ref, protocol, key,
@@ -79,13 +150,9 @@ def main(argv=None):
                                                      iterations=protocol.iterations)
     scores["logdensity_evaluations"] = l2hmc.logdensity_evaluations(config)
     rows.append(scores)
-  result = dict(reference=ref, nuts=found["nuts"], hmc=found["hmc"], hmc_short=hmc_short,
-                rows=rows, commit=_report.git_commit(short=True), seeds=args.seeds,
-                quick=args.quick, protocol=vars(protocol),
-                seconds=time.perf_counter() - start)
-  args.out.mkdir(parents=True, exist_ok=True)
-  (args.out / "l2hmc_mixture_dkd.json").write_text(json.dumps(result, indent=1))
-  return _report.write_table(report(result), str(args.out / "l2hmc_mixture_dkd.md"))
+  return dict(reference=ref, nuts=found["nuts"], hmc=found["hmc"], hmc_short=hmc_short,
+              rows=rows, commit=_report.git_commit(short=True), seeds=args.seeds,
+              quick=args.quick, protocol=vars(protocol), seconds=time.perf_counter() - start)
 
 
 def _per_second(row, key):
@@ -142,6 +209,32 @@ def report(result) -> list[str]:
                  f"{ours / nuts['ess_per_grad_x2']:.2f} | "
                  f"{'met' if crossings >= 0.5 else 'missed'} | "
                  f"{'met' if ours >= best['ess_per_grad_x2'] else 'missed'} |")
+  if "costs" in result:
+    lines += cost_report(result)
+  return lines
+
+
+def cost_report(result) -> list[str]:
+  """The interleaved timing: ms per transition and the ESS of x² per second it gives."""
+  costs, chains = result["costs"], result["protocol"]["chains"]
+  ess = {f"HMC (K = {r['num_steps']}, step {r['step_size']:.3g})": [r["ess_x2"]]
+         for r in [dict(result["hmc"], num_steps=result["protocol"]["num_steps"])]
+         + result["hmc_short"]}
+  ess.update({f"L2HMC, {label}": [r["ess_x2"] for r in rows]
+              for label, rows in l2hmc_posteriors.grouped(result["rows"]).items()})
+  per_second = {label: chains * np.mean(ess[label]) / seconds
+                for label, seconds in costs["seconds_per_transition"].items()}
+  hmc_1 = max((label for label in per_second if label.startswith("HMC")),
+              key=lambda label: per_second[label])
+  lines = ["", f"Transition costs, the samplers interleaved ({costs['repeats']} rounds of "
+           f"{costs['transitions']} scanned transitions of the {chains} chains, medians; commit "
+           f"`{costs['commit']}`, {costs['seconds']:.0f} s). ESS of x² per second: the ESS "
+           "per transition above (the seeds' mean) over this cost.", "",
+           f"| sampler | ms / transition | ESS x² / transition | ESS/s x² | over {hmc_1} |",
+           "|---|---|---|---|---|"]
+  for label, seconds in costs["seconds_per_transition"].items():
+    lines.append(f"| {label} | {1e3 * seconds:.4f} | {np.mean(ess[label]):.3f} | "
+                 f"{per_second[label]:.3g} | {per_second[label] / per_second[hmc_1]:.2f} |")
   return lines
 
 

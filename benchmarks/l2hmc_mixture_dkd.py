@@ -80,14 +80,8 @@ def transition_costs(target, rows: dict, hmc: list, chains: int, repeats: int) -
         target.logdensity_fn, row["step_size"], jnp.ones(target.dim), row["num_steps"])
   positions = jax.random.normal(jax.random.key(2), (chains, target.dim))
 
-  def scanned(sampler):
-    def run(key, states):
-      def one(states, key):
-        return jax.vmap(sampler.step)(jax.random.split(key, chains), states)[0], None
-      return jax.lax.scan(one, states, jax.random.split(key, COST_TRANSITIONS))[0]
-    return run
-
-  calls = {label: sampler_cost.compiled(scanned(sampler), jax.random.key(3),
+  calls = {label: sampler_cost.compiled(sampler_cost.scanned(sampler, chains, COST_TRANSITIONS),
+                                        jax.random.key(3),
                                         jax.vmap(sampler.init)(positions))
            for label, sampler in samplers.items()}
   medians = sampler_cost.interleaved_medians(calls, repeats)

@@ -72,7 +72,8 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
-           "gradient_evaluations", "logdensity_evaluations", "propose", "build_kernel", "l2hmc", "sample_chains")
+           "gradient_evaluations", "logdensity_evaluations", "propose", "build_kernel", "l2hmc",
+           "sample_chains")
 
 
 class L2HMCState(NamedTuple):

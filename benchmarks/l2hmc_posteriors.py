@@ -160,9 +160,9 @@ def runs_on(target, variant: dict) -> bool:
 
 
 def gradients_per_transition(config) -> int:
-  """K, plus the reflected point's, the scale move's and the interweaving moves' gradients."""
-  return (config.num_steps + config.reflection + (config.scale_move > 0)
-          + l2hmc.interweaving.gradient_evaluations(config.interweaving))
+  """The gradients a transition evaluates (``l2hmc.gradient_evaluations``): K, plus, with
+  velocity Verlet, the reflected point's, the scale move's and the interweaving moves'."""
+  return l2hmc.gradient_evaluations(config)
 # the mixture, annealed from T = 10: (label, objective, warm-up (None: --warmup), weight of
 # the fresh-sample term); the last two rows are the paper's setting (no warm-up and
 # whitening, fresh standard-normal samples in the loss), where its ESJD crosses by reflection

@@ -65,6 +65,18 @@ def compiled(fn, *args):
   return lambda: executable(*args)
 
 
+def scanned(sampler, chains: int, transitions: int):
+  """``run(key, states) -> states``: ``transitions`` vmapped transitions of ``chains`` chains in
+  one ``lax.scan``."""
+  def run(key, states):
+    def one(states, key):
+      return jax.vmap(sampler.step)(jax.random.split(key, chains), states)[0], None
+
+    return jax.lax.scan(one, states, jax.random.split(key, transitions))[0]
+
+  return run
+
+
 def samplers(target, num_steps: int, use_networks: bool = False):
   """L2HMC (networks off, one shared step size, unless ``use_networks``) and blackjax HMC."""
   import blackjax  # pylint: disable=g-import-not-at-top
@@ -83,20 +95,12 @@ def transition_costs(target, chains: int, num_steps: int, repeats: int) -> dict:
   positions = jax.random.normal(jax.random.key(2), (chains, target.dim))
   keys = jax.random.split(jax.random.key(3), chains)
 
-  def scanned(sampler):
-    def run(key, states):
-      def one(states, key):
-        return jax.vmap(sampler.step)(jax.random.split(key, chains), states)[0], None
-
-      return jax.lax.scan(one, states, jax.random.split(key, SCANNED))[0]
-
-    return run
-
   calls = {}
   for name, sampler in (("l2hmc", ours), ("blackjax", hmc)):
     states = jax.vmap(sampler.init)(positions)
     calls[f"{name} one"] = compiled(jax.vmap(sampler.step), keys, states)
-    calls[f"{name} scanned"] = compiled(scanned(sampler), jax.random.key(4), states)
+    calls[f"{name} scanned"] = compiled(scanned(sampler, chains, SCANNED), jax.random.key(4),
+                                        states)
   medians = interleaved_medians(calls, repeats)
   for name in ("l2hmc", "blackjax"):
     medians[f"{name} scanned"] /= SCANNED

@@ -42,7 +42,9 @@ With the networks off (:math:`S = Q = T = 0`) this is the plain leapfrog of HMC,
 and each step is computed as one kick-drift-kick with the step sizes negated for
 :math:`d = -1`, instead of two masked half-updates with a select between the
 directions' closed forms (``benchmarks/sampler_cost.py`` times it against
-blackjax's HMC).
+blackjax's HMC); or, with ``integrator="position_verlet"``, as one drift-kick-drift, whose
+gradient is at the step's midpoint and none at the trajectory's end points
+(:mod:`metaoptax.l2hmc.integrators`).
 
 Per-coordinate step sizes (``per_coordinate=True``): :math:`\varepsilon_x,
 \varepsilon_v \in \mathbb R^d_{>0}` act elementwise, and each
@@ -60,6 +62,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.interweaving import Interweaving, validate as validate_interweaving
 from metaoptax.l2hmc.local_step_sizes import LocalStepSizes, init_local
 from metaoptax.l2hmc.networks import SQTNetwork, init_networks, time_embedding
@@ -88,6 +91,9 @@ class L2HMCConfig(NamedTuple):
   # a declared hierarchy (metaoptax.l2hmc.interweaving.Interweaving): each transition first
   # makes Metropolis moves of its location and log scale at fixed non-centered members
   interweaving: Interweaving | None = None
+  # the networks-off leapfrog's splitting (metaoptax.l2hmc.integrators.INTEGRATORS):
+  # kick-drift-kick, or drift-kick-drift (no gradient at the end points; networks off only)
+  integrator: str = "velocity_verlet"
 
 
 class L2HMCParams(NamedTuple):
@@ -114,6 +120,13 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError("scale_move must be >= 0, and > 0 only with local_step_sizes=True.")
   if config.interweaving is not None:
     validate_interweaving(config.interweaving, config.dim)
+  if config.integrator not in INTEGRATORS:
+    raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got "
+                     f"{config.integrator!r}.")
+  if config.use_networks and not INTEGRATORS[config.integrator].with_networks:
+    raise ValueError(f"integrator={config.integrator!r} needs use_networks=False: the "
+                     "networks' generalized leapfrog is kick-drift-kick only (its momentum "
+                     "update reads the gradient at the step's end points).")
 
 
 def init_params(key: jax.Array, config: L2HMCConfig,
@@ -168,7 +181,7 @@ class _Leapfrog(NamedTuple):
 
 
 def _heads(config, params, name, inputs):
-  # Networks off never gets here: the leapfrog takes _plain_step instead.
+  # Networks off never gets here: the leapfrog takes its integrator's step instead.
   return SQTNetwork(config.dim, config.hidden).apply(params.networks[name], inputs)
 
 
@@ -217,22 +230,6 @@ def _position(config, params, state, t, eps_x, update, forward, logdensity_and_g
                    state.log_det + _scaled_sum(sign * eps_x, update * s))
 
 
-def _plain_step(state, eps_x, eps_v, forward, logdensity_and_grad):
-  """One step with the networks off (S = Q = T = 0): the plain leapfrog of HMC.
-
-  Gamma and the two masked Lambdas reduce to a kick and a drift of all
-  coordinates, and their inverses to the same with the step sizes negated:
-  the same floating-point operations as the general path, without its two
-  masked half-updates and per-update selects (the log-determinant stays 0).
-  """
-  half_kick = jnp.where(forward, 0.5, -0.5).astype(state.x.dtype) * eps_v
-  drift = jnp.where(forward, 1.0, -1.0).astype(state.x.dtype) * eps_x
-  v = state.v - half_kick * -state.grad
-  x = state.x + drift * v
-  logdensity, grad = logdensity_and_grad(x)
-  return state._replace(x=x, v=v - half_kick * -grad, logdensity=logdensity, grad=grad)
-
-
 def _explicit_mesh() -> bool:
   """Whether tracing happens under a mesh with ``Explicit`` axes (``jax.set_mesh``)."""
   mesh = jax.sharding.get_abstract_mesh()
@@ -252,9 +249,13 @@ def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
     direction: +1 (forward) or -1 (the exact inverse).
 
   Returns:
-    ``(x', v', log p(x'), grad log p(x'), log|det J|)``; ``K`` gradient evaluations.
+    ``(x', v', log p(x'), grad log p(x'), log|det J|)``; ``K`` gradient evaluations. With
+    ``config.integrator="position_verlet"`` the carried gradient is not read, and the one
+    returned is zeros (the gradients are at the steps' midpoints; ``log p(x')`` is one
+    evaluation of ``logdensity_fn`` more).
   """
   logdensity_and_grad = jax.value_and_grad(logdensity_fn)
+  integrator = INTEGRATORS[config.integrator]
   start = _Leapfrog(x, v, logdensity, grad, jnp.zeros((), x.dtype))
   K = config.num_steps
   forward = direction > 0
@@ -268,7 +269,11 @@ def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
     t = pick(time_embedding(i, K), time_embedding(K - 1 - i, K))
     eps_x, eps_v = pick(_step_sizes(config, params, i), _step_sizes(config, params, K - 1 - i))
     if not config.use_networks:
-      return _plain_step(state, eps_x, eps_v, forward, logdensity_and_grad), None
+      # the plain leapfrog (S = Q = T = 0): the inverse step is the step with the step sizes
+      # negated, the same floating-point operations as the general path without its two
+      # masked half-updates and per-update selects (the log-determinant stays 0)
+      sign = jnp.where(forward, 1.0, -1.0).astype(state.x.dtype)
+      return integrator.step(state, sign * eps_x, sign * eps_v, logdensity_and_grad), None
     m = pick(masks[i], masks[K - 1 - i])
     first = jnp.where(forward, 1.0 - m, m)  # 1 - first is m or 1 - m exactly (0/1 masks)
     state = _momentum(config, params, state, t, eps_v, forward)
@@ -285,4 +290,5 @@ def leapfrog(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
       end = step(end, jnp.asarray(i, jnp.int32))[0]
   else:
     end = jax.lax.scan(step, start, jnp.arange(K))[0]
+  end = integrator.finish(end, logdensity_fn)  # log p at the end point where not yet known
   return end.x, end.v, end.logdensity, end.grad, end.log_det

@@ -24,7 +24,10 @@ reflection through the whitening's location :math:`\mu` (the origin without whit
   x \to 2\mu - x, \qquad A = \min\big(1,\ p(2\mu - x)/p(x)\big),
 
 an involution of unit Jacobian, so the step leaves :math:`p` invariant, and so does its
-composition with the leapfrog move (one gradient evaluation more per transition). It is the
+composition with the leapfrog move (one gradient evaluation more per transition; none with
+``integrator="position_verlet"``, whose trajectories read no gradient at their end points:
+then the reflected point costs one evaluation of :math:`\log p` alone,
+:mod:`metaoptax.l2hmc.integrators`). It is the
 closed form of what the paper's sampler learns on symmetric targets (a reflection),
 composed with a move that mixes the even statistics the reflection leaves in place: on a
 mixture of two modes symmetric about :math:`\mu` it crosses at every accepted step.
@@ -41,6 +44,10 @@ Metropolis group move along the local model, :math:`z \to T_t z`,
 :math:`t \sim \mathcal N(0, s^2)`, accepted with :math:`\min(1, p(T_t z)|\det\partial T_t/
 \partial z|/p(z))` (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`; one gradient
 evaluation more).
+
+Each move between trajectories evaluates its proposal with the integrator's ``evaluate``
+(:math:`\log p` and its gradient for velocity Verlet, :math:`\log p` alone for position
+Verlet), and :func:`gradient_evaluations` counts the gradients a transition evaluates.
 
 Usage::
 
@@ -59,12 +66,14 @@ import optax
 
 from metaoptax._src import tree_utils
 from metaoptax.l2hmc import interweaving, local_step_sizes
-from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog
+from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog, validate
+from metaoptax.l2hmc.integrators import INTEGRATORS, Integrator
 from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
-           "propose", "build_kernel", "l2hmc", "sample_chains")
+           "gradient_evaluations", "logdensity_evaluations", "propose", "build_kernel", "l2hmc",
+           "sample_chains")
 
 
 class L2HMCState(NamedTuple):
@@ -87,7 +96,8 @@ class L2HMCInfo(NamedTuple):
 
   @property
   def num_integration_steps(self) -> jax.Array:
-    """The leapfrog steps K (one gradient each), under blackjax's name for it."""
+    """The gradients a transition evaluates (:func:`gradient_evaluations`: the leapfrog steps K,
+    plus one per move between trajectories with velocity Verlet), under blackjax's name."""
     return self.num_gradient_evaluations
 
 
@@ -106,6 +116,31 @@ class SamplingAlgorithm(NamedTuple):
 def init(position: jax.Array, logdensity_fn: Callable) -> L2HMCState:
   logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
   return L2HMCState(position, logdensity, grad)
+
+
+def _moves(config: L2HMCConfig) -> int:
+  """The Metropolis moves a transition makes before its trajectory."""
+  return (config.reflection + (config.scale_move > 0)
+          + interweaving.gradient_evaluations(config.interweaving))
+
+
+def gradient_evaluations(config: L2HMCConfig) -> int:
+  """The gradients of ``log p`` one transition evaluates: one per leapfrog step, and with velocity
+  Verlet one at each point a move between trajectories proposes (the reflection, the scale
+  move, each interweaving move); position Verlet evaluates none there."""
+  return config.num_steps + INTEGRATORS[config.integrator].end_point_gradients * _moves(config)
+
+
+def logdensity_evaluations(config: L2HMCConfig) -> int:
+  """The evaluations of ``log p`` without its gradient one transition makes: none with velocity
+  Verlet; with position Verlet one at the trajectory's end point and one per move."""
+  return INTEGRATORS[config.integrator].end_point_values * (1 + _moves(config))
+
+
+def _evaluated(position: jax.Array, logdensity_fn: Callable,
+               integrator: Integrator) -> L2HMCState:
+  """A proposed point's state: ``log p`` and, where the integrator reads it, its gradient."""
+  return L2HMCState(position, *integrator.evaluate(position, logdensity_fn))
 
 
 def acceptance_probability(energy_before, energy_after, log_det):
@@ -157,10 +192,10 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 
 def _reflection_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
-                     whitening: Whitening | None) -> L2HMCState:
+                     whitening: Whitening | None, integrator: Integrator) -> L2HMCState:
   """Metropolis on :math:`x \\to 2\\mu - x` (module docstring)."""
   center = 0.0 if whitening is None else whitening.location
-  reflected = init(2.0 * center - state.position, logdensity_fn)
+  reflected = _evaluated(2.0 * center - state.position, logdensity_fn, integrator)
   return _metropolis(rng_key, acceptance_probability(-state.logdensity, -reflected.logdensity,
                                                      0.0), reflected, state)[0]
 
@@ -173,7 +208,8 @@ def _metropolis(rng_key, acceptance, proposal: L2HMCState, state: L2HMCState):
 
 
 def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
-                     whitening: Whitening | None, local, size: float) -> L2HMCState:
+                     whitening: Whitening | None, local, size: float,
+                     integrator: Integrator) -> L2HMCState:
   r"""Metropolis on the scale move :math:`T_t`, :math:`t \sim \mathcal N(0, s^2)`, in the
   whitened coordinates (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`)."""
   k_t, k_accept = jax.random.split(rng_key)
@@ -181,20 +217,22 @@ def _scale_move_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
   t = size * jax.random.normal(k_t, (), z.dtype)
   moved, log_det = local_step_sizes.scale_move(local, z, t)
   return _group_move(k_accept, state, moved if whitening is None
-                     else from_whitened(whitening, moved), log_det, logdensity_fn)[0]
+                     else from_whitened(whitening, moved), log_det, logdensity_fn,
+                     integrator)[0]
 
 
 def _group_move(rng_key, state: L2HMCState, moved: jax.Array, log_det: jax.Array,
-                logdensity_fn: Callable):
+                logdensity_fn: Callable, integrator: Integrator):
   """Metropolis on a group move's point ``moved`` (of log Jacobian ``log_det``):
   ``(state, accepted)``."""
-  proposal = init(moved, logdensity_fn)
+  proposal = _evaluated(moved, logdensity_fn, integrator)
   return _metropolis(rng_key, acceptance_probability(-state.logdensity, -proposal.logdensity,
                                                      log_det), proposal, state)
 
 
 def _interweaving_steps(rng_key, state: L2HMCState, logdensity_fn: Callable,
-                        whitening: Whitening | None, config: interweaving.Interweaving):
+                        whitening: Whitening | None, config: interweaving.Interweaving,
+                        integrator: Integrator):
   r"""``config.num_moves`` Metropolis steps on the non-centered move :math:`T_{s,t}`
   (:mod:`metaoptax.l2hmc.interweaving`)."""
   scales = interweaving.proposal_scales(config, None if whitening is None else whitening.scale)
@@ -203,26 +241,29 @@ def _interweaving_steps(rng_key, state: L2HMCState, logdensity_fn: Callable,
     k_move, k_accept = jax.random.split(key)
     s, t = scales * jax.random.normal(k_move, (2,), state.position.dtype)
     moved, log_det = interweaving.move(config, state.position, s, t)
-    return _group_move(k_accept, state, moved, log_det, logdensity_fn)
+    return _group_move(k_accept, state, moved, log_det, logdensity_fn, integrator)
 
   return jax.lax.scan(one, state, jax.random.split(rng_key, config.num_moves))[0]
 
 
 def build_kernel(config: L2HMCConfig):
   """``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``."""
+  validate(config)  # e.g. position Verlet with the networks: a ValueError here
+  integrator = INTEGRATORS[config.integrator]
+  gradients = gradient_evaluations(config)
 
   def kernel(rng_key, state: L2HMCState, logdensity_fn: Callable, params: L2HMCParams,
              masks: jax.Array, whitening: Whitening | None = None):
     k_momentum, k_direction, k_accept = jax.random.split(rng_key, 3)
     if config.reflection:
       state = _reflection_step(jax.random.fold_in(rng_key, 2), state, logdensity_fn,
-                               whitening)
+                               whitening, integrator)
     if config.scale_move:
       state = _scale_move_step(jax.random.fold_in(rng_key, 3), state, logdensity_fn,
-                               whitening, params.local, config.scale_move)
+                               whitening, params.local, config.scale_move, integrator)
     if config.interweaving is not None:
       state = _interweaving_steps(jax.random.fold_in(rng_key, 4), state, logdensity_fn,
-                                  whitening, config.interweaving)
+                                  whitening, config.interweaving, integrator)
     momentum = jax.random.normal(k_momentum, state.position.shape, state.position.dtype)
     direction = jnp.where(jax.random.bernoulli(k_direction), 1, -1)
     noise = None
@@ -232,10 +273,7 @@ def build_kernel(config: L2HMCConfig):
                                             momentum, direction, whitening, noise)
     new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
-                     jnp.asarray(config.num_steps + config.reflection
-                                 + (config.scale_move > 0)
-                                 + interweaving.gradient_evaluations(config.interweaving),
-                                 jnp.int32))
+                     jnp.asarray(gradients, jnp.int32))
     return new_state, info
 
   return kernel
@@ -274,7 +312,8 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
 
   def init_fn(position, rng_key=None):
     del rng_key  # blackjax's signature; the state is deterministic
-    return init(position, logdensity_fn)
+    # log p and, where the integrator reads it (velocity Verlet), its gradient
+    return _evaluated(position, logdensity_fn, INTEGRATORS[config.integrator])
 
   def step_fn(rng_key, state):
     return kernel(rng_key, state, logdensity_fn, params, masks, whitening)

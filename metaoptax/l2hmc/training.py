@@ -61,6 +61,7 @@ from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
 from metaoptax.l2hmc.adaptation import SLOPES, warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
+from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.kernel import L2HMCState, init, propose
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
@@ -178,12 +179,12 @@ def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e
 QUARTER_PERIOD = 0.5 * np.pi
 
 
-def rotation_step_sizes(step_size, num_steps: int):
+def rotation_step_sizes(step_size, num_steps: int, integrator: str = "velocity_verlet"):
   r"""The step sizes :math:`(\varepsilon_x, \varepsilon_v)` whose ``num_steps`` leapfrog
   steps turn a unit Gaussian coordinate exactly, by at most a quarter period.
 
-  One leapfrog step (a half kick :math:`\varepsilon_v/2`, a drift :math:`\varepsilon_x`, a
-  half kick) on :math:`U(z) = z^2/2` is the linear map
+  One leapfrog step (velocity Verlet: a half kick :math:`\varepsilon_v/2`, a drift
+  :math:`\varepsilon_x`, a half kick) on :math:`U(z) = z^2/2` is the linear map
 
   .. math::
 
@@ -193,18 +194,26 @@ def rotation_step_sizes(step_size, num_steps: int):
 
   of determinant 1. It is the rotation by :math:`\theta` (which keeps
   :math:`z^2 + v^2`: acceptance 1) if and only if :math:`\varepsilon_x = \sin\theta` and
-  :math:`\varepsilon_v = 2\tan(\theta/2)`. Equal step sizes :math:`h` turn by the same
-  :math:`\theta = 2\arcsin(h/2)` (the same product :math:`\varepsilon_x\varepsilon_v =
-  h^2`) but change the energy: at :math:`K = 1` and a quarter period (:math:`h = \sqrt2`)
-  the acceptance is :math:`\min(1, e^{z^2/4 - v^2/2})`. Here :math:`\theta` is the angle of
-  the warm-up's ``step_size`` :math:`h`, capped at :data:`QUARTER_PERIOD` over K.
+  :math:`\varepsilon_v = 2\tan(\theta/2)`; position Verlet (a half drift, a kick, a half
+  drift) swaps the roles, :math:`\varepsilon_x = 2\tan(\theta/2)`,
+  :math:`\varepsilon_v = \sin\theta` (:mod:`metaoptax.l2hmc.integrators`). Equal step sizes
+  :math:`h` turn by the same :math:`\theta = 2\arcsin(h/2)` (the same product
+  :math:`\varepsilon_x\varepsilon_v = h^2`) but change the energy: at :math:`K = 1` and a
+  quarter period (:math:`h = \sqrt2`) the acceptance is
+  :math:`\min(1, e^{z^2/4 - v^2/2})`. Here :math:`\theta` is the angle of the warm-up's
+  ``step_size`` :math:`h`, capped at :data:`QUARTER_PERIOD` over K.
+
+  Args:
+    step_size: the warm-up's (equal) step size :math:`h`, a number or an array.
+    num_steps: K.
+    integrator: ``L2HMCConfig.integrator``, the splitting the step sizes are for.
 
   Returns ``(eps_x, eps_v)`` (arrays of ``step_size``'s shape and dtype).
   """
   step_size = jnp.asarray(step_size)
   theta = jnp.minimum(2.0 * jnp.arcsin(jnp.minimum(0.5 * step_size, 1.0)),
                       QUARTER_PERIOD / num_steps)
-  return jnp.sin(theta), 2.0 * jnp.tan(0.5 * theta)
+  return INTEGRATORS[integrator].rotation(theta)
 
 
 #: ``TrainingConfig.local_fit``'s choices: the warm-up's slopes (:data:`SLOPES`), or the
@@ -424,7 +433,8 @@ def init_training(target: Target, config: L2HMCConfig,
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
-      step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps)
+      step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
+                                                    config.integrator)
     if config.per_coordinate:
       step_size = jnp.full((config.dim,), step_size)
     params = init_params(k_params, config, step_size=step_size)

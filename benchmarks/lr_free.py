@@ -402,10 +402,18 @@ def run_designs(name, task, designs, *, quick, seeds, progress):
           "higher_is_better": problem.higher_is_better, "cells": cells, "curves": curves}
 
 
+#: The baselines tuned over a grid: merging two runs of a task keeps, in each cell, the
+#: one with the better mean validation metric (a run over part of a grid, ``--rates``,
+#: then completes an earlier run over the rest of it).
+TUNED = ("AdamW best constant", COSINE, "schedule-free AdamW, tuned")
+#: The curves of the plots that come from a tuned baseline's cell at 100 % of the budget.
+TUNED_CURVES = {"best_constant": "AdamW best constant", "cosine_full": COSINE}
+
+
 def merge(results) -> list:
-  """Results of the same task (a full run and runs of more designs) as one; a later
-  result replaces what it shares with an earlier one (its cells, and the baselines'
-  curves of a later full run)."""
+  """Results of the same task (a full run and runs of more designs) as one: a later
+  result replaces what it shares with an earlier one, except the baselines tuned over a
+  grid (``TUNED``), of which each cell keeps the better on validation."""
   merged = {}
   for r in results:
     if r["task"] not in merged:
@@ -414,10 +422,16 @@ def merge(results) -> list:
     m = merged[r["task"]]
     if m["steps"] != r["steps"]:
       raise ValueError(f"{r['task']}: runs of {m['steps']} and {r['steps']} steps")
+    score = lambda cell: float(np.mean(_oriented(np.asarray(cell["val"]), r["higher_is_better"])))
     for f, cells in r["cells"].items():
-      m["cells"][f].update(cells)
+      for label, cell in cells.items():
+        kept = m["cells"][f].get(label)
+        if label not in TUNED or kept is None or score(cell) < score(kept):
+          m["cells"][f][label] = cell
+          if f == "1.0":
+            m["curves"].update({k: r["curves"][k] for k, tuned in TUNED_CURVES.items()
+                                if tuned == label and k in r["curves"]})
     m["curves"]["ours"].update(r["curves"]["ours"])
-    m["curves"].update({k: v for k, v in r["curves"].items() if k not in ("ours", "steps")})
   return list(merged.values())
 
 
@@ -793,9 +807,16 @@ def main(argv=None):
   args.add_argument("--cached-only", action="store_true",
                     help="with --cache: train nothing; report what the cache holds (a tuned "
                          "cosine it lacks is reported as not run)")
+  args.add_argument("--rates", nargs="+", type=float, metavar="RATE",
+                    help="tune the baselines over these rates of GRID and SF_GRID only (to "
+                         "--combine with a run over the rest: each cell keeps the better on "
+                         "validation)")
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
+  if args.rates:
+    global GRID, SF_GRID  # pylint: disable=global-statement
+    GRID, SF_GRID = (tuple(r for r in g if r in args.rates) for g in (GRID, SF_GRID))
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   command = "python benchmarks/lr_free.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -457,28 +457,32 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
 
   higher = problem.higher_is_better
   ours = [log for m in design_methods(designs) for log in train(m)]
-  constant = train(adamw_grid())
-  schedule_free = train(schedule_free_grid(steps))
+  # a grid that --rates leaves empty is not run (its cells come from another run)
+  constant = train(adamw_grid()) if GRID else []
+  schedule_free = train(schedule_free_grid(steps)) if SF_GRID else []
   contrib = [log for m in contrib_methods() for log in train(m)]
-  cosine = {f: train(cosine_grid(int(f * steps)), int(f * steps)) for f in FRACTIONS}
+  cosine = {f: train(cosine_grid(int(f * steps)), int(f * steps)) if GRID else None
+            for f in FRACTIONS}
   cosine = {f: logs for f, logs in cosine.items() if logs is not None}
 
   cells = {}
   for f in FRACTIONS:
     i = _index(steps, chunk, f)
-    rows = {"AdamW best constant": (_best(constant, i, higher), i)}
+    rows = {"AdamW best constant": (_best(constant, i, higher), i)} if constant else {}
     if f in cosine:
       rows[COSINE] = (_best(cosine[f], -1, higher), -1)
-    rows["schedule-free AdamW, tuned"] = (_best(schedule_free, i, higher), i)
+    if schedule_free:
+      rows["schedule-free AdamW, tuned"] = (_best(schedule_free, i, higher), i)
     rows.update({log.method.name: (log, i) for log in contrib + ours})
     cells[f] = {label: {**_cell(log, j), "setting": log.method.info or ""}
                 for label, (log, j) in rows.items()}
-  curves = {"steps": constant[0].steps.tolist(),
+  curves = {"steps": contrib[0].steps.tolist(),
             "ours": {log.method.name: {"test": log.test.tolist(), "val": log.val.tolist(),
                                        "alpha": log.step_sizes[..., 0].tolist()}
                      for log in ours},
-            "best_constant": {"name": _best(constant, -1, higher).method.name,
-                              "test": _best(constant, -1, higher).test.tolist()},
+            **({"best_constant": {"name": _best(constant, -1, higher).method.name,
+                                  "test": _best(constant, -1, higher).test.tolist()}}
+               if constant else {}),
             **({"cosine_full": {"name": _best(cosine[1.0], -1, higher).method.name,
                                 "test": _best(cosine[1.0], -1, higher).test.tolist()}}
                if 1.0 in cosine else {})}
@@ -851,7 +855,7 @@ def main(argv=None):
                                                     progress=progress)
     (out / "lr_free.json").write_text(json.dumps(
         {"commit": commits[0], "command": command, "results": results, "warmup": warm}))
-  if args.designs and not args.with_baselines and not args.combine:
+  if (args.designs and not args.with_baselines or args.rates) and not args.combine:
     print(f"wrote {out / 'lr_free.json'}: combine it with a full run (--combine)")
     return
   for r in results:

@@ -322,21 +322,31 @@ def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
   """
   _check(config)
 
-  def init_fn(params):
-    tree_utils.check_float_params(params, "scaled_adam")
-    return config.init_state(params)
-
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args
-    if params is None:
-      raise ValueError("scaled_adam needs params: update(grads, state, params).")
+    _require_params(params, "scaled_adam")
     deltas, new_state, _ = _update(network_params, config, state, params, updates)
     ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)
     new_state = optax.tree_utils.tree_where(ok, new_state, state)
     return tree_utils.zeros_unless(ok, deltas), new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+  return optax.GradientTransformationExtraArgs(_init(config, "scaled_adam"), update_fn)
+
+
+def _init(config: ScaledAdamConfig, name: str) -> Callable:
+  """The ``init`` of a transformation built on ``config``: float params only."""
+
+  def init_fn(params):
+    tree_utils.check_float_params(params, name)
+    return config.init_state(params)
+
+  return init_fn
+
+
+def _require_params(params, name: str) -> None:
+  if params is None:
+    raise ValueError(f"{name} needs params: update(grads, state, params).")
 
 
 def scale_by_learned_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
@@ -373,16 +383,12 @@ def scale_by_learned_adam(network_params, config: ScaledAdamConfig = ScaledAdamC
   """
   _check(config)
 
-  def init_fn(params):
-    tree_utils.check_float_params(params, "scale_by_learned_adam")
-    return config.init_state(params)
-
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args
-    if params is None:
-      raise ValueError("scale_by_learned_adam needs params: update(grads, state, params).")
+    _require_params(params, "scale_by_learned_adam")
     direction, new_state, _ = _scaled_direction(network_params, config, state,
                                                 jax.lax.stop_gradient(params), updates)
     return jax.tree.map(lambda d, g: d.astype(g.dtype), direction, updates), new_state
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+  return optax.GradientTransformationExtraArgs(_init(config, "scale_by_learned_adam"),
+                                               update_fn)

@@ -12,24 +12,12 @@ import metaoptax
 from metaoptax import l2o
 from metaoptax._src import tree_utils
 from tests.conftest import check_against_fd
+from tests.l2o.test_scaled_adam import _grads, _params
 
 #: The eighth attempt's multipliers (issue 30), with a small LSTM.
 SCALING = l2o.ScaledAdamConfig(hidden=8, learning_rate=3e-3, max_log_scale=1.5,
                                min_log_scale=-6.9, slow_b1=0.99)
 CONFIG = l2o.ClimbedAdamConfig(SCALING)
-
-
-def _params(key):
-  k1, k2 = jax.random.split(key)
-  return {"w": jax.random.normal(k1, (5, 3)), "b": jnp.zeros(3),
-          "deep": [jax.random.normal(k2, (4,))]}
-
-
-def _grads(key, params):
-  leaves, treedef = jax.tree.flatten(params)
-  keys = jax.random.split(key, len(leaves))
-  return jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) * 10.0 ** i
-                                      for i, (k, x) in enumerate(zip(keys, leaves))])
 
 
 def test_is_metaoptimize_adam_at_initialization():

@@ -23,7 +23,8 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
-The recipe's options: ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
+The recipe's options: ``--step-size climb`` (the eighth attempt: the base step size found
+per run by MetaOptimize's climb, ``l2o.climbed_scaled_adam``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
 (the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
 none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
 smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the

@@ -23,7 +23,8 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
-The recipe's options: ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
+The recipe's options: ``--step-size climb`` (the eighth attempt: the base step size found
+per run by MetaOptimize's climb, ``l2o.climbed_scaled_adam``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
 (the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
 none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
 smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the
@@ -172,7 +173,7 @@ def methods(network, config, learned_only=False):
                           eval_params=lambda s, p: metaoptax.averaged_params(s),
                           info="defaults, averaged weights")
   learned = runner.Method("learned (scaled_adam)", "l2o",
-                          lambda _: l2o.scaled_adam(network, config))
+                          lambda _: config.transformation(network))
   return [learned] if learned_only else [adam, drop_in, learned]
 
 
@@ -232,7 +233,7 @@ def step_times(network, config, repeats, steps=200):
 
     return {"train step": train, "update": update}, opt.init(params)
 
-  optimizers = {"adam": runs(optax.adam(1e-3)), "learned": runs(l2o.scaled_adam(network, config))}
+  optimizers = {"adam": runs(optax.adam(1e-3)), "learned": runs(config.transformation(network))}
   times = {kind: {name: [] for name in optimizers} for kind in ("train step", "update")}
   for name, (fns, state) in optimizers.items():
     for fn in fns.values():
@@ -318,16 +319,25 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
             f"{os.cpu_count()} CPU cores shared with other jobs; skipped meta-updates "
             f"{result.skipped_updates}, diverged tasks {result.diverged_tasks}. Held-out score "
             "(geometric mean over the families of the median loss at step "
-            f"{training.horizon}): Adam {config.learning_rate:g} (start) {scores[0, 1]:.4g}, selected "
+            f"{training.horizon}): the start {scores[0, 1]:.4g}, selected "
             f"{np.min(scores[:, 1]):.4g} at batch {result.best_iteration}, last "
             f"{scores[-1, 1]:.4g}.", ""]
   return lines
 
 
+def scaling_of(config):
+  """The learned multipliers' configuration (a ``ScaledAdamConfig``) of either variant."""
+  return getattr(config, "scaling", config)
+
+
 def recipe(config, args):
   """The learned optimizer's settings and the meta-training data, in words."""
+  climbed = isinstance(config, l2o.ClimbedAdamConfig)
+  config = scaling_of(config)
   low, high = config.log_scale_bounds
-  return (f"base step size {config.learning_rate:g}, multiplier in [e^{low:g}, e^{high:g}], "
+  return (("base step size found by MetaOptimize's climb (l2o.climbed_scaled_adam, nominal "
+           f"rate {config.learning_rate:g} in feature 4)" if climbed else
+           f"base step size {config.learning_rate:g}") + f", multiplier in [e^{low:g}, e^{high:g}], "
           + (f"noise features (slow moment {config.slow_b1:g})" if config.slow_b1 else
              "no noise features")
           + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights"
@@ -413,6 +423,10 @@ def main(argv=None):
                       help="global norm the meta-gradient is clipped to (after --run-weights)")
   parser.add_argument("--meta-seed", type=int, default=0,
                       help="seed of the network's initialization and of the task batches")
+  parser.add_argument("--step-size", default="fixed", choices=("fixed", "climb"),
+                      help="the base step size: --learning-rate (l2o.scaled_adam), or found per "
+                           "run by MetaOptimize's climb under the learned multipliers (the "
+                           "eighth attempt, l2o.climbed_scaled_adam)")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
                       help="the base Adam step size of the learned optimizer")
   parser.add_argument("--min-log-scale", type=float, default=CONFIG.min_log_scale,
@@ -479,6 +493,8 @@ def main(argv=None):
                                args.label_smoothing, args.families == "floor")
   config = CONFIG._replace(learning_rate=args.learning_rate, min_log_scale=args.min_log_scale,
                            max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
+  if args.step_size == "climb":
+    config = l2o.ClimbedAdamConfig(config)
   training, result = meta_train(families, args, config)
   network = result.params
   if args.meta_only:

@@ -11,11 +11,14 @@ from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_networ
                                    preprocess)
 from metaoptax.l2o.optimizer import L2OState, learned_optimizer, step
 from metaoptax.l2o.learned_adam import (ScaledAdamConfig, ScaledAdamState, TensorLSTM,
-                                       scaled_adam, scaled_adam_features)
+                                       scale_by_learned_adam, scaled_adam, scaled_adam_features)
+from metaoptax.l2o.climbed_adam import ClimbedAdamConfig, ClimbedAdamState, climbed_scaled_adam
 from metaoptax.l2o.validation import Validation
 
 __all__ = ("tasks", "pes", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
            "MetaTrainingState", "build_meta_step", "default_meta_optimizer", "init_meta_training",
            "meta_train", "sample_problems", "HEADS", "CoordinateLSTM", "L2OConfig", "init_network",
            "preprocess", "L2OState", "learned_optimizer", "step", "ScaledAdamConfig",
-           "ScaledAdamState", "TensorLSTM", "scaled_adam", "scaled_adam_features", "Validation")
+           "ScaledAdamState", "TensorLSTM", "scaled_adam", "scaled_adam_features",
+           "scale_by_learned_adam", "ClimbedAdamConfig", "ClimbedAdamState",
+           "climbed_scaled_adam", "Validation")

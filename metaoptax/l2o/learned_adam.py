@@ -79,7 +79,7 @@ import optax
 from metaoptax._src import tree_utils
 
 __all__ = ("ScaledAdamConfig", "ScaledAdamState", "TensorLSTM", "scaled_adam_features",
-           "scaled_adam")
+           "scaled_adam", "scale_by_learned_adam")
 
 #: Features per tensor (see the module docstring); 15 with ``slow_b1``.
 NUM_FEATURES = 12
@@ -263,18 +263,26 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
           unflatten(dirs), unflatten(slows) if slow else None)
 
 
-def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, params, grads):
-  """``(updates, new_state, log_scale)`` of one step (no finiteness guard)."""
+def _scaled_direction(network_params, config: ScaledAdamConfig, state: ScaledAdamState,
+                      params, grads):
+  """``(e^s d, new_state, log_scale)``: Adam's direction times the bounded learned
+  multipliers, per tensor, in the state's precision (no finiteness guard)."""
   features, mu, nu, directions, mu_slow = scaled_adam_features(config, state, params, grads)
   carry, raw = TensorLSTM(config).apply(network_params, state.carry, features)
   low, high = config.log_scale_bounds
   log_scale = jnp.where(raw >= 0, high, -low) * jnp.tanh(raw)
-  rates = config.learning_rate * jnp.exp(log_scale)
   leaves, treedef = jax.tree.flatten(directions)
-  updates = jax.tree.unflatten(treedef, [-rate * d for rate, d in zip(rates, leaves)])
-  updates = jax.tree.map(lambda u, p: u.astype(p.dtype), updates, params)
-  return updates, ScaledAdamState(mu, nu, carry, log_scale, state.count + 1,
-                                  state.skipped_steps, mu_slow), log_scale
+  scaled = jax.tree.unflatten(treedef, [jnp.exp(s) * d for s, d in zip(log_scale, leaves)])
+  return scaled, ScaledAdamState(mu, nu, carry, log_scale, state.count + 1,
+                                 state.skipped_steps, mu_slow), log_scale
+
+
+def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, params, grads):
+  """``(updates, new_state, log_scale)`` of one step (no finiteness guard)."""
+  scaled, state, log_scale = _scaled_direction(network_params, config, state, params, grads)
+  updates = jax.tree.map(lambda d, p: (-config.learning_rate * d).astype(p.dtype), scaled,
+                         params)
+  return updates, state, log_scale
 
 
 def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
@@ -314,18 +322,73 @@ def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
   """
   _check(config)
 
-  def init_fn(params):
-    tree_utils.check_float_params(params, "scaled_adam")
-    return config.init_state(params)
-
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args
-    if params is None:
-      raise ValueError("scaled_adam needs params: update(grads, state, params).")
+    _require_params(params, "scaled_adam")
     deltas, new_state, _ = _update(network_params, config, state, params, updates)
     ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)
     new_state = optax.tree_utils.tree_where(ok, new_state, state)
     return tree_utils.zeros_unless(ok, deltas), new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+  return optax.GradientTransformationExtraArgs(_init(config, "scaled_adam"), update_fn)
+
+
+def _init(config: ScaledAdamConfig, name: str) -> Callable:
+  """The ``init`` of a transformation built on ``config``: float params only."""
+
+  def init_fn(params):
+    tree_utils.check_float_params(params, name)
+    return config.init_state(params)
+
+  return init_fn
+
+
+def _require_params(params, name: str) -> None:
+  if params is None:
+    raise ValueError(f"{name} needs params: update(grads, state, params).")
+
+
+def scale_by_learned_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
+                          ) -> optax.GradientTransformationExtraArgs:
+  r"""The learned optimizer's *direction*: :math:`e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat v^{(i)}}
+  + \epsilon)` per tensor, without the step size or the sign flip (as
+  ``optax.scale_by_adam``, for a step-size wrapper such as :func:`metaoptax.metaoptimize`).
+
+  The same network, features and bounds as :func:`scaled_adam`; ``config.learning_rate``
+  only enters feature 4 (the step's size relative to the weights) as a nominal rate. The
+  params reach the features through ``jax.lax.stop_gradient``: a wrapper that
+  differentiates the direction with respect to the weights (MetaOptimize's Hessian-free
+  trace, a ``jax.jvp``) sees the multipliers as constants, as it sees Adam's moments. With
+  freshly initialized weights it is ``optax.scale_by_adam(config.b1, config.b2,
+  config.eps)``. No finiteness guard: the wrapper's applies.
+
+  Args:
+    network_params: the network's weights (``config.init_network(key)`` or trained).
+    config: the :class:`ScaledAdamConfig` they belong to.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose ``update(grads, state, params)``
+    needs ``params``; other extra arguments are ignored.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from metaoptax import l2o
+    >>> config = l2o.ScaledAdamConfig()
+    >>> tx = l2o.scale_by_learned_adam(config.init_network(jax.random.key(0)), config)
+    >>> params = {"w": jnp.ones(2)}
+    >>> direction, _ = tx.update({"w": jnp.array([2.0, -3.0])}, tx.init(params), params)
+    >>> [round(float(d), 4) for d in direction["w"]]  # Adam's first direction: sign(g)
+    [1.0, -1.0]
+  """
+  _check(config)
+
+  def update_fn(updates, state, params=None, **extra_args):
+    del extra_args
+    _require_params(params, "scale_by_learned_adam")
+    direction, new_state, _ = _scaled_direction(network_params, config, state,
+                                                jax.lax.stop_gradient(params), updates)
+    return jax.tree.map(lambda d, g: d.astype(g.dtype), direction, updates), new_state
+
+  return optax.GradientTransformationExtraArgs(_init(config, "scale_by_learned_adam"),
+                                               update_fn)

@@ -90,6 +90,7 @@ def test_engine_step_is_the_transformation():
   assert info["log_scale"].shape == (3,) and np.all(info["log_scale"] > 0)
 
 
+@pytest.mark.system  # compiles a 12-step unroll twice (~10 s); CI's second command
 @pytest.mark.usefixtures("float64")
 def test_meta_gradient_through_the_climb_matches_finite_differences():
   """d(loss after 12 steps)/d(read-out weights), by back-propagation through the LSTM, the

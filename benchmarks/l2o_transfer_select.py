@@ -1,4 +1,4 @@
-"""Why meta-training seeds differ, and two recipes that choose the final weights otherwise.
+r"""Why meta-training seeds differ, and two recipes that choose the final weights otherwise.
 
 Reads the meta-training states that ``l2o_transfer.py --checkpoint-dir DIR`` keeps after
 every task batch (one run per meta-training seed, the default recipe unchanged), and for

@@ -195,7 +195,7 @@ def _rsqrt_after_climb() -> optax.GradientTransformation:
 
 
 def _anytime(average: float = 0.1) -> optax.GradientTransformation:
-  """``metaoptax.adamw()``'s climb (x2), then the step size decays as
+  r"""``metaoptax.adamw()``'s climb (x2), then the step size decays as
   :math:`1/\sqrt t` (:func:`_rsqrt_after_climb`) instead of following its meta-gradient;
   the average of the weights as the default's. A design of the ablation only."""
   return _adam_with_meta(metaoptax.climb(_rsqrt_after_climb(), rate=0.1, backoff=0.5),

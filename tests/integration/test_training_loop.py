@@ -107,6 +107,7 @@ def test_same_run_as_the_drivers_before_the_shared_loop():
   _assert_state_close(hmc.state, ref["hmc_a_state_bytes"].tobytes())
 
 
+@pytest.mark.system  # a whole training loop per driver (10 s): CI's second command
 @pytest.mark.parametrize("driver", ["l2o", "l2hmc"])
 def test_train_is_a_loop_over_the_jitted_step(driver):
   """``train`` equals a hand-written loop over ``jax.jit(build_*_step(...))`` from

@@ -191,6 +191,7 @@ def test_ess_estimators_on_ar1(phi):
   assert exact * 0.85 < truncated < exact * 1.6
 
 
+@pytest.mark.system  # two L2HMC training runs (12 s; also in CI's floors): CI's second command
 def test_training_improves_jumps_and_is_deterministic():
   """Same seed, different ``log_every`` (progress chunks): bit-identical runs."""
   config = l2hmc.L2HMCConfig(dim=2, num_steps=4)

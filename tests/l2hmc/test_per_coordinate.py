@@ -167,6 +167,7 @@ def test_objectives_on_a_reflection():
     l2hmc.objective_loss("nope", z, fresh, accept)
 
 
+@pytest.mark.system  # an L2HMC training run with a warm-up (10 s): CI's second command
 def test_training_with_a_warmup_is_finite():
   """The warm-up path under one objective (each objective's value is checked above)."""
   objective = "esjd_squares"
@@ -208,6 +209,7 @@ def test_a_nonfinite_chain_drops_out_of_the_gradient():
   assert not np.all(np.isfinite(unguarded))
 
 
+@pytest.mark.system  # an L2HMC training run (16 s): CI's second command
 def test_training_drops_diverging_chains_instead_of_skipping_updates():
   """A target whose density is NaN beyond a wall: proposals crossing it are rejected;
   with ``drop_nonfinite_chains`` no update is skipped and the loss stays finite."""

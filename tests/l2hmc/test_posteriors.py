@@ -109,6 +109,7 @@ def test_breast_cancer_subsamples_share_coordinates():
     posteriors.breast_cancer(0)
 
 
+@pytest.mark.system  # an L2HMC training run (12 s): CI's second command
 def test_a_sampler_trained_on_one_subsample_runs_on_others():
   """Transfer: parameters, masks and whitening from one posterior (a 60-row
   subsample), used without retraining on the full data (and with a new warm-up's

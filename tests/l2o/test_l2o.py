@@ -228,6 +228,7 @@ def _diverging_ellipses(threshold=1.0, scale=1e4):
       task["b"][0] > threshold, scale, 1.0) * base.loss(task, x))
 
 
+@pytest.mark.system  # meta-training steps, masked and not (10 s): CI's second command
 def test_a_diverging_task_vetoes_the_batch_unless_masked():
   """Injected divergence: without masking every truncation from the divergence
   on is skipped; with ``mask_diverged_tasks`` none is, the diverged tasks are
@@ -256,6 +257,7 @@ def _oracle_meta_loss(net, config, family, task, x, unroll):
   return total / unroll
 
 
+@pytest.mark.system  # meta-training steps of two batches (16 s): CI's second command
 @pytest.mark.parametrize("threshold", [0.5, -jnp.inf])
 def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
   """One truncation with NaN-poisoned tasks: the meta step equals the default

@@ -297,6 +297,7 @@ def test_metaoptimize_is_bitwise_deterministic_across_compilations(variant):
                                rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)

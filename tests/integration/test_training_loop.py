@@ -183,6 +183,7 @@ def test_starting_point_is_init_state_or_checkpoint_never_silently_both(tmp_path
            checkpoint_dir=directory)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_evaluate_runs_any_optax_optimizer_on_the_same_tasks():
   key, num_tasks, steps = jax.random.key(9), 3, 5
   lr = 0.05

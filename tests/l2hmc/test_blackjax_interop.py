@@ -66,6 +66,7 @@ def assert_trees_equal(a, b):
     np.testing.assert_array_equal(u, w)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_kernel_runs_in_blackjax_inference_loop_bit_for_bit():
   target = l2hmc.targets.strongly_correlated_gaussian()
   sampler = acting_sampler(target)

@@ -128,6 +128,7 @@ def test_curvature_is_the_hessian_diagonal():
                              -jnp.diagonal(jax.hessian(logdensity)(x)), rtol=1e-5)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_fitted_step_sizes_follow_the_funnels_scale():
   """On the funnel the local scale of x_i is exp(v/2): after init_training's curvature fit,
   log eps_{x_i} grows by c_i beta_v / sigma_v = 1/2 per unit of v (1e-3; the slopes are in

@@ -4,6 +4,7 @@ large for them) from moving chains' states."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from metaoptax import l2hmc
 from metaoptax.l2hmc import adaptation
@@ -35,6 +36,7 @@ def test_no_moving_chain_keeps_every_chain():
   jax.tree.map(np.testing.assert_array_equal, moved, states)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_warmup_from_a_far_chain_ends_in_the_bulk():
   target = l2hmc.targets.gaussian(jnp.diag(jnp.array([0.01, 0.01])))
   positions = jnp.zeros((16, 2)).at[0].set(jnp.array([60.0, -60.0]))  # |grad| ~ 6e3

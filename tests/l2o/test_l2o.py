@@ -165,6 +165,7 @@ def test_variance_preserving_initialization():
   np.testing.assert_allclose(float(jnp.var(w)), 2.0 / 900, rtol=0.02)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_meta_training_reduces_the_meta_loss_and_is_deterministic():
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1, hidden=8)
@@ -297,6 +298,7 @@ def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_trained_optimizer_as_optax_and_checkpointed(tmp_path):
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8)
   net = l2o.init_network(jax.random.key(0), config)

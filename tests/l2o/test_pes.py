@@ -92,6 +92,7 @@ def test_pes_matches_the_whole_unroll_gradient():
   assert np.all(np.abs(mean - exact) <= 4 * error), (mean, exact, error)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_truncated_es_is_biased_where_pes_is_not():
   """Zeroing the sums each truncation (truncated ES) estimates only the last
   truncation's partial derivative, which differs from the whole-unroll gradient by

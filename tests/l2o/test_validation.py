@@ -57,6 +57,7 @@ def _setup():
   return family, config, training, meta_optimizer, validation
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_validation_scores_and_selects_the_best_weights():
   """The scores are the median held-out losses of the weights after 0, 2, 4, 6 task
   batches (each recomputed by a run stopped there and ``evaluate``); the returned

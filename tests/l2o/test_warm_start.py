@@ -10,6 +10,7 @@ from metaoptax import l2o
 TELE = l2o.L2OConfig(heads=("learning_rate", "teleport"), group_dim=1, hidden=6)
 
 
+@pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_momentum_variant_starts_as_the_optimizer_without_momentum():
   """Warm-started from LSTM(lr, tele) with momentum_init 1e-6, LSTM(lr, tele, momentum)
   takes the same steps, teleports included, to rtol 1e-5 (the oracle: the

@@ -325,12 +325,12 @@ def design_methods(names=None) -> list[Method]:
           for name, (make, average) in DESIGNS.items() if names is None or name in names]
 
 
-def adamw_grid() -> Method:
+def adamw_grid(grid=GRID) -> Method:
   return Method("AdamW constant", "adamw", lambda lr: optax.adamw(lr, weight_decay=WEIGHT_DECAY),
-                values=GRID, names=tuple((f"AdamW {lr:g}", f"lr {lr:g}") for lr in GRID))
+                values=grid, names=tuple((f"AdamW {lr:g}", f"lr {lr:g}") for lr in grid))
 
 
-def cosine_grid(steps: int) -> Method:
+def cosine_grid(steps: int, grid=GRID) -> Method:
   warmup = max(1, int(WARMUP_FRACTION * steps))
 
   unit = optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, steps, 0.0)
@@ -338,18 +338,18 @@ def cosine_grid(steps: int) -> Method:
   def make(peak):  # peak is traced (the grid runs side by side): scale a unit schedule
     return optax.adamw(lambda t: peak * unit(t), weight_decay=WEIGHT_DECAY)
 
-  return Method(f"AdamW cosine {steps}", "adamw", make, values=GRID,
-                names=tuple((f"cosine {steps} {lr:g}", f"peak {lr:g}") for lr in GRID))
+  return Method(f"AdamW cosine {steps}", "adamw", make, values=grid,
+                names=tuple((f"cosine {steps} {lr:g}", f"peak {lr:g}") for lr in grid))
 
 
-def schedule_free_grid(total: int) -> Method:
+def schedule_free_grid(total: int, grid=SF_GRID) -> Method:
   c = optax.contrib
   warmup = max(1, int(WARMUP_FRACTION * total))
   return Method("schedule-free AdamW", "contrib",
                 lambda lr: c.schedule_free_adamw(lr, warmup_steps=warmup,
                                                  weight_decay=WEIGHT_DECAY),
-                eval_params=lambda s, p: c.schedule_free_eval_params(s, p), values=SF_GRID,
-                names=tuple((f"schedule-free {lr:g}", f"lr {lr:g}") for lr in SF_GRID))
+                eval_params=lambda s, p: c.schedule_free_eval_params(s, p), values=grid,
+                names=tuple((f"schedule-free {lr:g}", f"lr {lr:g}") for lr in grid))
 
 
 def contrib_methods() -> list[Method]:
@@ -436,9 +436,10 @@ def merge(results) -> list:
 
 
 def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
-             cached_only=False):
+             cached_only=False, grid=GRID, sf_grid=SF_GRID):
   """Every method on one task (of ours, ``designs`` or all); returns the scores at each
-  budget and the curves. With ``cache`` (a folder), each method's logs are kept there
+  budget and the curves. The baselines are tuned over ``grid`` (AdamW, the cosine's
+  peak) and ``sf_grid`` (schedule-free); an empty grid is not run. With ``cache`` (a folder), each method's logs are kept there
   and a rerun trains only the methods it lacks; with ``cached_only`` too, the tuned
   cosine of a budget that the cache lacks is left out of the cells (reported as not
   run); every other method must be there."""
@@ -458,10 +459,10 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
   higher = problem.higher_is_better
   ours = [log for m in design_methods(designs) for log in train(m)]
   # a grid that --rates leaves empty is not run (its cells come from another run)
-  constant = train(adamw_grid()) if GRID else []
-  schedule_free = train(schedule_free_grid(steps)) if SF_GRID else []
+  constant = train(adamw_grid(grid)) if grid else []
+  schedule_free = train(schedule_free_grid(steps, sf_grid)) if sf_grid else []
   contrib = [log for m in contrib_methods() for log in train(m)]
-  cosine = {f: train(cosine_grid(int(f * steps)), int(f * steps)) if GRID else None
+  cosine = {f: train(cosine_grid(int(f * steps), grid), int(f * steps)) if grid else None
             for f in FRACTIONS}
   cosine = {f: logs for f, logs in cosine.items() if logs is not None}
 
@@ -818,9 +819,8 @@ def main(argv=None):
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
-  if args.rates:
-    global GRID, SF_GRID  # pylint: disable=global-statement
-    GRID, SF_GRID = (tuple(r for r in g if r in args.rates) for g in (GRID, SF_GRID))
+  grid, sf_grid = ((GRID, SF_GRID) if not args.rates else
+                    (tuple(r for r in g if r in args.rates) for g in (GRID, SF_GRID)))
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   command = "python benchmarks/lr_free.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -848,7 +848,7 @@ def main(argv=None):
       else:
         results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
                                 progress=progress, designs=args.designs, cache=args.cache,
-                                cached_only=args.cached_only))
+                                cached_only=args.cached_only, grid=grid, sf_grid=sf_grid))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
     warm = None if args.no_warmup or (args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,

@@ -252,6 +252,99 @@ def _restart_rewarm(average: float = 0.1,
   return _adam_with_meta(meta, average, restart_after_climb=True)
 
 
+class RangeTestState(NamedTuple):
+  count: jax.Array  # int32: steps taken
+  climbing: jax.Array  # bool: the range test is on
+  log_rate: jax.Array  # log of schedule-free's rate
+  loss_average: jax.Array  # the loss's exponential average (not bias-corrected)
+  average_weight: jax.Array  # 1 - rho^k: its bias correction
+  best_loss: jax.Array  # the lowest bias-corrected average so far
+  best_log_rate: jax.Array  # log_rate at that step
+  weight_sum: jax.Array  # sum of rate^2 since the (re)start
+  rms_count: jax.Array  # int32: steps of the second moment
+  nu: optax.Params  # the second moment of the gradient (b2 = 0.999)
+  z: optax.Params  # schedule-free's base iterate
+  x: optax.Params  # schedule-free's average (evaluated)
+  best_x: optax.Params  # x at the lowest average loss
+  best_nu: optax.Params  # nu there
+  best_rms_count: jax.Array
+
+
+def _range_test(climb: float = 0.05, stop: float = 2.0, factor: float = 1.0,
+                init_rate: float = 1e-6, b1: float = 0.9, b2: float = 0.999,
+                eps: float = 1e-8, rho: float = 0.9) -> optax.GradientTransformation:
+  r"""Schedule-free AdamW (Defazio et al. 2024) whose rate is found by a range test in
+  the run (Smith 2017, arXiv:1506.01186), with a rollback.
+
+  The rate starts at ``init_rate`` and grows by :math:`e^{\text{climb}}` per step while
+  the bias-corrected exponential average (``rho``) of the minibatch loss at the
+  gradient's point :math:`y_t` falls; once it exceeds ``stop`` times its lowest value
+  (or is not finite), the run goes back to the average :math:`x` and Adam's second
+  moment of the step with the lowest average loss, and holds ``factor`` times that
+  step's rate for the rest of the run, schedule-free's average (restarted at the
+  rollback) doing the annealing. ``lr_free_rate_signals.py`` measured the rate of the
+  lowest average loss of such a range test (climb 0.05) within 0.6-2.1x of schedule-free's
+  tuned rate at 10 % of every CPU task's budget. The schedule-free step, with
+  :math:`d_t = g_t / (\sqrt{\hat\nu_t} + \epsilon) + \lambda y_t` and rate :math:`\gamma_t`:
+  :math:`z_{t+1} = z_t - \gamma_t d_t`, :math:`x_{t+1} = (1 - c_t) x_t + c_t z_{t+1}` with
+  :math:`c_t = \gamma_t^2 / \sum_s \gamma_s^2`, :math:`y_{t+1} = b_1 x_{t+1} + (1 - b_1)
+  z_{t+1}`. Needs the loss (``obj_fn``); evaluate :math:`x` (``state.x``). A design of
+  the ablation only."""
+
+  def init(params):
+    zero = jnp.zeros([], jnp.float32)
+    copy = lambda: jax.tree.map(jnp.copy, params)
+    return RangeTestState(
+        jnp.zeros([], jnp.int32), jnp.asarray(True), jnp.log(jnp.float32(init_rate)), zero,
+        zero, jnp.full([], jnp.inf), jnp.log(jnp.float32(init_rate)), zero,
+        jnp.zeros([], jnp.int32), jax.tree.map(jnp.zeros_like, params), copy(), copy(), copy(),
+        jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.int32))
+
+  def update(grads, state, params, obj_fn):
+    loss = obj_fn(params)
+    # the range test's bookkeeping (a non-finite loss ends it)
+    loss_average = rho * state.loss_average + (1 - rho) * jnp.where(jnp.isfinite(loss), loss,
+                                                                   jnp.inf)
+    average_weight = rho * state.average_weight + (1 - rho)
+    smoothed = loss_average / average_weight
+    lower = state.climbing & (smoothed < state.best_loss)
+    best_loss = jnp.where(lower, smoothed, state.best_loss)
+    best_log_rate = jnp.where(lower, state.log_rate, state.best_log_rate)
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(lower, a, b), new, old)
+    best_x, best_nu = keep(state.x, state.best_x), keep(state.nu, state.best_nu)
+    best_rms_count = jnp.where(lower, state.rms_count, state.best_rms_count)
+    ends = state.climbing & ~(smoothed <= stop * best_loss)
+    # schedule-free AdamW's step at the current rate
+    rate = jnp.exp(state.log_rate)
+    rms_count = state.rms_count + 1
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, grads)
+    correction = 1 - b2 ** rms_count.astype(jnp.float32)
+    z = jax.tree.map(lambda zi, g, v, y: zi - rate * (g / (jnp.sqrt(v / correction) + eps)
+                                                      + WEIGHT_DECAY * y),
+                     state.z, grads, nu, params)
+    weight_sum = state.weight_sum + rate ** 2
+    c = rate ** 2 / weight_sum
+    x = jax.tree.map(lambda xi, zi: (1 - c) * xi + c * zi, state.x, z)
+    # the rollback: x = z = y = the best average, its second moment, the average restarted
+    back = lambda best, now: jax.tree.map(lambda a, b: jnp.where(ends, a, b), best, now)
+    x, z, nu = back(best_x, x), back(best_x, z), back(best_nu, nu)
+    rms_count = jnp.where(ends, best_rms_count, rms_count)
+    weight_sum = jnp.where(ends, 0.0, weight_sum)
+    log_rate = jnp.where(ends, best_log_rate + jnp.log(factor),
+                         state.log_rate + jnp.where(state.climbing, climb, 0.0))
+    updates = jax.tree.map(lambda xi, zi, y: b1 * xi + (1 - b1) * zi - y, x, z, params)
+    return updates, RangeTestState(
+        state.count + 1, state.climbing & ~ends, log_rate, loss_average, average_weight,
+        best_loss, best_log_rate, weight_sum, rms_count, nu, z, x, best_x, best_nu,
+        best_rms_count)
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def _range_test_rate(state):
+  return jnp.exp(state.log_rate)
+
+
 #: Ours, untuned: name -> (optimizer, evaluate the averaged weights). Each design's
 #: settings are spelled out, so the ablation runs the same at any commit. An earlier
 #: round (the grids then stopped at 1e-2) also ran a faster climb (``climb_rate=0.3``):
@@ -313,16 +406,21 @@ DESIGNS = {
     "interpolation b1=0.5, climb x2, hold": (lambda: _interpolated(
         b1=0.5, climb_backoff=0.5, meta_step_size=0.0), lambda s, p: _interpolated_eval(
             s, p, b1=0.5)),
+    # a criterion other than the greedy meta-gradient's turn: schedule-free's rate where
+    # a range test's training loss is lowest (lr_free_rate_signals.py), held after it
+    "schedule-free, range test, hold": (_range_test, lambda s, p: s.x,
+                                         dict(needs_obj=True, step_sizes_of=_range_test_rate)),
 }
 
 
 def design_methods(names=None) -> list[Method]:
   """Our designs (``names`` of ``DESIGNS``, default all); ``average`` is ``True`` for
-  the drop-in's average, or the design's own evaluation."""
+  the drop-in's average, or the design's own evaluation; a third entry, if any, sets
+  more fields of the ``Method``."""
   return [Method(f"ours: {name}", "metaoptax", lambda _, make=make: make(),
                  eval_params=(_averaged if average is True else average or None),
-                 learned_step_size=True, info="untuned")
-          for name, (make, average) in DESIGNS.items() if names is None or name in names]
+                 learned_step_size=True, info="untuned", **(more[0] if more else {}))
+          for name, (make, average, *more) in DESIGNS.items() if names is None or name in names]
 
 
 def adamw_grid(grid=GRID) -> Method:

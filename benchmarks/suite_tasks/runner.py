@@ -32,12 +32,15 @@ class Method(NamedTuple):
     needs_obj: pass ``obj_fn`` (the minibatch loss) to ``update`` (exact variants).
     eval_params: ``(opt_state, params) -> params`` evaluated (schedule-free's average);
       ``None`` for the params themselves.
-    learned_step_size: the state holds a ``MetaOptimizeState`` (log its step sizes).
+    learned_step_size: log the step sizes (``step_sizes_of``, by default
+      ``metaoptax.step_sizes``: the state holds a ``MetaOptimizeState``).
     info: free text for the table (e.g. the rate or the start).
     values: hyper-parameter values run side by side (``vmap``), e.g. a rate grid.
     prepare: ``(opt_state, h) -> opt_state`` applied after ``init`` (e.g. to set the
       initial log step size to ``log h``, which ``metaoptimize`` takes as a Python float).
     names: per-value (name, info) pairs when ``values`` is set.
+    step_sizes_of: ``opt_state -> step sizes`` of a state without a
+      ``MetaOptimizeState`` (with ``learned_step_size``).
   """
 
   name: str
@@ -50,6 +53,7 @@ class Method(NamedTuple):
   values: tuple | None = None
   prepare: Callable[[Any, Any], Any] | None = None
   names: tuple | None = None
+  step_sizes_of: Callable[[Any], Any] | None = None
 
 
 class RunLog(NamedTuple):
@@ -93,7 +97,8 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
 
   def record(p, s):
     metrics = problem.evaluate(eval_params(s, p))
-    sizes = (jnp.atleast_1d(metaoptax.step_sizes(s)) if method.learned_step_size
+    sizes = (jnp.atleast_1d((method.step_sizes_of or metaoptax.step_sizes)(s))
+             if method.learned_step_size
              else jnp.zeros((0,)))
     return metrics["train_loss"], metrics["test"], sizes, metrics.get("val", metrics["test"])
 

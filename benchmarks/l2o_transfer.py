@@ -267,7 +267,8 @@ def step_times(network, config, repeats, steps=200):
 
 
 def summary(results, budgets):
-  """Per network and budget: the best Adam, adamw() and the learned optimizer's numbers."""
+  """Per network and budget: the best Adam, adamw() and the learned optimizer's numbers (if
+  it ran)."""
   rows = {}
   for name, (problem, logs) in results.items():
     adam = [log for log in logs if log.method.family == "adam"]
@@ -277,7 +278,8 @@ def summary(results, budgets):
       row = {}
       for label, log in [(f"best Adam ({best.method.info})", best)] + [
           (log.method.name, log) for log in others] + [
-          ("learned (scaled_adam)", learned_log(logs, budget))]:
+          ("learned (scaled_adam)", learned_log(logs, budget))
+          for _ in range(any(log.method.family == "l2o" for log in logs))]:
         i = at_step(log, budget)
         row[label] = {"train_loss": (log.train_loss[:, i] - problem.train_loss_floor).tolist(),
                       "test": log.test[:, i].tolist(),

@@ -158,7 +158,9 @@ def meta_train(families, args, config):
                               every=args.validate_every)
   result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer),
+                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer,
+                              params=args.init_network and load_network(config,
+                                                                        args.init_network)),
                           log_every=max(1, args.meta_iterations // 50), validation=validation,
                           checkpoint_dir=args.checkpoint_dir,
                           checkpoint_every=1 if args.checkpoint_dir else 0)
@@ -383,6 +385,14 @@ def save_network(network, path):
                     for p, leaf in jax.tree_util.tree_leaves_with_path(network)})
 
 
+def load_network(config, path):
+  """The weights saved by :func:`save_network` at ``path``."""
+  saved = np.load(path)
+  return jax.tree_util.tree_map_with_path(
+      lambda p, leaf: jnp.asarray(saved["/".join(str(k.key) for k in p)], leaf.dtype),
+      config.init_network(jax.random.key(0)))
+
+
 def learned_only_report(results, budgets, result, training, args, config, times, commit):
   lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
            f"measured at commit `{commit}`, jax {jax.__version__}; {recipe(config, args)}, "
@@ -525,6 +535,9 @@ def main(argv=None):
   parser.add_argument("--pes-perturb", default="log_scale",
                       help="PES perturbs (and trains) the network's leaves whose path contains "
                            "this ('log_scale': the read-out; '': every leaf)")
+  parser.add_argument("--init-network", type=pathlib.Path, default=None,
+                      help="start meta-training from these weights (a run's "
+                           "l2o_transfer_learned_only_network.npz) instead of a fresh network")
   parser.add_argument("--validation-steps", type=int, default=0,
                       help="optimizee steps of the held-out scores (default: the horizon)")
   parser.add_argument("--validation-tasks", type=int, default=4)

@@ -23,7 +23,11 @@
 3. The step time of the learned optimizer against ``optax.adam`` on the digits MLP,
    in this process, median of repeats (a whole training step, and the update alone).
 
-The recipe's options: ``--step-size climb`` (the eighth attempt: the base step size found
+The recipe's options: ``--budget-features`` (the ninth attempt: the LSTM and its read-out
+read the run's fraction done and its budget, ``ScaledAdamConfig(budget=T)``; each
+meta-training task draws its budget log-uniformly in ``[--budget-low, --horizon]`` and its
+run ends there, ``l2o.VariedBudget``; evaluated with the budget of each column, 1,000 and
+5,000), ``--step-size climb`` (the eighth attempt: the base step size found
 per run by MetaOptimize's climb, ``l2o.climbed_scaled_adam``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
 (the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
 none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
@@ -154,7 +158,9 @@ def meta_train(families, args, config):
                               every=args.validate_every)
   result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
                           meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer),
+                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer,
+                              params=args.init_network and load_network(config,
+                                                                        args.init_network)),
                           log_every=max(1, args.meta_iterations // 50), validation=validation,
                           checkpoint_dir=args.checkpoint_dir,
                           checkpoint_every=1 if args.checkpoint_dir else 0)
@@ -166,7 +172,7 @@ def problems():
           "MNIST-1D CNN (unseen architecture)": cnn1d.make_problem()}
 
 
-def methods(network, config, learned_only=False):
+def methods(network, config, learned_only=False, budgets=BUDGETS):
   adam = runner.Method("Adam grid", "adam", optax.adam, values=ADAM_GRID,
                        names=tuple((f"Adam {lr:g}", f"lr {lr:g}") for lr in ADAM_GRID))
   drop_in = runner.Method("metaoptax.adamw()", "metaoptax", lambda _: metaoptax.adamw(),
@@ -174,6 +180,11 @@ def methods(network, config, learned_only=False):
                           info="defaults, averaged weights")
   learned = runner.Method("learned (scaled_adam)", "l2o",
                           lambda _: config.transformation(network))
+  if getattr(config, "budget", None) is not None:  # one run per budget, told its budget
+    learned = learned._replace(
+        values=tuple(float(b) for b in budgets),
+        prepare=lambda state, budget: state._replace(budget=budget.astype(state.budget.dtype)),
+        names=tuple((f"learned (scaled_adam, budget {b})", f"budget {b}") for b in budgets))
   return [learned] if learned_only else [adam, drop_in, learned]
 
 
@@ -195,11 +206,20 @@ def best_adam(adam_logs, step):
   return adam_logs[int(np.argmin(np.where(np.isfinite(means), means, np.inf)))]
 
 
-def evaluate(network, config, args, progress):
+def learned_log(logs, budget):
+  """The learned optimizer's log for ``budget``: its only one, or, budget-aware, the run
+  told that budget."""
+  learned = [log for log in logs if log.method.family == "l2o"]
+  if len(learned) == 1:
+    return learned[0]
+  return next(log for log in learned if log.method.info == f"budget {budget}")
+
+
+def evaluate(network, config, args, progress, budgets=BUDGETS):
   out = {}
   for name, problem in problems().items():
     logs = []
-    for method in methods(network, config, args.learned_only):
+    for method in methods(network, config, args.learned_only, budgets):
       logs += runner.train(problem, method, steps=args.steps, seeds=SEEDS, chunk=args.chunk,
                            progress=progress)
     out[name] = (problem, logs)
@@ -249,16 +269,19 @@ def step_times(network, config, repeats, steps=200):
 
 
 def summary(results, budgets):
-  """Per network and budget: the best Adam, adamw() and the learned optimizer's numbers."""
+  """Per network and budget: the best Adam, adamw() and the learned optimizer's numbers (if
+  it ran)."""
   rows = {}
   for name, (problem, logs) in results.items():
     adam = [log for log in logs if log.method.family == "adam"]
-    others = [log for log in logs if log.method.family != "adam"]
+    others = [log for log in logs if log.method.family not in ("adam", "l2o")]
     for budget in budgets:
       best = best_adam(adam, budget)
       row = {}
       for label, log in [(f"best Adam ({best.method.info})", best)] + [
-          (log.method.name, log) for log in others]:
+          (log.method.name, log) for log in others] + [
+          ("learned (scaled_adam)", learned_log(logs, budget))
+          for _ in range(any(log.method.family == "l2o" for log in logs))]:
         i = at_step(log, budget)
         row[label] = {"train_loss": (log.train_loss[:, i] - problem.train_loss_floor).tolist(),
                       "test": log.test[:, i].tolist(),
@@ -340,6 +363,9 @@ def recipe(config, args):
            f"base step size {config.learning_rate:g}") + f", multiplier in [e^{low:g}, e^{high:g}], "
           + (f"noise features (slow moment {config.slow_b1:g})" if config.slow_b1 else
              "no noise features")
+          + ("" if getattr(config, "budget", None) is None else
+             f", budget features (each task's budget log-uniform in [{min(args.budget_low, args.horizon)}, "
+             f"{args.horizon}] steps, its run ending there; evaluated told the budget)")
           + f", {args.examples} examples per task, {args.loss_weights} meta-loss weights"
           + ("" if args.run_weights == "uniform" else
              f" within each truncation and {args.run_weights} over the run's truncations")
@@ -359,6 +385,14 @@ def save_network(network, path):
                     for p, leaf in jax.tree_util.tree_leaves_with_path(network)})
 
 
+def load_network(config, path):
+  """The weights saved by :func:`save_network` at ``path``."""
+  saved = np.load(path)
+  return jax.tree_util.tree_map_with_path(
+      lambda p, leaf: jnp.asarray(saved["/".join(str(k.key) for k in p)], leaf.dtype),
+      config.init_network(jax.random.key(0)))
+
+
 def learned_only_report(results, budgets, result, training, args, config, times, commit):
   lines = ["# The learned optimizer alone on unseen networks (--learned-only)", "",
            f"measured at commit `{commit}`, jax {jax.__version__}; {recipe(config, args)}, "
@@ -368,8 +402,8 @@ def learned_only_report(results, budgets, result, training, args, config, times,
            + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores) + ".", "",
            "| network | steps | train loss | test accuracy | non-finite |", "|---|---|---|---|---|"]
   for name, (problem, logs) in results.items():
-    (log,) = logs
     for budget in budgets:
+      log = learned_log(logs, budget)
       i = at_step(log, budget)
       lines.append(f"| {name} | {budget} | {mean_std(log.train_loss[:, i] - problem.train_loss_floor)}"
                    f" | {mean_std(log.test[:, i], 4)} | "
@@ -389,9 +423,44 @@ def learned_only_report(results, budgets, result, training, args, config, times,
                                - problem.train_loss_floor).tolist(),
                 "test": log.test[:, at_step(log, budget)].tolist(),
                 "non_finite": int(np.sum(~np.isfinite(log.train_loss[:, -1])))}
-                for name, (problem, (log,)) in results.items() for budget in budgets}}
+                for name, (problem, logs) in results.items() for budget in budgets
+                for log in [learned_log(logs, budget)]}}
+  if getattr(config, "budget", None) is not None:
+    record["schedule"] = schedule(result.params, config, budgets)
+    lines += ["", "Learned rates (Adam's base rate times the multipliers; min / median / max "
+              "over the tensors) on the digits MLP, optimizee seed 0, told the budget:", "",
+              "| budget | " + " | ".join(f"step {s}" for s in record["schedule"]["steps"])
+              + " |", "|---" * (1 + len(record["schedule"]["steps"])) + "|"]
+    for budget, rates in record["schedule"]["rates"].items():
+      lines.append(f"| {budget} | " + " | ".join(
+          "—" if r is None else f"{r[0]:.2g} / {r[1]:.2g} / {r[2]:.2g}" for r in rates) + " |")
+    _report.write_table(lines, str(args.out / "l2o_transfer_learned_only.md"))
   (args.out / "l2o_transfer_learned_only.json").write_text(json.dumps(record, indent=1))
   save_network(result.params, args.out / "l2o_transfer_learned_only_network.npz")
+
+
+def schedule(network, config, budgets, fractions=(0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)):
+  """The budget-aware optimizer's rates on the digits MLP (optimizee seed 0) at fractions
+  of each budget: ``{"steps": fractions, "rates": {budget: [(min, median, max) over the
+  tensors of eta e^s at step round(f T)]}}``."""
+  problem = digits.make_problem()
+  params = problem.init(jax.random.key(0))
+  out = {"steps": [f"{f:g} T" for f in fractions], "rates": {}}
+  for budget in budgets:
+    @jax.jit
+    def run(p):
+      def body(carry, key):
+        p, s = carry
+        p, s, info = config.step(network, s, p, jax.grad(problem.loss)(p, problem.batch(key)))
+        return (p, s), info["log_scale"]
+      return jax.lax.scan(body, (p, config._replace(budget=budget).init_state(p)),
+                          jax.random.split(jax.random.key(5), budget))[1]
+
+    rates = config.learning_rate * np.exp(np.asarray(run(params)))
+    out["rates"][str(budget)] = [
+        [float(np.min(r)), float(np.median(r)), float(np.max(r))]
+        for r in (rates[max(int(round(f * budget)), 1) - 1] for f in fractions)]
+  return out
 
 
 def plot(results, path):
@@ -427,6 +496,12 @@ def main(argv=None):
                       help="the base step size: --learning-rate (l2o.scaled_adam), or found per "
                            "run by MetaOptimize's climb under the learned multipliers (the "
                            "eighth attempt, l2o.climbed_scaled_adam)")
+  parser.add_argument("--budget-features", action="store_true",
+                      help="the ninth attempt: a budget-aware optimizer (ScaledAdamConfig.budget) "
+                           "meta-trained on runs of budgets drawn in [--budget-low, --horizon] "
+                           "that end at their budget (l2o.VariedBudget)")
+  parser.add_argument("--budget-low", type=int, default=500,
+                      help="the least budget of a meta-training task (--budget-features)")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
                       help="the base Adam step size of the learned optimizer")
   parser.add_argument("--min-log-scale", type=float, default=CONFIG.min_log_scale,
@@ -460,6 +535,9 @@ def main(argv=None):
   parser.add_argument("--pes-perturb", default="log_scale",
                       help="PES perturbs (and trains) the network's leaves whose path contains "
                            "this ('log_scale': the read-out; '': every leaf)")
+  parser.add_argument("--init-network", type=pathlib.Path, default=None,
+                      help="start meta-training from these weights (a run's "
+                           "l2o_transfer_learned_only_network.npz) instead of a fresh network")
   parser.add_argument("--validation-steps", type=int, default=0,
                       help="optimizee steps of the held-out scores (default: the horizon)")
   parser.add_argument("--validation-tasks", type=int, default=4)
@@ -493,9 +571,14 @@ def main(argv=None):
                                args.label_smoothing, args.families == "floor")
   config = CONFIG._replace(learning_rate=args.learning_rate, min_log_scale=args.min_log_scale,
                            max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
+  trained = config
   if args.step_size == "climb":
-    config = l2o.ClimbedAdamConfig(config)
-  training, result = meta_train(families, args, config)
+    config = trained = l2o.ClimbedAdamConfig(config)
+  elif args.budget_features:
+    config = config._replace(budget=float(args.horizon))
+    trained = l2o.VariedBudget(config, float(min(args.budget_low, args.horizon)),
+                               float(args.horizon))
+  training, result = meta_train(families, args, trained)
   network = result.params
   if args.meta_only:
     args.out.mkdir(parents=True, exist_ok=True)
@@ -503,7 +586,7 @@ def main(argv=None):
     print(f"meta-training {result.seconds:.0f} s; selected batch {result.best_iteration}; "
           "held-out scores " + ", ".join(f"{int(i)}: {v:.4g}" for i, v in result.validation_scores))
     return
-  results = evaluate(network, config, args, _report.progress_bars())
+  results = evaluate(network, config, args, _report.progress_bars(), budgets)
   times = step_times(network, config, args.time_repeats)
   if args.learned_only:
     return learned_only_report(results, budgets, result, training, args, config, times, commit)

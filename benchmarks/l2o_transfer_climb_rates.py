@@ -32,14 +32,6 @@ TUNED_ADAM = {"digits MLP": "0.01 / 0.003", "MNIST-1D MLP": "0.003 / 0.003",
               "MNIST-1D CNN (unseen architecture)": "0.01 / 0.01"}
 
 
-def load_network(config, path):
-  """The weights saved by ``l2o_transfer.save_network`` at ``path``."""
-  saved = np.load(path)
-  return jax.tree_util.tree_map_with_path(
-      lambda p, leaf: jnp.asarray(saved["/".join(str(k.key) for k in p)], leaf.dtype),
-      config.init_network(jax.random.key(0)))
-
-
 def traces(config, networks, problem, steps):
   """``(alpha (networks, steps), rates (networks, steps, tensors))`` of one run of ``problem``
   per network (one compiled program for all)."""
@@ -72,7 +64,7 @@ def main(argv=None):
           for f in args.folders]
   labels = ["start (zero read-out)"] + [f"meta seed {r['meta_seed']}" for r in runs]
   networks = [config.init_network(jax.random.key(0))] + [
-      load_network(config, pathlib.Path(f) / "l2o_transfer_learned_only_network.npz")
+      l2o_transfer.load_network(config, pathlib.Path(f) / "l2o_transfer_learned_only_network.npz")
       for f in args.folders]
   record, rows = {}, []
   for name, problem in l2o_transfer.problems().items():

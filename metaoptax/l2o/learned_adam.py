@@ -56,6 +56,13 @@ a smaller step lowers):
 14. its mean over the tensors;
 15. :math:`\tanh(t/1000)`, the step count at the scale of a long run.
 
+With ``budget`` (the run's length :math:`T`, :mod:`metaoptax.l2o.budget`) the LSTM reads
+five more features, the fraction of the run done and the budget, and its read-out reads
+them too (a linear schedule term beside the LSTM's output):
+
+16.-19. :math:`x, x^2, x^4, x^8` with :math:`x = \min(t / T, 1)`;
+20. :math:`\log(T) / 10`.
+
 The LSTM is per tensor, not per coordinate: its cost is independent of the
 tensors' sizes, and a step costs Adam's elementwise work plus a few reductions
 per tensor.
@@ -81,12 +88,16 @@ from metaoptax._src import tree_utils
 __all__ = ("ScaledAdamConfig", "ScaledAdamState", "TensorLSTM", "scaled_adam_features",
            "scaled_adam", "scale_by_learned_adam")
 
-#: Features per tensor (see the module docstring); 15 with ``slow_b1``.
+#: Features per tensor (see the module docstring); 3 more with ``slow_b1``, 5 more with
+#: ``budget``.
 NUM_FEATURES = 12
+#: The budget features (the last columns with ``budget``), which the read-out reads too.
+NUM_BUDGET_FEATURES = 5
 
 
 def num_features(config: "ScaledAdamConfig") -> int:
-  return NUM_FEATURES + (3 if config.slow_b1 is not None else 0)
+  return (NUM_FEATURES + (3 if config.slow_b1 is not None else 0)
+          + (NUM_BUDGET_FEATURES if config.budget is not None else 0))
 
 
 class ScaledAdamConfig(NamedTuple):
@@ -103,6 +114,10 @@ class ScaledAdamConfig(NamedTuple):
     slow_b1: :math:`\\beta_s`, the decay of a slow first moment whose gradient-noise
       ratio (and the step count at a longer scale) the LSTM reads (features 13-15 of
       the module docstring); ``None``: 12 features, no slow moment.
+    budget: :math:`T`, the steps the run will take: the LSTM and its read-out read the
+      fraction of the run done and :math:`\\log T` (features 16-20 of the module
+      docstring; :mod:`metaoptax.l2o.budget`). ``init_state`` writes it into the state
+      (``ScaledAdamState.budget``), where a run may set another. ``None``: no budget.
   """
 
   learning_rate: float = 1e-3
@@ -114,6 +129,7 @@ class ScaledAdamConfig(NamedTuple):
   eps: float = 1e-8
   min_log_scale: float | None = None
   slow_b1: float | None = None
+  budget: float | None = None
 
   @property
   def log_scale_bounds(self) -> tuple[float, float]:
@@ -135,7 +151,8 @@ class ScaledAdamConfig(NamedTuple):
     n = len(jax.tree.leaves(params))
     return ScaledAdamState(zeros, zeros, _initial_carry(self, n, dtype), jnp.zeros(n, dtype),
                            jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32),
-                           None if self.slow_b1 is None else zeros)
+                           None if self.slow_b1 is None else zeros,
+                           None if self.budget is None else jnp.asarray(self.budget, dtype))
 
   def step(self, network_params, state: "ScaledAdamState", params: Any, grads: Any,
            act: Callable | None = None):
@@ -160,6 +177,7 @@ class ScaledAdamState(NamedTuple):
   count: jax.Array  # int32 steps taken
   skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
   mu_slow: Any = None  # slow first moment, params-shaped (``slow_b1``), else None
+  budget: jax.Array | None = None  # the run's length T in steps, a scalar (``budget``), else None
 
 
 def _check(config: ScaledAdamConfig) -> None:
@@ -172,6 +190,8 @@ def _check(config: ScaledAdamConfig) -> None:
     raise ValueError(f"min_log_scale must be < 0, got {config.min_log_scale}.")
   if config.slow_b1 is not None and not 0 < config.slow_b1 < 1:
     raise ValueError(f"slow_b1 must be in (0, 1), got {config.slow_b1}.")
+  if config.budget is not None and not config.budget >= 1:
+    raise ValueError(f"budget must be >= 1 (steps), got {config.budget}.")
 
 
 def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
@@ -181,7 +201,8 @@ def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
 
 class TensorLSTM(nn.Module):
   """``(carry, features (tensors, F)) -> (carry, raw (tensors,))``: an LSTM over the rows
-  (one per tensor) and a zero-initialized linear read-out."""
+  (one per tensor) and a zero-initialized linear read-out (of the LSTM's output and, with
+  ``budget``, of the budget features, the last columns)."""
 
   config: ScaledAdamConfig
 
@@ -191,6 +212,8 @@ class TensorLSTM(nn.Module):
     for layer in range(self.config.layers):
       c, x = nn.OptimizedLSTMCell(self.config.hidden, name=f"lstm_{layer}")(carry[layer], x)
       new_carry.append(c)
+    if self.config.budget is not None:
+      x = jnp.concatenate([x, features[:, -NUM_BUDGET_FEATURES:]], axis=1)
     raw = nn.Dense(1, kernel_init=nn.initializers.zeros, name="log_scale")(x)[:, 0]
     return tuple(new_carry), raw
 
@@ -206,7 +229,8 @@ def _rms(x):
 def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, params: Any,
                          grads: Any):
   """``(features (tensors, F), mu, nu, directions, mu_slow)``: the network's inputs at
-  this step (``F = 12``, or 15 with ``slow_b1``), Adam's new moments, its direction
+  this step (``F = 12``, 3 more with ``slow_b1``, 5 more with ``budget``), Adam's new
+  moments, its direction
   :math:`d_t` and the new slow moment (``None`` without ``slow_b1``), per tensor (pure,
   jit-able)."""
   b1, b2, eps = config.b1, config.b2, config.eps
@@ -258,9 +282,21 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
     ratio = jnp.stack(ratios)
     columns.append(jnp.stack([ratio, jnp.full((n,), jnp.mean(ratio)),
                               jnp.full((n,), jnp.tanh(t / 1000))], axis=1))
+  if config.budget is not None:
+    columns.append(jnp.broadcast_to(budget_features(t, state.budget.astype(dtype)),
+                                    (n, NUM_BUDGET_FEATURES)))
   unflatten = lambda leaves: jax.tree.unflatten(treedef, leaves)
   return (jnp.concatenate(columns, axis=1), unflatten(mus), unflatten(nus),
           unflatten(dirs), unflatten(slows) if slow else None)
+
+
+def budget_features(t: jax.Array, budget: jax.Array) -> jax.Array:
+  """``(5,)``: :math:`x, x^2, x^4, x^8` with :math:`x = \\min(t / T, 1)`, and
+  :math:`\\log(T) / 10`, at step ``t`` (1 for the first) of a run of ``budget`` :math:`T`
+  steps (features 16-20 of the module docstring; the training horizon features of VeLO,
+  Metz et al. 2022)."""
+  x = jnp.minimum(t / budget, 1.0)
+  return jnp.stack([x, x**2, x**4, x**8, jnp.log(budget) / 10])
 
 
 def _scaled_direction(network_params, config: ScaledAdamConfig, state: ScaledAdamState,
@@ -274,7 +310,7 @@ def _scaled_direction(network_params, config: ScaledAdamConfig, state: ScaledAda
   leaves, treedef = jax.tree.flatten(directions)
   scaled = jax.tree.unflatten(treedef, [jnp.exp(s) * d for s, d in zip(log_scale, leaves)])
   return scaled, ScaledAdamState(mu, nu, carry, log_scale, state.count + 1,
-                                 state.skipped_steps, mu_slow), log_scale
+                                 state.skipped_steps, mu_slow, state.budget), log_scale
 
 
 def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, params, grads):

@@ -11,39 +11,10 @@ import optax
 from metaoptax import l2o
 from metaoptax.l2o.learned_adam import budget_features
 
+from tests.l2o.test_scaled_adam import _grads, _params
+
 CONFIG = l2o.ScaledAdamConfig(hidden=8, learning_rate=1e-2, max_log_scale=1.5,
                               min_log_scale=-6.9, slow_b1=0.99, budget=40)
-
-
-def _params(key):
-  k1, k2 = jax.random.split(key)
-  return {"w": jax.random.normal(k1, (5, 3)), "b": jnp.zeros(3), "v": jax.random.normal(k2, (4,))}
-
-
-def _grads(key, params):
-  leaves, treedef = jax.tree.flatten(params)
-  keys = jax.random.split(key, len(leaves))
-  return jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) * 10.0**i
-                                      for i, (k, x) in enumerate(zip(keys, leaves))])
-
-
-def test_is_adam_at_initialization_whatever_the_budget():
-  """Zero read-out: every update equals optax.adam's to float32 round-off, before and after
-  the budget (44 steps of a 40-step budget), with the budget features read."""
-  opt = l2o.scaled_adam(CONFIG.init_network(jax.random.key(0)), CONFIG)
-  adam = optax.adam(CONFIG.learning_rate, CONFIG.b1, CONFIG.b2, CONFIG.eps)
-  params = _params(jax.random.key(1))
-  state, adam_state = opt.init(params), adam.init(params)
-  assert float(state.budget) == 40.0
-  update, adam_update = jax.jit(opt.update), jax.jit(adam.update)
-  for t in range(44):
-    grads = _grads(jax.random.key(100 + t), params)
-    u, state = update(grads, state, params)
-    expected, adam_state = adam_update(grads, adam_state, params)
-    for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(expected)):
-      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-12)
-    params = optax.apply_updates(params, u)
-  np.testing.assert_array_equal(state.log_scale, 0.0)
 
 
 def test_budget_features():

@@ -13,6 +13,8 @@ CONFIG = l2o.ScaledAdamConfig(hidden=8)
 #: The annealing variant: a wide range downward and the gradient-noise features.
 ANNEALING = CONFIG._replace(learning_rate=3e-3, max_log_scale=1.5, min_log_scale=-6.9,
                             slow_b1=0.99)
+#: The budget-aware variant (``metaoptax.l2o.budget``) with a 40-step budget.
+BUDGET = ANNEALING._replace(learning_rate=1e-2, budget=40)
 
 
 def _params(key):
@@ -28,16 +30,18 @@ def _grads(key, params):
                                       for i, (k, x) in enumerate(zip(keys, leaves))])
 
 
-@pytest.mark.parametrize("config", [CONFIG, ANNEALING], ids=["default", "annealing"])
+@pytest.mark.parametrize("config", [CONFIG, ANNEALING, BUDGET],
+                         ids=["default", "annealing", "budget"])
 def test_is_adam_at_initialization(config):
   """Zero read-out: every update equals optax.adam's to float32 round-off (rtol 1e-6)
-  over 20 steps of random gradients of mixed scales, with or without the noise features."""
+  over 44 steps of random gradients of mixed scales, with or without the noise features,
+  and with the budget features read before and after a 40-step budget."""
   opt = l2o.scaled_adam(config.init_network(jax.random.key(0)), config)
   adam = optax.adam(config.learning_rate, config.b1, config.b2, config.eps)
   params = _params(jax.random.key(1))
   state, adam_state = opt.init(params), adam.init(params)
   update, adam_update = jax.jit(opt.update), jax.jit(adam.update)
-  for t in range(20):
+  for t in range(44):
     grads = _grads(jax.random.key(100 + t), params)
     u, state = update(grads, state, params)
     expected, adam_state = adam_update(grads, adam_state, params)

@@ -253,7 +253,6 @@ def _restart_rewarm(average: float = 0.1,
 
 
 class RangeTestState(NamedTuple):
-  count: jax.Array  # int32: steps taken
   climbing: jax.Array  # bool: the range test is on
   log_rate: jax.Array  # log of schedule-free's rate
   loss_average: jax.Array  # the loss's exponential average (not bias-corrected)
@@ -295,7 +294,7 @@ def _range_test(climb: float = 0.05, stop: float = 2.0, factor: float = 1.0,
     zero = jnp.zeros([], jnp.float32)
     copy = lambda: jax.tree.map(jnp.copy, params)
     return RangeTestState(
-        jnp.zeros([], jnp.int32), jnp.asarray(True), jnp.log(jnp.float32(init_rate)), zero,
+        jnp.asarray(True), jnp.log(jnp.float32(init_rate)), zero,
         zero, jnp.full([], jnp.inf), jnp.log(jnp.float32(init_rate)), zero,
         jnp.zeros([], jnp.int32), jax.tree.map(jnp.zeros_like, params), copy(), copy(), copy(),
         jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.int32))
@@ -334,7 +333,7 @@ def _range_test(climb: float = 0.05, stop: float = 2.0, factor: float = 1.0,
                          state.log_rate + jnp.where(state.climbing, climb, 0.0))
     updates = jax.tree.map(lambda xi, zi, y: b1 * xi + (1 - b1) * zi - y, x, z, params)
     return updates, RangeTestState(
-        state.count + 1, state.climbing & ~ends, log_rate, loss_average, average_weight,
+        state.climbing & ~ends, log_rate, loss_average, average_weight,
         best_loss, best_log_rate, weight_sum, rms_count, nu, z, x, best_x, best_nu,
         best_rms_count)
 

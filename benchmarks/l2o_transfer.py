@@ -360,7 +360,9 @@ def recipe(config, args):
   low, high = config.log_scale_bounds
   return (("base step size found by MetaOptimize's climb (l2o.climbed_scaled_adam, nominal "
            f"rate {config.learning_rate:g} in feature 4)" if climbed else
-           f"base step size {config.learning_rate:g}") + f", multiplier in [e^{low:g}, e^{high:g}], "
+           f"base step size {config.learning_rate:g}"
+           + (" decaying as a cosine over the budget" if getattr(config, "cosine_decay", False)
+              else "")) + f", multiplier in [e^{low:g}, e^{high:g}], "
           + (f"noise features (slow moment {config.slow_b1:g})" if config.slow_b1 else
              "no noise features")
           + ("" if getattr(config, "budget", None) is None else
@@ -442,7 +444,8 @@ def learned_only_report(results, budgets, result, training, args, config, times,
 def schedule(network, config, budgets, fractions=(0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)):
   """The budget-aware optimizer's rates on the digits MLP (optimizee seed 0) at fractions
   of each budget: ``{"steps": fractions, "rates": {budget: [(min, median, max) over the
-  tensors of eta e^s at step round(f T)]}}``."""
+  tensors of eta_t e^s at step round(f T)]}}``, with the cosine's eta_t under
+  ``cosine_decay``."""
   problem = digits.make_problem()
   params = problem.init(jax.random.key(0))
   out = {"steps": [f"{f:g} T" for f in fractions], "rates": {}}
@@ -456,7 +459,10 @@ def schedule(network, config, budgets, fractions=(0.01, 0.1, 0.25, 0.5, 0.75, 0.
       return jax.lax.scan(body, (p, config._replace(budget=budget).init_state(p)),
                           jax.random.split(jax.random.key(5), budget))[1]
 
-    rates = config.learning_rate * np.exp(np.asarray(run(params)))
+    count = np.arange(budget)  # steps taken before each step
+    base = config.learning_rate * (0.5 * (1 + np.cos(np.pi * count / budget))
+                                   if config.cosine_decay else np.ones(budget))
+    rates = base[:, None] * np.exp(np.asarray(run(params)))
     out["rates"][str(budget)] = [
         [float(np.min(r)), float(np.median(r)), float(np.max(r))]
         for r in (rates[max(int(round(f * budget)), 1) - 1] for f in fractions)]
@@ -500,6 +506,10 @@ def main(argv=None):
                       help="the ninth attempt: a budget-aware optimizer (ScaledAdamConfig.budget) "
                            "meta-trained on runs of budgets drawn in [--budget-low, --horizon] "
                            "that end at their budget (l2o.VariedBudget)")
+  parser.add_argument("--cosine-decay", action="store_true",
+                      help="the tenth attempt (with --budget-features): the base step size "
+                           "decays as a cosine over the budget (ScaledAdamConfig.cosine_decay), "
+                           "so that the network starts as Adam with the cosine of its budget")
   parser.add_argument("--budget-low", type=int, default=500,
                       help="the least budget of a meta-training task (--budget-features)")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
@@ -555,6 +565,8 @@ def main(argv=None):
                       help="evaluate only the learned optimizer (the baselines do not depend "
                       "on the meta-training settings: compare with a full run's)")
   args = parser.parse_args(argv)
+  if args.cosine_decay and not args.budget_features:
+    parser.error("--cosine-decay decays over the budget: it needs --budget-features")
   args.min_log_scale = args.min_log_scale or None  # 0: symmetric
   args.slow_b1 = args.slow_b1 or None  # 0: no noise features
   args.label_smoothing = None if args.label_smoothing < 0 else args.label_smoothing
@@ -575,7 +587,7 @@ def main(argv=None):
   if args.step_size == "climb":
     config = trained = l2o.ClimbedAdamConfig(config)
   elif args.budget_features:
-    config = config._replace(budget=float(args.horizon))
+    config = config._replace(budget=float(args.horizon), cosine_decay=args.cosine_decay)
     trained = l2o.VariedBudget(config, float(min(args.budget_low, args.horizon)),
                                float(args.horizon))
   training, result = meta_train(families, args, trained)

@@ -63,6 +63,13 @@ them too (a linear schedule term beside the LSTM's output):
 16.-19. :math:`x, x^2, x^4, x^8` with :math:`x = \min(t / T, 1)`;
 20. :math:`\log(T) / 10`.
 
+With ``cosine_decay`` as well, the base step size follows a cosine over the budget,
+:math:`\eta_t = \eta\,\tfrac12\big(1 + \cos(\pi \min(t-1, T)/T)\big)`
+(``optax.cosine_decay_schedule(eta, T)`` at the count of steps taken), so that at
+initialization the optimizer is Adam with the cosine schedule of its budget, and the
+learned multipliers scale that schedule (a tenth attempt at issue 30: the network need
+not learn the annealing, only where to depart from it).
+
 The LSTM is per tensor, not per coordinate: its cost is independent of the
 tensors' sizes, and a step costs Adam's elementwise work plus a few reductions
 per tensor.
@@ -118,6 +125,9 @@ class ScaledAdamConfig(NamedTuple):
       fraction of the run done and :math:`\\log T` (features 16-20 of the module
       docstring; :mod:`metaoptax.l2o.budget`). ``init_state`` writes it into the state
       (``ScaledAdamState.budget``), where a run may set another. ``None``: no budget.
+    cosine_decay: the base step size decays as a cosine over the budget (module
+      docstring; needs ``budget``): at initialization the optimizer is
+      ``optax.adam(optax.cosine_decay_schedule(learning_rate, budget))``.
   """
 
   learning_rate: float = 1e-3
@@ -130,6 +140,7 @@ class ScaledAdamConfig(NamedTuple):
   min_log_scale: float | None = None
   slow_b1: float | None = None
   budget: float | None = None
+  cosine_decay: bool = False
 
   @property
   def log_scale_bounds(self) -> tuple[float, float]:
@@ -192,6 +203,8 @@ def _check(config: ScaledAdamConfig) -> None:
     raise ValueError(f"slow_b1 must be in (0, 1), got {config.slow_b1}.")
   if config.budget is not None and not config.budget >= 1:
     raise ValueError(f"budget must be >= 1 (steps), got {config.budget}.")
+  if config.cosine_decay and config.budget is None:
+    raise ValueError("cosine_decay decays over the budget: it needs budget (steps).")
 
 
 def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
@@ -238,6 +251,7 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
   t = (count + 1).astype(state.log_scale.dtype)
   dtype = state.log_scale.dtype
   bounds = config.log_scale_bounds
+  base_rate = base_step_size(config, state)
 
   def direction(m, v, steps):
     steps = jnp.maximum(steps, 1).astype(dtype)
@@ -257,7 +271,7 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
     v = b2 * v_prev + (1 - b2) * g * g
     d = direction(m, v, count + 1)
     rms_d = _rms(d)
-    relative = jnp.log(config.learning_rate * jnp.exp(state.log_scale[i]) * rms_d
+    relative = jnp.log(base_rate * jnp.exp(state.log_scale[i]) * rms_d
                        / (_rms(p.astype(dtype)) + 1e-30) + 1e-30) / 10
     rows.append(jnp.stack([
         _cosine(g, d_prev), _cosine(d, d_prev), jnp.log(rms_d + 1e-8) / 5,
@@ -299,6 +313,18 @@ def budget_features(t: jax.Array, budget: jax.Array) -> jax.Array:
   return jnp.stack([x, x**2, x**4, x**8, jnp.log(budget) / 10])
 
 
+def base_step_size(config: ScaledAdamConfig, state: ScaledAdamState) -> jax.Array:
+  """The base step size of this step: :math:`\\eta`, or with ``cosine_decay``
+  :math:`\\eta\\,\\tfrac12(1 + \\cos(\\pi \\min(n, T) / T))` after :math:`n` steps of a run of
+  budget :math:`T` (``optax.cosine_decay_schedule``'s value at count :math:`n`)."""
+  rate = jnp.asarray(config.learning_rate, state.log_scale.dtype)
+  if not config.cosine_decay:
+    return rate
+  budget = state.budget.astype(rate.dtype)
+  count = jnp.minimum(state.count.astype(rate.dtype), budget)
+  return rate * (0.5 * (1 + jnp.cos(jnp.pi * count / budget)))  # optax's order of operations
+
+
 def _scaled_direction(network_params, config: ScaledAdamConfig, state: ScaledAdamState,
                       params, grads):
   """``(e^s d, new_state, log_scale)``: Adam's direction times the bounded learned
@@ -315,9 +341,9 @@ def _scaled_direction(network_params, config: ScaledAdamConfig, state: ScaledAda
 
 def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, params, grads):
   """``(updates, new_state, log_scale)`` of one step (no finiteness guard)."""
+  rate = base_step_size(config, state)
   scaled, state, log_scale = _scaled_direction(network_params, config, state, params, grads)
-  updates = jax.tree.map(lambda d, p: (-config.learning_rate * d).astype(p.dtype), scaled,
-                         params)
+  updates = jax.tree.map(lambda d, p: (-rate * d).astype(p.dtype), scaled, params)
   return updates, state, log_scale
 
 
@@ -418,6 +444,9 @@ def scale_by_learned_adam(network_params, config: ScaledAdamConfig = ScaledAdamC
     [1.0, -1.0]
   """
   _check(config)
+  if config.cosine_decay:
+    raise ValueError("scale_by_learned_adam is a direction without a step size; "
+                     "cosine_decay is a schedule of the step size (use scaled_adam).")
 
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args

@@ -37,6 +37,8 @@ def main(argv=None):
   parser.add_argument("--chunk", type=int, default=250)
   parser.add_argument("--cosine", action="store_true",
                       help="Adam with a cosine over each budget, at every rate of the grid")
+  parser.add_argument("--rates", type=float, nargs="+", default=l2o_transfer.ADAM_GRID,
+                      help="the rates of --cosine (default: the Adam grid)")
   args = parser.parse_args(argv)
   commit = _report.git_commit(short=True)
   if args.cosine:
@@ -58,10 +60,10 @@ def main(argv=None):
 
 
 def cosine(args, commit):
-  """Per network and budget, Adam with a cosine over that budget at every rate of the grid:
+  """Per network and budget, Adam with a cosine over that budget at every rate of ``--rates``:
   ``rows["<network> @ <budget>"]["cosine lr <rate>"] = {"train_loss": [...], "test": [...],
   "non_finite": n}`` (train loss above the problem's floor, at the budget's last step)."""
-  grid = l2o_transfer.ADAM_GRID
+  grid = tuple(args.rates)
   rows = {}
   for name, problem in l2o_transfer.problems().items():
     for budget in l2o_transfer.BUDGETS:

@@ -93,7 +93,7 @@ def excess_loss(family, label_smoothing):
 
 
 def training_families(digits_train, mnist1d_train, examples=512, label_smoothing=None,
-                      noise_floor=False):
+                      noise_floor=False, held_out=0):
   """The meta-training distribution: ``(name, family)`` pairs (training splits only),
   ``examples`` examples per task (at most the digits split's 1437). With
   ``label_smoothing``, every classifier has it and its meta-loss is the excess over the
@@ -104,8 +104,10 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   examples and minibatches of 16 or 32 (digits 64-96-96-10 ReLU, 64-128-10 tanh, MNIST-1D
   40-128-128-10 ReLU), which reach their noise floor within the horizon: on them a
   decay of Adam's rate at step 1,000 lowers the loss at step 2,000 2 to 6 times, while
-  on the six default classifiers it raises it in five."""
-  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples)
+  on the six default classifiers it raises it in five. With ``held_out``, each
+  classifier's meta-loss is its loss on that many examples it does not train on (the
+  default families only)."""
+  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples, held_out=held_out)
   smooth = (lambda eps: eps) if label_smoothing is None else (lambda _: label_smoothing)
   classifiers = [
       mlp(digits_train, (64, 32, 10), "relu", batch=64, label_smoothing=smooth(0.0)),
@@ -377,6 +379,8 @@ def recipe(config, args):
           + ("" if args.meta_clip == 1.0 else f", meta-gradient clipped at norm {args.meta_clip:g}")
           + (", training classifiers with noise floors (--families floor)"
              if args.families == "floor" else "")
+          + (f", meta-loss on {args.held_out} held-out examples per training classifier"
+             if args.held_out else "")
           + ("" if args.label_smoothing is None else
              f", label smoothing {args.label_smoothing:g} on every training classifier "
              "(meta-loss above its floor)"))
@@ -510,6 +514,10 @@ def main(argv=None):
                       help="the tenth attempt (with --budget-features): the base step size "
                            "decays as a cosine over the budget (ScaledAdamConfig.cosine_decay), "
                            "so that the network starts as Adam with the cosine of its budget")
+  parser.add_argument("--held-out", type=int, default=0,
+                      help="the eleventh attempt: each training classifier's meta-loss (and "
+                           "the weights' selection) is its loss on this many examples it does "
+                           "not train on (0: its training set)")
   parser.add_argument("--budget-low", type=int, default=500,
                       help="the least budget of a meta-training task (--budget-features)")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
@@ -580,7 +588,7 @@ def main(argv=None):
   x_digits, y_digits, _, _ = digits.load_split()
   x_m1d, y_m1d, _, _ = mnist1d.load_data()
   families = training_families((x_digits, y_digits), (x_m1d, y_m1d), args.examples,
-                               args.label_smoothing, args.families == "floor")
+                               args.label_smoothing, args.families == "floor", args.held_out)
   config = CONFIG._replace(learning_rate=args.learning_rate, min_log_scale=args.min_log_scale,
                            max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
   trained = config

@@ -285,7 +285,7 @@ ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "gelu": jax.nn.gelu}
 
 def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu", *,
                   examples: int = 512, batch: int = 64, label_smoothing: float = 0.0,
-                  name: str | None = None) -> TaskFamily:
+                  held_out: int = 0, name: str | None = None) -> TaskFamily:
   r"""An MLP classifier trained on stochastic minibatches of a random subset of a data set.
 
   A task is ``examples`` examples of ``data`` drawn without replacement and a PRNG
@@ -296,15 +296,20 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
   ``sizes[0] - ... - sizes[-1]`` (inputs to classes), ``activation`` between them,
   He initialization for ReLU and GELU, Glorot for tanh, zero biases. Cross-entropy
   with ``label_smoothing`` (targets :math:`(1-\varepsilon)\,\mathrm{onehot} +
-  \varepsilon / K`). No symmetry group (``group_dim = 0``).
+  \varepsilon / K`). No symmetry group (``group_dim = 0``). With ``held_out`` :math:`> 0`
+  a task draws that many more examples, disjoint from the ``examples`` it trains on, and
+  ``loss`` is the cross-entropy on them: a meta-loss of generalization, what a user
+  scores, while the optimizer still receives training minibatches only.
 
   Args:
     data: ``(inputs (examples, features), labels (examples,))``, e.g. a training split.
     sizes: layer widths, the first the number of features, the last of classes.
     activation: a key of :data:`ACTIVATIONS`.
-    examples: examples per task.
+    examples: examples per task (its training set).
     batch: minibatch size.
     label_smoothing: :math:`\varepsilon`.
+    held_out: examples per task that ``loss`` scores instead of the training set (0: the
+      training set).
     name: the family's name (default from the sizes and activation).
   """
   if activation not in ACTIVATIONS:
@@ -313,16 +318,20 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
   if x.ndim != 2 or y.shape != x.shape[:1] or x.shape[1] != sizes[0]:
     raise ValueError(f"data must be (inputs (examples, {sizes[0]}), labels (examples,)), got "
                      f"shapes {x.shape} and {y.shape}.")
-  if not 0 < examples <= x.shape[0] or batch < 1:
-    raise ValueError(f"Need 0 < examples <= {x.shape[0]} and batch >= 1, got {examples} and "
-                     f"{batch}.")
+  if not 0 < examples <= x.shape[0] - held_out or batch < 1 or held_out < 0:
+    raise ValueError(f"Need 0 < examples <= {x.shape[0]} - held_out, held_out >= 0 and "
+                     f"batch >= 1, got {examples}, {held_out} and {batch}.")
   sigma, classes = ACTIVATIONS[activation], sizes[-1]
   init = glorot_normal if activation == "tanh" else he_normal
 
   def sample_task(key):
     k_idx, k_batches = jax.random.split(key)
-    idx = jax.random.choice(k_idx, x.shape[0], (examples,), replace=False)
-    return {"x": x[idx], "y": y[idx], "key": jax.random.key_data(k_batches)}
+    idx = jax.random.choice(k_idx, x.shape[0], (examples + held_out,), replace=False)
+    task = {"x": x[idx[:examples]], "y": y[idx[:examples]],
+            "key": jax.random.key_data(k_batches)}
+    if held_out:
+      task.update(x_held_out=x[idx[examples:]], y_held_out=y[idx[examples:]])
+    return task
 
   def init_params(key, task):
     params = []
@@ -341,6 +350,8 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
     return jnp.mean(-jnp.sum(targets * jax.nn.log_softmax(logits), -1))
 
   def loss(task, p):
+    if held_out:
+      return cross_entropy(p, task["x_held_out"], task["y_held_out"])
     return cross_entropy(p, task["x"], task["y"])
 
   def minibatch_loss(task, p, step):

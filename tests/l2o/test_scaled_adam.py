@@ -138,6 +138,32 @@ def test_minibatch_family_gradients_vary_with_the_step():
   assert float(family.loss(task, params)) == pytest.approx(np.log(10), rel=0.5)
 
 
+def test_held_out_family_scores_examples_it_does_not_train_on():
+  """``held_out``: the loss is the cross-entropy on examples disjoint from the training
+  set (checked against a NumPy cross-entropy, rtol 1e-5), the gradients come from the
+  training set only, the same set (and gradients) as the family without ``held_out``."""
+  data = _digits()
+  plain = l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=16)
+  family = l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=16,
+                                   held_out=50)
+  task = family.sample_task(jax.random.key(0))
+  rows = lambda a: {tuple(np.asarray(r)) for r in a}
+  assert task["x_held_out"].shape == (50, 64) and not rows(task["x"]) & rows(task["x_held_out"])
+  params = family.init_params(jax.random.key(1), task)
+  h = np.maximum(np.asarray(task["x_held_out"]) @ np.asarray(params[0]["w"])
+                 + np.asarray(params[0]["b"]), 0)
+  logits = h @ np.asarray(params[1]["w"]) + np.asarray(params[1]["b"])
+  logits = logits - logits.max(1, keepdims=True)
+  log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+  expected = -np.mean(log_p[np.arange(50), np.asarray(task["y_held_out"])])
+  np.testing.assert_allclose(float(family.loss(task, params)), expected, rtol=1e-5)
+  np.testing.assert_array_equal(plain.sample_task(jax.random.key(0))["x"], task["x"])
+  for a, b in zip(jax.tree.leaves(l2o.tasks.gradient(family, task, params, jnp.int32(3))),
+                  jax.tree.leaves(l2o.tasks.gradient(plain, plain.sample_task(jax.random.key(0)),
+                                                     params, jnp.int32(3)))):
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.system  # meta-trains on two families
 def test_meta_training_on_two_families_beats_its_start():
   """A few task batches alternating between two architectures lower the held-out score

@@ -458,15 +458,13 @@ def schedule(network, config, budgets, fractions=(0.01, 0.1, 0.25, 0.5, 0.75, 0.
     def run(p):
       def body(carry, key):
         p, s = carry
+        rate = l2o.learned_adam.base_step_size(config, s)  # eta, or the cosine's eta_t
         p, s, info = config.step(network, s, p, jax.grad(problem.loss)(p, problem.batch(key)))
-        return (p, s), info["log_scale"]
+        return (p, s), rate * jnp.exp(info["log_scale"])
       return jax.lax.scan(body, (p, config._replace(budget=budget).init_state(p)),
                           jax.random.split(jax.random.key(5), budget))[1]
 
-    count = np.arange(budget)  # steps taken before each step
-    base = config.learning_rate * (0.5 * (1 + np.cos(np.pi * count / budget))
-                                   if config.cosine_decay else np.ones(budget))
-    rates = base[:, None] * np.exp(np.asarray(run(params)))
+    rates = np.asarray(run(params))
     out["rates"][str(budget)] = [
         [float(np.min(r)), float(np.median(r)), float(np.max(r))]
         for r in (rates[max(int(round(f * budget)), 1) - 1] for f in fractions)]

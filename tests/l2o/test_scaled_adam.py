@@ -162,6 +162,10 @@ def test_held_out_family_scores_examples_it_does_not_train_on():
                   jax.tree.leaves(l2o.tasks.gradient(plain, plain.sample_task(jax.random.key(0)),
                                                      params, jnp.int32(3)))):
     np.testing.assert_array_equal(a, b)
+  with pytest.raises(ValueError, match="held_out"):  # more than the data set holds
+    l2o.tasks.mlp_minibatch(data, (64, 8, 10), examples=100, held_out=len(data[0]))
+  with pytest.raises(ValueError, match="held_out"):
+    l2o.tasks.mlp_minibatch(data, (64, 8, 10), examples=100, held_out=-1)
 
 
 @pytest.mark.system  # meta-trains on two families

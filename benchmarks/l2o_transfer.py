@@ -93,7 +93,7 @@ def excess_loss(family, label_smoothing):
 
 
 def training_families(digits_train, mnist1d_train, examples=512, label_smoothing=None,
-                      noise_floor=False, held_out=0):
+                      noise_floor=False, held_out=0, metric="cross_entropy"):
   """The meta-training distribution: ``(name, family)`` pairs (training splits only),
   ``examples`` examples per task (at most the digits split's 1437). With
   ``label_smoothing``, every classifier has it and its meta-loss is the excess over the
@@ -106,8 +106,10 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   decay of Adam's rate at step 1,000 lowers the loss at step 2,000 2 to 6 times, while
   on the six default classifiers it raises it in five. With ``held_out``, each
   classifier's meta-loss is its loss on that many examples it does not train on (the
-  default families only)."""
-  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples, held_out=held_out)
+  default families only); with ``metric="error"`` (the twelfth attempt) it is the fraction
+  of them misclassified, the test error users read (no floor to subtract)."""
+  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples, held_out=held_out,
+                          metric=metric)
   smooth = (lambda eps: eps) if label_smoothing is None else (lambda _: label_smoothing)
   classifiers = [
       mlp(digits_train, (64, 32, 10), "relu", batch=64, label_smoothing=smooth(0.0)),
@@ -126,7 +128,7 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
                                              batch=16, label_smoothing=smooth(0.1))
     classifiers[4] = l2o.tasks.mlp_minibatch(mnist1d_train, (40, 128, 128, 10), "relu",
                                              examples=512, batch=32, label_smoothing=smooth(0.0))
-  if label_smoothing is not None:
+  if label_smoothing is not None and metric == "cross_entropy":
     classifiers = [excess_loss(f, label_smoothing) for f in classifiers]
   return classifiers + [l2o.tasks.mlp_regression()]
 
@@ -379,7 +381,8 @@ def recipe(config, args):
           + ("" if args.meta_clip == 1.0 else f", meta-gradient clipped at norm {args.meta_clip:g}")
           + (", training classifiers with noise floors (--families floor)"
              if args.families == "floor" else "")
-          + (f", meta-loss on {args.held_out} held-out examples per training classifier"
+          + (f", meta-loss the {'error' if args.held_out_metric == 'error' else 'loss'} on "
+             f"{args.held_out} held-out examples per training classifier"
              if args.held_out else "")
           + ("" if args.label_smoothing is None else
              f", label smoothing {args.label_smoothing:g} on every training classifier "
@@ -516,6 +519,10 @@ def main(argv=None):
                       help="the eleventh attempt: each training classifier's meta-loss (and "
                            "the weights' selection) is its loss on this many examples it does "
                            "not train on (0: its training set)")
+  parser.add_argument("--held-out-metric", default="cross_entropy",
+                      choices=("cross_entropy", "error"),
+                      help="the twelfth attempt (with --held-out and PES): the held-out "
+                           "meta-loss is the fraction misclassified, not the cross-entropy")
   parser.add_argument("--budget-low", type=int, default=500,
                       help="the least budget of a meta-training task (--budget-features)")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
@@ -573,6 +580,9 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.cosine_decay and not args.budget_features:
     parser.error("--cosine-decay decays over the budget: it needs --budget-features")
+  if args.held_out_metric == "error" and not (args.held_out and args.meta_gradient == "pes"):
+    parser.error("--held-out-metric error has no gradient: it needs --held-out and "
+                 "--meta-gradient pes")
   args.min_log_scale = args.min_log_scale or None  # 0: symmetric
   args.slow_b1 = args.slow_b1 or None  # 0: no noise features
   args.label_smoothing = None if args.label_smoothing < 0 else args.label_smoothing
@@ -586,7 +596,8 @@ def main(argv=None):
   x_digits, y_digits, _, _ = digits.load_split()
   x_m1d, y_m1d, _, _ = mnist1d.load_data()
   families = training_families((x_digits, y_digits), (x_m1d, y_m1d), args.examples,
-                               args.label_smoothing, args.families == "floor", args.held_out)
+                               args.label_smoothing, args.families == "floor", args.held_out,
+                               args.held_out_metric)
   config = CONFIG._replace(learning_rate=args.learning_rate, min_log_scale=args.min_log_scale,
                            max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
   trained = config

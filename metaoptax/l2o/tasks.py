@@ -285,7 +285,8 @@ ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "gelu": jax.nn.gelu}
 
 def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu", *,
                   examples: int = 512, batch: int = 64, label_smoothing: float = 0.0,
-                  held_out: int = 0, name: str | None = None) -> TaskFamily:
+                  held_out: int = 0, metric: str = "cross_entropy",
+                  name: str | None = None) -> TaskFamily:
   r"""An MLP classifier trained on stochastic minibatches of a random subset of a data set.
 
   A task is ``examples`` examples of ``data`` drawn without replacement and a PRNG
@@ -299,7 +300,12 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
   \varepsilon / K`). No symmetry group (``group_dim = 0``). With ``held_out`` :math:`> 0`
   a task draws that many more examples, disjoint from the ``examples`` it trains on, and
   ``loss`` is the cross-entropy on them: a meta-loss of generalization, what a user
-  scores, while the optimizer still receives training minibatches only.
+  scores, while the optimizer still receives training minibatches only. With
+  ``metric="error"`` ``loss`` is instead the fraction of those examples misclassified
+  (:math:`\frac1n \sum_i [\arg\max_k f_k(x_i) \ne y_i]`): the test error a user reads. It
+  is piecewise constant in the weights, so its gradient is zero almost everywhere: it is
+  a meta-loss for zeroth-order meta-gradients (:class:`~metaoptax.l2o.pes.PES`) and a
+  score for :class:`~metaoptax.l2o.Validation`, not for back-propagation.
 
   Args:
     data: ``(inputs (examples, features), labels (examples,))``, e.g. a training split.
@@ -310,6 +316,8 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
     label_smoothing: :math:`\varepsilon`.
     held_out: examples per task that ``loss`` scores instead of the training set (0: the
       training set).
+    metric: what ``loss`` scores: ``"cross_entropy"`` (with ``label_smoothing``) or
+      ``"error"`` (the fraction misclassified).
     name: the family's name (default from the sizes and activation).
   """
   if activation not in ACTIVATIONS:
@@ -321,6 +329,8 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
   if not 0 < examples <= x.shape[0] - held_out or batch < 1 or held_out < 0:
     raise ValueError(f"Need 0 < examples <= {x.shape[0]} - held_out, held_out >= 0 and "
                      f"batch >= 1, got {examples}, {held_out} and {batch}.")
+  if metric not in ("cross_entropy", "error"):
+    raise ValueError(f"metric must be 'cross_entropy' or 'error', got {metric!r}.")
   sigma, classes = ACTIVATIONS[activation], sizes[-1]
   init = glorot_normal if activation == "tanh" else he_normal
 
@@ -341,18 +351,26 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
       params.append({"w": w.T, "b": jnp.zeros(fan_out)})
     return params
 
-  def cross_entropy(p, inputs, labels):
+  def logits_of(p, inputs):
     h = inputs
     for layer in p[:-1]:
       h = sigma(h @ layer["w"] + layer["b"])
-    logits = h @ p[-1]["w"] + p[-1]["b"]
+    return h @ p[-1]["w"] + p[-1]["b"]
+
+  def cross_entropy(p, inputs, labels):
+    logits = logits_of(p, inputs)
     targets = jax.nn.one_hot(labels, classes) * (1 - label_smoothing) + label_smoothing / classes
     return jnp.mean(-jnp.sum(targets * jax.nn.log_softmax(logits), -1))
 
+  def error(p, inputs, labels):
+    return jnp.mean(jnp.argmax(logits_of(p, inputs), -1) != labels)
+
+  score = cross_entropy if metric == "cross_entropy" else error
+
   def loss(task, p):
     if held_out:
-      return cross_entropy(p, task["x_held_out"], task["y_held_out"])
-    return cross_entropy(p, task["x"], task["y"])
+      return score(p, task["x_held_out"], task["y_held_out"])
+    return score(p, task["x"], task["y"])
 
   def minibatch_loss(task, p, step):
     key = jax.random.fold_in(jax.random.wrap_key_data(task["key"]), step)

@@ -141,7 +141,8 @@ def test_minibatch_family_gradients_vary_with_the_step():
 def test_held_out_family_scores_examples_it_does_not_train_on():
   """``held_out``: the loss is the cross-entropy on examples disjoint from the training
   set (checked against a NumPy cross-entropy, rtol 1e-5), the gradients come from the
-  training set only, the same set (and gradients) as the family without ``held_out``."""
+  training set only, the same set (and gradients) as the family without ``held_out``;
+  ``metric="error"``: the fraction of those examples misclassified (NumPy's argmax)."""
   data = _digits()
   plain = l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=16)
   family = l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=16,
@@ -166,6 +167,12 @@ def test_held_out_family_scores_examples_it_does_not_train_on():
     l2o.tasks.mlp_minibatch(data, (64, 8, 10), examples=100, held_out=len(data[0]))
   with pytest.raises(ValueError, match="held_out"):
     l2o.tasks.mlp_minibatch(data, (64, 8, 10), examples=100, held_out=-1)
+  error = l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=16,
+                                  held_out=50, metric="error")
+  wrong = np.mean(np.argmax(logits, 1) != np.asarray(task["y_held_out"]))
+  assert float(error.loss(task, params)) == pytest.approx(wrong, abs=1e-7)  # same task draw
+  with pytest.raises(ValueError, match="metric"):
+    l2o.tasks.mlp_minibatch(data, (64, 8, 10), examples=100, metric="accuracy")
 
 
 @pytest.mark.system  # meta-trains on two families

@@ -385,8 +385,9 @@ def recipe(config, args):
              f"{args.held_out} held-out examples per training classifier"
              if args.held_out else "")
           + ("" if args.label_smoothing is None else
-             f", label smoothing {args.label_smoothing:g} on every training classifier "
-             "(meta-loss above its floor)"))
+             f", label smoothing {args.label_smoothing:g} on every training classifier"
+             + (" (meta-loss above its floor)" if args.held_out_metric == "cross_entropy"
+                else "")))
 
 
 def save_network(network, path):

@@ -74,6 +74,9 @@ STEPS = 5000
 BUDGETS = (1000, 5000)
 OUT = pathlib.Path(__file__).resolve().parent / "out"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+#: ``--held-out-metric`` in words.
+HELD_OUT_METRICS = {"cross_entropy": "loss", "error": "error",
+                    "error_times_loss": "error (times the training loss above its floor)"}
 #: The recipe's learned optimizer (issue 30): Adam 3e-3 at initialization, annealing range.
 CONFIG = l2o.ScaledAdamConfig(learning_rate=3e-3, max_log_scale=1.5, min_log_scale=-6.9,
                               slow_b1=0.99)
@@ -92,6 +95,16 @@ def excess_loss(family, label_smoothing):
       loss=lambda task, p, loss=family.loss: jnp.maximum(loss(task, p) - floor, 0.0))
 
 
+def error_times_loss(error, train, floor):
+  """A classifier whose ``loss`` is ``error``'s (the fraction of its held-out examples
+  misclassified) times ``train``'s cross-entropy on the examples it trains on above
+  ``floor``: in log (the meta-loss), the sum of the two, so that a relative change of
+  either counts the same, as the target scores both. ``train`` is the same family without
+  ``held_out``: its task draws are a prefix of ``error``'s, and it reads only ``x``, ``y``."""
+  return error._replace(loss=lambda task, p: error.loss(task, p) * jnp.maximum(
+      train.loss(task, p) - floor, 0.0))
+
+
 def training_families(digits_train, mnist1d_train, examples=512, label_smoothing=None,
                       noise_floor=False, held_out=0, metric="cross_entropy"):
   """The meta-training distribution: ``(name, family)`` pairs (training splits only),
@@ -107,9 +120,16 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   on the six default classifiers it raises it in five. With ``held_out``, each
   classifier's meta-loss is its loss on that many examples it does not train on (the
   default families only); with ``metric="error"`` (the twelfth attempt) it is the fraction
-  of them misclassified, the test error users read (no floor to subtract)."""
-  mlp = functools.partial(l2o.tasks.mlp_minibatch, examples=examples, held_out=held_out,
-                          metric=metric)
+  of them misclassified, the test error users read (no floor to subtract); with
+  ``"error_times_loss"`` that error times the training loss (above its floor)."""
+  def mlp(data, sizes, activation, **kwargs):
+    make = functools.partial(l2o.tasks.mlp_minibatch, data, sizes, activation,
+                             examples=examples, **kwargs)
+    if metric != "error_times_loss":
+      return make(held_out=held_out, metric=metric)
+    return error_times_loss(make(held_out=held_out, metric="error"), make(),
+                            smoothing_floor(kwargs["label_smoothing"]))
+
   smooth = (lambda eps: eps) if label_smoothing is None else (lambda _: label_smoothing)
   classifiers = [
       mlp(digits_train, (64, 32, 10), "relu", batch=64, label_smoothing=smooth(0.0)),
@@ -381,9 +401,8 @@ def recipe(config, args):
           + ("" if args.meta_clip == 1.0 else f", meta-gradient clipped at norm {args.meta_clip:g}")
           + (", training classifiers with noise floors (--families floor)"
              if args.families == "floor" else "")
-          + (f", meta-loss the {'error' if args.held_out_metric == 'error' else 'loss'} on "
-             f"{args.held_out} held-out examples per training classifier"
-             if args.held_out else "")
+          + (f", meta-loss the {HELD_OUT_METRICS[args.held_out_metric]} on {args.held_out} "
+             "held-out examples per training classifier" if args.held_out else "")
           + ("" if args.label_smoothing is None else
              f", label smoothing {args.label_smoothing:g} on every training classifier"
              + (" (meta-loss above its floor)" if args.held_out_metric == "cross_entropy"
@@ -521,9 +540,11 @@ def main(argv=None):
                            "the weights' selection) is its loss on this many examples it does "
                            "not train on (0: its training set)")
   parser.add_argument("--held-out-metric", default="cross_entropy",
-                      choices=("cross_entropy", "error"),
+                      choices=("cross_entropy", "error", "error_times_loss"),
                       help="the twelfth attempt (with --held-out and PES): the held-out "
-                           "meta-loss is the fraction misclassified, not the cross-entropy")
+                           "meta-loss is the fraction misclassified (error), or that times "
+                           "the training loss above its floor (error_times_loss), not the "
+                           "cross-entropy")
   parser.add_argument("--budget-low", type=int, default=500,
                       help="the least budget of a meta-training task (--budget-features)")
   parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate,
@@ -581,7 +602,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.cosine_decay and not args.budget_features:
     parser.error("--cosine-decay decays over the budget: it needs --budget-features")
-  if args.held_out_metric == "error" and not (args.held_out and args.meta_gradient == "pes"):
+  if args.held_out_metric != "cross_entropy" and not (args.held_out and args.meta_gradient == "pes"):
     parser.error("--held-out-metric error has no gradient: it needs --held-out and "
                  "--meta-gradient pes")
   args.min_log_scale = args.min_log_scale or None  # 0: symmetric

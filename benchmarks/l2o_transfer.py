@@ -602,9 +602,10 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.cosine_decay and not args.budget_features:
     parser.error("--cosine-decay decays over the budget: it needs --budget-features")
-  if args.held_out_metric != "cross_entropy" and not (args.held_out and args.meta_gradient == "pes"):
-    parser.error("--held-out-metric error has no gradient: it needs --held-out and "
-                 "--meta-gradient pes")
+  if args.held_out_metric != "cross_entropy" and not (args.held_out
+                                                      and args.meta_gradient == "pes"):
+    parser.error(f"--held-out-metric {args.held_out_metric} scores the held-out error, which "
+                 "has no gradient: it needs --held-out and --meta-gradient pes")
   args.min_log_scale = args.min_log_scale or None  # 0: symmetric
   args.slow_b1 = args.slow_b1 or None  # 0: no noise features
   args.label_smoothing = None if args.label_smoothing < 0 else args.label_smoothing

@@ -35,7 +35,7 @@ def _grads(key, params):
 @pytest.mark.parametrize("config", [CONFIG, ANNEALING, BUDGET, COSINE],
                          ids=["default", "annealing", "budget", "cosine"])
 def test_is_adam_at_initialization(config):
-  """Zero read-out: every update equals optax.adam's to float32 round-off (rtol 1e-6)
+  r"""Zero read-out: every update equals optax.adam's to float32 round-off (rtol 1e-6)
   over 44 steps of random gradients of mixed scales, with or without the noise features,
   and with the budget features read before and after a 40-step budget; with
   ``cosine_decay``, optax.adam on ``optax.cosine_decay_schedule`` over that budget (zero

@@ -533,13 +533,15 @@ def merge(results) -> list:
 
 
 def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
-             cached_only=False, grid=GRID, sf_grid=SF_GRID):
+             cached_only=False, grid=GRID, sf_grid=SF_GRID, cosine_only=None):
   """Every method on one task (of ours, ``designs`` or all); returns the scores at each
   budget and the curves. The baselines are tuned over ``grid`` (AdamW, the cosine's
   peak) and ``sf_grid`` (schedule-free); an empty grid is not run. With ``cache`` (a folder), each method's logs are kept there
   and a rerun trains only the methods it lacks; with ``cached_only`` too, the tuned
   cosine of a budget that the cache lacks is left out of the cells (reported as not
-  run); every other method must be there."""
+  run); every other method must be there. With ``cosine_only`` (fractions of the
+  budget), only the tuned cosine of those budgets is trained and scored (to combine with
+  an earlier run, :func:`merge`)."""
   problem = task.make()
   steps = task.quick_steps if quick else task.steps
   chunk = steps // CHECKPOINTS
@@ -554,17 +556,21 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
     return logs
 
   higher = problem.higher_is_better
-  ours = [log for m in design_methods(designs) for log in train(m)]
-  # a grid that --rates leaves empty is not run (its cells come from another run)
-  constant = train(adamw_grid(grid)) if grid else []
-  schedule_free = train(schedule_free_grid(steps, sf_grid)) if sf_grid else []
-  contrib = [log for m in contrib_methods() for log in train(m)]
+  if cosine_only:
+    ours, constant, schedule_free, contrib = [], [], [], []
+  else:
+    ours = [log for m in design_methods(designs) for log in train(m)]
+    # a grid that --rates leaves empty is not run (its cells come from another run)
+    constant = train(adamw_grid(grid)) if grid else []
+    schedule_free = train(schedule_free_grid(steps, sf_grid)) if sf_grid else []
+    contrib = [log for m in contrib_methods() for log in train(m)]
+  fractions = cosine_only or FRACTIONS
   cosine = {f: train(cosine_grid(int(f * steps), grid), int(f * steps)) if grid else None
-            for f in FRACTIONS}
+            for f in fractions}
   cosine = {f: logs for f, logs in cosine.items() if logs is not None}
 
   cells = {}
-  for f in FRACTIONS:
+  for f in fractions:
     i = _index(steps, chunk, f)
     rows = {"AdamW best constant": (_best(constant, i, higher), i)} if constant else {}
     if f in cosine:
@@ -574,7 +580,7 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
     rows.update({log.method.name: (log, i) for log in contrib + ours})
     cells[f] = {label: {**_cell(log, j), "setting": log.method.info or ""}
                 for label, (log, j) in rows.items()}
-  curves = {"steps": contrib[0].steps.tolist(),
+  curves = {**({"steps": contrib[0].steps.tolist()} if contrib else {}),
             "ours": {log.method.name: {"test": log.test.tolist(), "val": log.val.tolist(),
                                        "alpha": log.step_sizes[..., 0].tolist()}
                      for log in ours},
@@ -913,6 +919,10 @@ def main(argv=None):
                     help="tune the baselines over these rates of GRID and SF_GRID only (to "
                          "--combine with a run over the rest: each cell keeps the better on "
                          "validation)")
+  args.add_argument("--cosine-only", nargs="+", type=float, choices=FRACTIONS,
+                    metavar="FRACTION",
+                    help="train only the cosine tuned for these fractions of the budget (to "
+                         "--combine with an earlier run that lacks them)")
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
@@ -945,14 +955,15 @@ def main(argv=None):
       else:
         results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
                                 progress=progress, designs=args.designs, cache=args.cache,
-                                cached_only=args.cached_only, grid=grid, sf_grid=sf_grid))
+                                cached_only=args.cached_only, grid=grid, sf_grid=sf_grid,
+                                cosine_only=args.cosine_only))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
-    warm = None if args.no_warmup or (args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,
+    warm = None if (args.no_warmup or args.cosine_only or args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,
                                                     progress=progress)
     (out / "lr_free.json").write_text(json.dumps(
         {"commit": commits[0], "command": command, "results": results, "warmup": warm}))
-  if (args.designs and not args.with_baselines or args.rates) and not args.combine:
+  if (args.designs and not args.with_baselines or args.rates or args.cosine_only) and not args.combine:
     print(f"wrote {out / 'lr_free.json'}: combine it with a full run (--combine)")
     return
   for r in results:

@@ -533,7 +533,8 @@ def merge(results) -> list:
 
 
 def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
-             cached_only=False, grid=GRID, sf_grid=SF_GRID, cosine_only=None):
+             cached_only=False, grid=GRID, sf_grid=SF_GRID, cosine_only=None,
+             tuned_only=False):
   """Every method on one task (of ours, ``designs`` or all); returns the scores at each
   budget and the curves. The baselines are tuned over ``grid`` (AdamW, the cosine's
   peak) and ``sf_grid`` (schedule-free); an empty grid is not run. With ``cache`` (a folder), each method's logs are kept there
@@ -541,7 +542,8 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
   cosine of a budget that the cache lacks is left out of the cells (reported as not
   run); every other method must be there. With ``cosine_only`` (fractions of the
   budget), only the tuned cosine of those budgets is trained and scored (to combine with
-  an earlier run, :func:`merge`)."""
+  an earlier run, :func:`merge`); with ``tuned_only``, only the baselines tuned over
+  the grids (a run over part of them, to combine likewise)."""
   problem = task.make()
   steps = task.quick_steps if quick else task.steps
   chunk = steps // CHECKPOINTS
@@ -559,11 +561,12 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
   if cosine_only:
     ours, constant, schedule_free, contrib = [], [], [], []
   else:
-    ours = [log for m in design_methods(designs) for log in train(m)]
+    # a run over part of the grids (tuned_only) trains the tuned baselines alone
+    ours = [] if tuned_only else [log for m in design_methods(designs) for log in train(m)]
     # a grid that --rates leaves empty is not run (its cells come from another run)
     constant = train(adamw_grid(grid)) if grid else []
     schedule_free = train(schedule_free_grid(steps, sf_grid)) if sf_grid else []
-    contrib = [log for m in contrib_methods() for log in train(m)]
+    contrib = [] if tuned_only else [log for m in contrib_methods() for log in train(m)]
   fractions = cosine_only or FRACTIONS
   cosine = {f: train(cosine_grid(int(f * steps), grid), int(f * steps)) if grid else None
             for f in fractions}
@@ -918,7 +921,7 @@ def main(argv=None):
   args.add_argument("--rates", nargs="+", type=float, metavar="RATE",
                     help="tune the baselines over these rates of GRID and SF_GRID only (to "
                          "--combine with a run over the rest: each cell keeps the better on "
-                         "validation)")
+                         "validation); only the tuned baselines are trained")
   args.add_argument("--cosine-only", nargs="+", type=float, choices=FRACTIONS,
                     metavar="FRACTION",
                     help="train only the cosine tuned for these fractions of the budget (to "
@@ -956,7 +959,7 @@ def main(argv=None):
         results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
                                 progress=progress, designs=args.designs, cache=args.cache,
                                 cached_only=args.cached_only, grid=grid, sf_grid=sf_grid,
-                                cosine_only=args.cosine_only))
+                                cosine_only=args.cosine_only, tuned_only=bool(args.rates)))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
     warm = None if (args.no_warmup or args.cosine_only or args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,

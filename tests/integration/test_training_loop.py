@@ -150,6 +150,7 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
                                np.mean(result.acceptance[3:]), rtol=1e-6)
 
 
+@pytest.mark.system  # a meta-training and an L2HMC training run, end to end (15 s)
 def test_progress_bar_by_default_and_print(capsys):
   _meta_train(num_iterations=2, log_every=1, progress="bar")
   err = capsys.readouterr().err

@@ -327,6 +327,7 @@ def test_trained_optimizer_as_optax_and_checkpointed(tmp_path):
   assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u))
 
 
+@pytest.mark.system  # a meta-training run end to end
 def test_progress_shows_the_median_task_and_the_worst():
   """One diverging task dominates the batch mean that ``result.losses`` records (the
   meta step's objective); the progress shows the median over the tasks, and the worst

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.usefixtures("float64")
 
 @pytest.mark.parametrize("approximation,blocks", [
     ("hessian_free", "scalar"), ("hessian_free", "per_param"),
-    ("l_approx", "per_leaf"), ("2x2", "scalar"),
+    # the Hessian-vector-product variants compile 7-17 s: the system tier runs them
+    pytest.param("l_approx", "per_leaf", marks=pytest.mark.system),
+    pytest.param("2x2", "scalar", marks=pytest.mark.system),
 ])
 def test_metaoptimize_hyperparameter_gradient(approximation, blocks):
   """d loss(w_T) / d (log eta, log alpha_0, gamma, kappa), exact variants included.

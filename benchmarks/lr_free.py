@@ -6,6 +6,10 @@
     # on an accelerator with a time limit: a rerun trains only what the cache lacks
     python benchmarks/lr_free.py --tasks transformer-stdlib --with-baselines \
         --designs "climb x2, gamma=1 + average" --cache out/cache --no-warmup
+    # one baseline's missing cells, then one report of every run file
+    python benchmarks/lr_free.py --tasks transformer-stdlib --cosine-only 0.5 1.0 --out out/cos
+    python benchmarks/lr_free.py --combine $(cat benchmarks/results/lr_free/runs.txt) \
+        out/cos/lr_free.json --out out/report
 
 The protocol, on each task at its budget ``T`` (``TASKS``), 3 seeds, scored at 10,
 25, 50 and 100 % of ``T`` on the held-out metric (test accuracy, or test

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("float64")
 
 @pytest.mark.parametrize("approximation,blocks", [
     ("hessian_free", "scalar"), ("hessian_free", "per_param"),
-    # the Hessian-vector-product variants compile 7-17 s: the system tier runs them
+    # the Hessian-vector-product variants take 7-10 s each: the system tier runs them
     pytest.param("l_approx", "per_leaf", marks=pytest.mark.system),
     pytest.param("2x2", "scalar", marks=pytest.mark.system),
 ])

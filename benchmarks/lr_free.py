@@ -84,15 +84,16 @@ WEIGHT_DECAY = 0.1
 WARMUP_FRACTION = 0.05
 VALIDATION = 0.2
 WARMUP_STARTS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
-#: The drop-in as it is, with Adam's moments restarted when the climb ends, and with the
+#: The drop-in as it is, with Adam's moments restarted when the climb ends, with the
 #: restart followed by a second, short climb (:func:`_restart_rewarm`; also with the faster
-#: meta step).
+#: meta step), and with moments that forget the climb as it climbs (:func:`_alpha_weighted`).
 WARMUP_VARIANTS = {
     "metaoptax.adamw()": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY),
     "restart_after_climb=True": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY,
                                                         restart_after_climb=True),
     "restart + rewarm": lambda: _restart_rewarm(),
-    "restart + rewarm, meta 3e-3": lambda: _restart_rewarm(meta_step_size=3e-3)}
+    "restart + rewarm, meta 3e-3": lambda: _restart_rewarm(meta_step_size=3e-3),
+    "alpha-weighted moments": lambda: _alpha_weighted()}
 
 
 class Task(NamedTuple):
@@ -207,11 +208,14 @@ def _anytime(average: float = 0.1) -> optax.GradientTransformation:
 
 
 def _adam_with_meta(meta: optax.GradientTransformation, average: float,
-                    restart_after_climb: bool = False) -> optax.GradientTransformation:
+                    restart_after_climb: bool = False,
+                    base: optax.GradientTransformation | None = None
+                    ) -> optax.GradientTransformation:
   """``metaoptax.adamw()``'s construction (Adam's direction from 1e-6, gamma = 1, the task's
-  weight decay, the average) around another meta optimizer ``meta``."""
+  weight decay, the average) around another meta optimizer ``meta`` (and ``base``
+  instead of Adam's direction, if given)."""
   return optax.chain(
-      metaoptax.metaoptimize(optax.scale_by_adam(), meta, init_step_size=1e-6,
+      metaoptax.metaoptimize(base or optax.scale_by_adam(), meta, init_step_size=1e-6,
                              weight_decay=WEIGHT_DECAY, gamma=1.0,
                              restart_after_climb=restart_after_climb),
       metaoptax.average_iterates(average))
@@ -254,6 +258,82 @@ def _restart_rewarm(average: float = 0.1,
   meta = _rewarmed(metaoptax.climb(metaoptax.presets.meta_adam(meta_step_size), rate=0.1,
                                    backoff=0.5))
   return _adam_with_meta(meta, average, restart_after_climb=True)
+
+
+class AlphaWeightedAdamState(NamedTuple):
+  mu: optax.Updates  # sum of b1^(t-s) (1 - b1) (alpha_s / alpha_t) g_s
+  nu: optax.Updates  # sum of b2^(t-s) (1 - b2) (alpha_s / alpha_t)^2 g_s^2
+  mu_weight: jax.Array  # the same sums of the weights alone: mu's bias correction
+  nu_weight: jax.Array
+  ratio: jax.Array  # alpha_{t-1} / alpha_t, at most 1 (:func:`_alpha_weighted` sets it)
+
+
+def _scale_by_alpha_weighted_adam(b1: float = 0.9, b2: float = 0.999,
+                                  eps: float = 1e-8) -> optax.GradientTransformation:
+  r"""Adam whose moments weight each gradient by its step size, as prodigy weights
+  them by :math:`d_t` (Mishchenko & Defazio 2023, arXiv:2306.06101):
+
+  .. math::
+
+    m_t = b_1 r_t m_{t-1} + (1 - b_1) g_t, \quad
+    v_t = b_2 r_t^2 v_{t-1} + (1 - b_2) g_t^2, \quad
+    d_t = \frac{m_t / W^m_t}{\sqrt{v_t / W^v_t} + \epsilon},
+
+  with :math:`r_t` the state's ``ratio`` (:math:`\alpha_{t-1}/\alpha_t`, at most 1) and
+  :math:`W^m_t, W^v_t` the same sums of the weights alone (for :math:`r \equiv 1`,
+  :math:`1 - b^t`: Adam's bias correction, and the direction is Adam's). The moments
+  hold :math:`\sum_s (\alpha_s/\alpha_t)\,\cdot` of their terms: while the step size
+  climbs they forget its gradients at the rate it climbs."""
+
+  def init(params):
+    zeros = lambda: jax.tree.map(jnp.zeros_like, params)
+    zero = jnp.zeros([], jnp.float32)
+    return AlphaWeightedAdamState(zeros(), zeros(), zero, zero, jnp.ones([], jnp.float32))
+
+  def update(grads, state, params=None):
+    del params
+    r = state.ratio
+    mu = jax.tree.map(lambda m, g: b1 * r * m + (1 - b1) * g, state.mu, grads)
+    nu = jax.tree.map(lambda v, g: b2 * r**2 * v + (1 - b2) * jnp.square(g), state.nu, grads)
+    mu_weight = b1 * r * state.mu_weight + (1 - b1)
+    nu_weight = b2 * r**2 * state.nu_weight + (1 - b2)
+    direction = jax.tree.map(lambda m, v: (m / mu_weight) / (jnp.sqrt(v / nu_weight) + eps),
+                             mu, nu)
+    return direction, AlphaWeightedAdamState(mu, nu, mu_weight, nu_weight, r)
+
+  return optax.GradientTransformation(init, update)
+
+
+class AlphaWeightedState(NamedTuple):
+  inner: optax.OptState  # metaoptimize's and the average's states
+  step_size: jax.Array  # alpha after the last step
+
+
+def _alpha_weighted(meta_step_size: float = 1e-3,
+                    average: float = 0.1) -> optax.GradientTransformation:
+  r"""The default's design (climb x2, Adam on :math:`\log\alpha` at :math:`\gamma = 1`,
+  the average) around :func:`_scale_by_alpha_weighted_adam`: after each step the base's
+  ``ratio`` becomes :math:`\min(1, \alpha_{t-1}/\alpha_t)` of the step sizes just
+  learned, so the climb's gradients (x10 every 23 steps) fade from Adam's moments
+  within ~5 steps instead of ~1,000, without a restart; once the step size stops rising
+  it is Adam. A design of the ablation only."""
+  inner = _adam_with_meta(metaoptax.climb(metaoptax.presets.meta_adam(meta_step_size),
+                                          rate=0.1, backoff=0.5), average,
+                          base=_scale_by_alpha_weighted_adam())
+  scalar = lambda state: jnp.mean(jnp.atleast_1d(metaoptax.step_sizes(state)))
+
+  def init(params):
+    state = inner.init(params)
+    return AlphaWeightedState(state, scalar(state))
+
+  def update(grads, state, params):
+    updates, (meta, averaged) = inner.update(grads, state.inner, params)
+    alpha = scalar(meta)
+    ratio = jnp.minimum(1.0, state.step_size / alpha)
+    meta = meta._replace(base_state=meta.base_state._replace(ratio=ratio))
+    return updates, AlphaWeightedState((meta, averaged), alpha)
+
+  return optax.GradientTransformation(init, update)
 
 
 class RangeTestState(NamedTuple):
@@ -413,6 +493,9 @@ DESIGNS = {
     # a range test's training loss is lowest (lr_free_rate_signals.py), held after it
     "schedule-free, range test, hold": (_range_test, lambda s, p: s.x,
                                          dict(needs_obj=True, step_sizes_of=_range_test_rate)),
+    # Adam's moments weighted by the step size (prodigy's d_t weights): the climb's
+    # gradients fade as it climbs, without restarting the moments when it ends
+    "climb x2, gamma=1 + average, alpha-weighted moments": (_alpha_weighted, True),
 }
 
 

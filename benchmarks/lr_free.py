@@ -620,17 +620,18 @@ def merge(results) -> list:
 
 
 def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
-             cached_only=False, grid=GRID, sf_grid=SF_GRID, cosine_only=None,
-             tuned_only=False):
+             cached_only=False, grid=GRID, sf_grid=SF_GRID, only=None, fractions=FRACTIONS):
   """Every method on one task (of ours, ``designs`` or all); returns the scores at each
   budget and the curves. The baselines are tuned over ``grid`` (AdamW, the cosine's
   peak) and ``sf_grid`` (schedule-free); an empty grid is not run. With ``cache`` (a folder), each method's logs are kept there
   and a rerun trains only the methods it lacks; with ``cached_only`` too, the tuned
   cosine of a budget that the cache lacks is left out of the cells (reported as not
-  run); every other method must be there. With ``cosine_only`` (fractions of the
-  budget), only the tuned cosine of those budgets is trained and scored (to combine with
-  an earlier run, :func:`merge`); with ``tuned_only``, only the baselines tuned over
-  the grids (a run over part of them, to combine likewise)."""
+  run); every other method must be there. The cells are those of ``fractions`` of the
+  budget. With ``only="cosine"``, only the tuned cosine of those budgets is trained and
+  scored (to combine with an earlier run, :func:`merge`); with ``only="tuned"``, only the
+  baselines tuned over the grids (a run over part of them, to combine likewise)."""
+  if only not in (None, "cosine", "tuned"):
+    raise ValueError(f"only must be None, 'cosine' or 'tuned', not {only!r}")
   problem = task.make()
   steps = task.quick_steps if quick else task.steps
   chunk = steps // CHECKPOINTS
@@ -645,16 +646,16 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
     return logs
 
   higher = problem.higher_is_better
-  if cosine_only:
+  if only == "cosine":
     ours, constant, schedule_free, contrib = [], [], [], []
   else:
-    # a run over part of the grids (tuned_only) trains the tuned baselines alone
+    # a run over part of the grids (only="tuned") trains the tuned baselines alone
+    tuned_only = only == "tuned"
     ours = [] if tuned_only else [log for m in design_methods(designs) for log in train(m)]
     # a grid that --rates leaves empty is not run (its cells come from another run)
     constant = train(adamw_grid(grid)) if grid else []
     schedule_free = train(schedule_free_grid(steps, sf_grid)) if sf_grid else []
     contrib = [] if tuned_only else [log for m in contrib_methods() for log in train(m)]
-  fractions = cosine_only or FRACTIONS
   cosine = {f: train(cosine_grid(int(f * steps), grid), int(f * steps)) if grid else None
             for f in fractions}
   cosine = {f: logs for f, logs in cosine.items() if logs is not None}
@@ -1046,7 +1047,9 @@ def main(argv=None):
         results.append(run_task(name, TASKS[name], quick=args.quick, seeds=args.seeds,
                                 progress=progress, designs=args.designs, cache=args.cache,
                                 cached_only=args.cached_only, grid=grid, sf_grid=sf_grid,
-                                cosine_only=args.cosine_only, tuned_only=bool(args.rates)))
+                                only=("cosine" if args.cosine_only else
+                                      "tuned" if args.rates else None),
+                                fractions=args.cosine_only or FRACTIONS))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
     warm = None if (args.no_warmup or args.cosine_only or args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,

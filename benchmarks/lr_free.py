@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -336,6 +336,62 @@ def _alpha_weighted(meta_step_size: float = 1e-3,
   return optax.GradientTransformation(init, update)
 
 
+class ValidationGateState(NamedTuple):
+  inner: optax.OptState  # the default's state (metaoptimize's and the average's)
+  loss_average: jax.Array  # exponential average of the validation minibatch loss
+  average_weight: jax.Array  # 1 - rho^k: its bias correction
+  best: jax.Array  # the lowest bias-corrected average since the climb ended (inf before)
+  held: jax.Array  # bool: overfitting was detected; the step size is held from then on
+  climbed: Any  # the log step sizes the climb ended at
+
+
+def _validation_gated(rho: float = 0.99, margin: float = 0.01) -> optax.GradientTransformation:
+  r"""The default's design, whose annealing a held-out loss may stop: the issue's lead
+  "held-out meta-gradients that decide only the annealing", as a gate rather than a
+  gradient. ``update`` takes ``validation_loss``, the loss on a minibatch of held-out
+  data (what a user's evaluation loop computes, here at every step).
+
+  After the climb, :math:`\log\alpha` follows the default's meta-gradient of the
+  *training* loss (Adam, :math:`\gamma = 1`) while the bias-corrected exponential average
+  (``rho``: ~100 steps) of the validation loss stays within ``margin`` (relative) of its
+  lowest value since the climb ended. Once it rises above that, the network is
+  overfitting: the step size goes back to where the climb ended and is held there for
+  the rest of the run ("climb x2, hold", the best design on the networks that overfit:
+  a larger step generalizes better there, `lr_free_weight_decay.py`), while on data that
+  do not overfit (the character model, the transformer on the whole standard library)
+  the validation loss keeps falling and the default anneals as before. A non-finite
+  validation loss is ignored. A design of the ablation only."""
+  inner = _design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0, average=0.1)()
+
+  def init(params):
+    state = inner.init(params)
+    (meta,) = tree_utils.instances_of(state, metaoptax.MetaOptimizeState)
+    zero = jnp.zeros([], jnp.float32)
+    return ValidationGateState(state, zero, zero, jnp.full([], jnp.inf), jnp.asarray(False),
+                               meta.meta_params.step_size)
+
+  def update(grads, state, params, validation_loss):
+    updates, (meta, averaged) = inner.update(grads, state.inner, params)
+    (climb,) = tree_utils.instances_of(meta, metaoptax.ClimbState)
+    beta = meta.meta_params.step_size
+    climbed = jax.tree.map(lambda b, c: jnp.where(climb.ended, b, c), beta, state.climbed)
+    finite = jnp.isfinite(validation_loss)
+    loss_average = jnp.where(finite, rho * state.loss_average + (1 - rho) * validation_loss,
+                             state.loss_average)
+    average_weight = jnp.where(finite, rho * state.average_weight + (1 - rho),
+                               state.average_weight)
+    smoothed = loss_average / jnp.maximum(average_weight, 1e-30)
+    after_climb = ~climb.climbing & ~climb.ended  # from the step after the climb's end
+    best = jnp.where(after_climb, jnp.minimum(state.best, smoothed), state.best)
+    held = state.held | (after_climb & (smoothed > best * (1 + margin)))
+    beta = jax.tree.map(lambda b, c: jnp.where(held, c, b), beta, climbed)
+    meta = meta._replace(meta_params=meta.meta_params._replace(step_size=beta))
+    return updates, ValidationGateState((meta, averaged), loss_average, average_weight, best,
+                                        held, climbed)
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
 class RangeTestState(NamedTuple):
   climbing: jax.Array  # bool: the range test is on
   log_rate: jax.Array  # log of schedule-free's rate
@@ -496,6 +552,10 @@ DESIGNS = {
     # Adam's moments weighted by the step size (prodigy's d_t weights): the climb's
     # gradients fade as it climbs, without restarting the moments when it ends
     "climb x2, gamma=1 + average, alpha-weighted moments": (_alpha_weighted, True),
+    # a held-out loss decides only whether to anneal: once it rises, the climbed step
+    # size comes back and is held (the networks that overfit want it)
+    "climb x2, gamma=1 + average, held once validation rises": (
+        _validation_gated, True, dict(needs_validation_loss=True)),
 }
 
 

@@ -170,9 +170,13 @@ def make_problem(shape: Shape = SMALL, held_out_test: bool = False, name="charlm
   loss = lambda params, batch: nats(params, batch, shape.heads)
   bits = lambda params, w: loss(params, w) / math.log(2.0)
 
-  def batch(key):
-    starts = jax.random.randint(key, (shape.batch,), 0, train.shape[0] - context - 1)
-    return train[starts[:, None] + offsets]
+  def draw(text):
+    def batch(key):
+      starts = jax.random.randint(key, (shape.batch,), 0, text.shape[0] - context - 1)
+      return text[starts[:, None] + offsets]
+    return batch
+
+  batch = draw(train)
 
   def evaluate(params):
     out = {"train_loss": loss(params, train_windows), "test": bits(params, test_windows)}
@@ -185,7 +189,8 @@ def make_problem(shape: Shape = SMALL, held_out_test: bool = False, name="charlm
       name=name, init=init, loss=loss, batch=batch, evaluate=evaluate,
       test_name="test bits/char" if held_out_test else "validation bits/char",
       higher_is_better=False, train_loss_floor=0.0,
-      blocks=group_labels(jax.eval_shape(init, jax.random.key(0))), block_names=GROUPS)
+      blocks=group_labels(jax.eval_shape(init, jax.random.key(0))), block_names=GROUPS,
+      val_batch=draw(jnp.asarray(held_out[:len(held_out) // 2])) if held_out_test else None)
 
 
 CONFIG = protocol.TaskConfig(

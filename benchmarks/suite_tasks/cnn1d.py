@@ -68,4 +68,5 @@ def make_problem() -> Problem:
       name="cnn1d", init=init_params, loss=loss, batch=batch, evaluate=evaluate,
       test_name="test accuracy", higher_is_better=True, train_loss_floor=0.0,
       blocks=[{"w": i, "b": i} for i in range(len(KERNELS) + 1)],
-      block_names=tuple(f"layer {i}" for i in range(len(KERNELS) + 1)))
+      block_names=tuple(f"layer {i}" for i in range(len(KERNELS) + 1)),
+      val_batch=models.minibatches(jnp.asarray(x_val), jnp.asarray(y_val), BATCH))

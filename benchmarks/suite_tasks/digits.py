@@ -48,6 +48,7 @@ def make_problem(validation=0.0) -> Problem:
       name="digits", init=lambda k: models.init_mlp(k, SIZES), loss=loss, batch=batch,
       evaluate=evaluate, test_name="test accuracy", higher_is_better=True,
       train_loss_floor=models.smoothed_label_floor(LABEL_SMOOTHING), blocks="per_leaf",
+      val_batch=models.minibatches(*held_out, BATCH) if held_out else None,
       block_names=tuple(f"{n}{i}" for i in range(len(SIZES) - 1) for n in ("b", "w")))
 
 

@@ -42,7 +42,8 @@ def make_problem(sizes=SIZES, name="mnist1d", blocks="per_leaf", block_names=Non
       name=name, init=lambda k: models.init_mlp(k, sizes), loss=loss, batch=batch,
       evaluate=evaluate, test_name="test accuracy", higher_is_better=True,
       train_loss_floor=0.0, blocks=blocks,
-      block_names=block_names or tuple(f"{n}{i}" for i in range(len(sizes) - 1) for n in ("b", "w")))
+      block_names=block_names or tuple(f"{n}{i}" for i in range(len(sizes) - 1) for n in ("b", "w")),
+      val_batch=models.minibatches(*held_out, BATCH) if held_out else None)
 
 
 CONFIG = protocol.TaskConfig(

@@ -38,9 +38,7 @@ def classifier_problem_fns(logits_fn, x_train, y_train, x_test, y_test, *, batch
       targets = targets * (1 - label_smoothing) + label_smoothing / num_classes
     return jnp.mean(-jnp.sum(targets * jax.nn.log_softmax(logits_fn(params, x)), -1))
 
-  def batch(key):
-    idx = jax.random.randint(key, (batch_size,), 0, x_train.shape[0])
-    return x_train[idx], y_train[idx]
+  batch = minibatches(x_train, y_train, batch_size)
 
   def evaluate(params):
     accuracy = lambda x, y: jnp.mean(jnp.argmax(logits_fn(params, x), -1) == y)
@@ -50,6 +48,16 @@ def classifier_problem_fns(logits_fn, x_train, y_train, x_test, y_test, *, batch
     return out
 
   return loss, batch, evaluate
+
+
+def minibatches(x, y, batch_size):
+  """``key -> (x, y)``: ``batch_size`` examples drawn uniformly with replacement."""
+
+  def batch(key):
+    idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
+    return x[idx], y[idx]
+
+  return batch
 
 
 def smoothed_label_floor(label_smoothing, num_classes=10):

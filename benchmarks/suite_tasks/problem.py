@@ -20,6 +20,8 @@ class Problem(NamedTuple):
     blocks: layer-group labels for blockwise step sizes (a params-shaped pytree of
       ints, one per array) or ``"per_leaf"``.
     block_names: names of the blocks, in label order (for the plots).
+    val_batch: ``key -> batch`` draws a minibatch from the validation split (``None``
+      without one); ``loss`` on it is the held-out loss a design may read while it trains.
   """
 
   name: str
@@ -32,3 +34,4 @@ class Problem(NamedTuple):
   train_loss_floor: float
   blocks: Any
   block_names: tuple
+  val_batch: Callable[[Any], Any] | None = None

@@ -41,6 +41,8 @@ class Method(NamedTuple):
     names: per-value (name, info) pairs when ``values`` is set.
     step_sizes_of: ``opt_state -> step sizes`` of a state without a
       ``MetaOptimizeState`` (with ``learned_step_size``).
+    needs_validation_loss: pass ``validation_loss``, the loss on a minibatch of the
+      problem's validation split (``problem.val_batch``), to ``update`` at every step.
   """
 
   name: str
@@ -54,6 +56,7 @@ class Method(NamedTuple):
   prepare: Callable[[Any, Any], Any] | None = None
   names: tuple | None = None
   step_sizes_of: Callable[[Any], Any] | None = None
+  needs_validation_loss: bool = False
 
 
 class RunLog(NamedTuple):
@@ -117,10 +120,10 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
       batch = problem.batch(key)
       loss_fn = lambda q: problem.loss(q, batch)
       grads = jax.grad(loss_fn)(p)
-      if method.needs_obj:
-        updates, s = opt.update(grads, s, p, obj_fn=loss_fn)
-      else:
-        updates, s = opt.update(grads, s, p)
+      extra = {"obj_fn": loss_fn} if method.needs_obj else {}
+      if method.needs_validation_loss:
+        extra["validation_loss"] = problem.loss(p, problem.val_batch(jax.random.fold_in(key, 1)))
+      updates, s = opt.update(grads, s, p, **extra)
       return (optax.apply_updates(p, updates), s), None
 
     (p, s), _ = jax.lax.scan(body, (p, s), jax.random.split(key, chunk))

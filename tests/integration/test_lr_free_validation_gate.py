@@ -1,0 +1,69 @@
+"""``benchmarks/lr_free.py``'s design "climb x2, gamma=1 + average, held once validation
+rises" (``_validation_gated``): it is the default while the validation loss falls, and once
+its average rises above the margin the step size goes back to where the climb ended and
+stays there."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import metaoptax
+from metaoptax._src import tree_utils
+import lr_free  # benchmarks/ is on sys.path (conftest.py)
+
+
+def _loss(w):
+  return 0.5 * jnp.sum(jnp.array([1.0, 4.0, 9.0]) * w ** 2)
+
+
+def _run(opt, validation_losses, extra=True):
+  w = jnp.array([1.0, -1.0, 0.5])
+  s = opt.init(w)
+  update = jax.jit(opt.update)
+  alphas, states = [], []
+  for v in validation_losses:
+    g = jax.grad(_loss)(w)
+    u, s = update(g, s, w, validation_loss=jnp.float32(v)) if extra else update(g, s, w)
+    w = optax.apply_updates(w, u)
+    alphas.append(float(jnp.mean(metaoptax.step_sizes(s))))
+    states.append(s)
+  return np.array(alphas), states
+
+
+def _first_rise(losses, start, rho=0.99, margin=0.01):
+  """The oracle, in float64: the first step from ``start`` at which the bias-corrected
+  exponential average of ``losses`` exceeds its lowest value since ``start`` by ``margin``."""
+  average, weight, best = 0.0, 0.0, np.inf
+  for t, v in enumerate(losses):
+    average, weight = rho * average + (1 - rho) * v, rho * weight + (1 - rho)
+    if t >= start:
+      best = min(best, average / weight)
+      if average / weight > best * (1 + margin):
+        return t
+  return None
+
+
+@pytest.mark.system  # compiles the design and the default, 400 steps each (~10 s)
+def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_size():
+  steps = 400
+  falling = np.linspace(2.0, 1.0, steps)
+  default, _ = _run(lr_free._design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0,
+                                    average=0.1)(), falling, extra=False)
+  gated, states = _run(lr_free._validation_gated(), falling)
+  np.testing.assert_allclose(gated, default, rtol=1e-6)  # the gate never closed
+  assert not bool(states[-1].held)
+  (end,) = [t for t, s in enumerate(states)
+            if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
+
+  # the validation loss turns up at step 300: the gate closes when the oracle says
+  turning = np.concatenate([falling[:300], falling[299] + 0.01 * np.arange(1, 101)])
+  gated, states = _run(lr_free._validation_gated(), turning)
+  held = np.array([bool(s.held) for s in states])
+  first = int(np.argmax(held))
+  assert first == _first_rise(turning, end + 1) and held[first:].all()
+  climbed = float(jnp.exp(jnp.mean(states[-1].climbed)))
+  np.testing.assert_allclose(climbed, gated[end], rtol=1e-6)  # where the climb ended
+  np.testing.assert_allclose(gated[first:], climbed, rtol=1e-6)  # back there, and held
+  np.testing.assert_allclose(gated[:first], default[:first], rtol=1e-6)

@@ -32,15 +32,17 @@ def _run(opt, validation_losses, extra=True):
   return np.array(alphas), states
 
 
-def _first_rise(losses, start, rho=0.99, margin=0.01):
+def _first_rise(losses, start, rho=0.99, margin=0.01, patience=1):
   """The oracle, in float64: the first step from ``start`` at which the bias-corrected
-  exponential average of ``losses`` exceeds its lowest value since ``start`` by ``margin``."""
-  average, weight, best = 0.0, 0.0, np.inf
+  exponential average of ``losses`` has exceeded its lowest value since ``start`` by
+  ``margin`` for ``patience`` consecutive steps."""
+  average, weight, best, above = 0.0, 0.0, np.inf, 0
   for t, v in enumerate(losses):
     average, weight = rho * average + (1 - rho) * v, rho * weight + (1 - rho)
     if t >= start:
       best = min(best, average / weight)
-      if average / weight > best * (1 + margin):
+      above = above + 1 if average / weight > best * (1 + margin) else 0
+      if above >= patience:
         return t
   return None
 
@@ -67,3 +69,18 @@ def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_si
   np.testing.assert_allclose(climbed, gated[end], rtol=1e-6)  # where the climb ended
   np.testing.assert_allclose(gated[first:], climbed, rtol=1e-6)  # back there, and held
   np.testing.assert_allclose(gated[:first], default[:first], rtol=1e-6)
+
+  # without restore the step size stays where it was when the gate closed
+  gated, states = _run(lr_free._validation_gated(restore=False), turning)
+  np.testing.assert_allclose(gated[:first + 1], default[:first + 1], rtol=1e-6)
+  np.testing.assert_allclose(gated[first:], default[first], rtol=1e-6)
+
+  # with patience the rise must last: a spike of 30 steps in a falling validation loss
+  # closes the gate without it and not with a patience of 100
+  spike = falling.copy()
+  spike[250:280] += 0.5
+  assert _first_rise(spike, end + 1) is not None
+  assert _first_rise(spike, end + 1, patience=100) is None
+  gated, states = _run(lr_free._validation_gated(patience=100), spike)
+  assert not any(bool(s.held) for s in states)
+  np.testing.assert_allclose(gated, default, rtol=1e-6)

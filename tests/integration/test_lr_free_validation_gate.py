@@ -32,16 +32,20 @@ def _run(opt, validation_losses, extra=True):
   return np.array(alphas), states
 
 
-def _first_rise(losses, start, rho=0.99, margin=0.01, patience=1):
+def _first_rise(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None):
   """The oracle, in float64: the first step from ``start`` at which the bias-corrected
-  exponential average of ``losses`` has exceeded its lowest value since ``start`` by
-  ``margin`` for ``patience`` consecutive steps."""
+  exponential average of ``losses`` has exceeded its lowest value since ``start`` (or its
+  slower average, ``slow_rho``) by ``margin`` for ``patience`` consecutive steps."""
   average, weight, best, above = 0.0, 0.0, np.inf, 0
+  slow, slow_weight = 0.0, 0.0
   for t, v in enumerate(losses):
     average, weight = rho * average + (1 - rho) * v, rho * weight + (1 - rho)
+    if slow_rho is not None:
+      slow, slow_weight = slow_rho * slow + (1 - slow_rho) * v, slow_rho * slow_weight + (1 - slow_rho)
     if t >= start:
       best = min(best, average / weight)
-      above = above + 1 if average / weight > best * (1 + margin) else 0
+      reference = best if slow_rho is None else slow / slow_weight
+      above = above + 1 if average / weight > reference * (1 + margin) else 0
       if above >= patience:
         return t
   return None
@@ -84,3 +88,16 @@ def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_si
   gated, states = _run(lr_free._validation_gated(patience=100), spike)
   assert not any(bool(s.held) for s in states)
   np.testing.assert_allclose(gated, default, rtol=1e-6)
+
+  # against a slower average (a trend): never on the falling loss, and when the oracle
+  # says on the turning one (a faster average than the design's: these runs are short)
+  for losses in (falling, turning):
+    gated, states = _run(lr_free._validation_gated(rho=0.95, patience=20, slow_rho=0.998),
+                         losses)
+    held = np.array([bool(s.held) for s in states])
+    expected = _first_rise(losses, end + 1, rho=0.95, patience=20, slow_rho=0.998)
+    if expected is None:
+      assert not held.any()
+    else:
+      assert int(np.argmax(held)) == expected and held[expected:].all()
+  assert expected is not None

@@ -126,6 +126,7 @@ def test_hessian_free_trace_is_the_total_weight_change(stream):
   np.testing.assert_allclose(metaoptax.sensitivity_trace(state), w - w0, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.system  # draws every figure of the continual task (~6 s): CI's second command
 def test_saved_curves_redraw_the_figures(tmp_path):
   """The task contract's ``replot``: the figures are redrawn from ``continual_curves.npz``."""
   from suite_tasks import continual  # pylint: disable=g-import-not-at-top

@@ -164,6 +164,7 @@ def test_progress_bar_by_default_and_print(capsys):
     _train(num_iterations=1, progress="tqdm")
 
 
+@pytest.mark.system  # six L2HMC training runs with checkpoints (~16 s): CI's second command
 def test_starting_point_is_init_state_or_checkpoint_never_silently_both(tmp_path):
   directory = tmp_path / "run"
   start = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)

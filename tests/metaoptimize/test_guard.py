@@ -114,7 +114,8 @@ def _inf_trace_at_3(t, g, state):
 @pytest.mark.parametrize("approximation,corrupt,counter", [
     ("hessian_free", _nan_gradient_at_3, "skipped_steps"),
     ("hessian_free", _inf_trace_at_3, "trace_resets"),
-    ("2x2", _nan_gradient_at_3, "skipped_steps"),
+    # the exact 2x2 case compiles for ~7 s: CI's second command
+    pytest.param("2x2", _nan_gradient_at_3, "skipped_steps", marks=pytest.mark.system),
 ])
 @pytest.mark.usefixtures("float64")
 def test_guard_keeps_meta_gradient_finite_and_right(approximation, corrupt, counter):

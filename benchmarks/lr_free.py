@@ -268,6 +268,12 @@ class AlphaWeightedAdamState(NamedTuple):
   ratio: jax.Array  # alpha_{t-1} / alpha_t, at most 1 (:func:`_alpha_weighted` sets it)
 
 
+def alpha_weighted_direction(state: AlphaWeightedAdamState, eps: float = 1e-8):
+  """Adam's direction from the step-size-weighted moments: each normalized by its weights."""
+  return jax.tree.map(lambda m, v: (m / state.mu_weight) / (jnp.sqrt(v / state.nu_weight) + eps),
+                      state.mu, state.nu)
+
+
 def _scale_by_alpha_weighted_adam(b1: float = 0.9, b2: float = 0.999,
                                   eps: float = 1e-8) -> optax.GradientTransformation:
   r"""Adam whose moments weight each gradient by its step size, as prodigy weights
@@ -297,9 +303,8 @@ def _scale_by_alpha_weighted_adam(b1: float = 0.9, b2: float = 0.999,
     nu = jax.tree.map(lambda v, g: b2 * r**2 * v + (1 - b2) * jnp.square(g), state.nu, grads)
     mu_weight = b1 * r * state.mu_weight + (1 - b1)
     nu_weight = b2 * r**2 * state.nu_weight + (1 - b2)
-    direction = jax.tree.map(lambda m, v: (m / mu_weight) / (jnp.sqrt(v / nu_weight) + eps),
-                             mu, nu)
-    return direction, AlphaWeightedAdamState(mu, nu, mu_weight, nu_weight, r)
+    new = AlphaWeightedAdamState(mu, nu, mu_weight, nu_weight, r)
+    return alpha_weighted_direction(new, eps), new
 
   return optax.GradientTransformation(init, update)
 
@@ -394,10 +399,11 @@ def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1
     average_weight = jnp.where(finite, rho * state.average_weight + (1 - rho),
                                state.average_weight)
     smoothed = loss_average / jnp.maximum(average_weight, 1e-30)
-    slow = slow_rho if slow_rho is not None else rho
-    slow_average = jnp.where(finite, slow * state.slow_average + (1 - slow) * validation_loss,
-                             state.slow_average)
-    slow_weight = jnp.where(finite, slow * state.slow_weight + (1 - slow), state.slow_weight)
+    slow_average, slow_weight = state.slow_average, state.slow_weight  # unused without slow_rho
+    if slow_rho is not None:
+      slow_average = jnp.where(finite, slow_rho * slow_average + (1 - slow_rho) * validation_loss,
+                               slow_average)
+      slow_weight = jnp.where(finite, slow_rho * slow_weight + (1 - slow_rho), slow_weight)
     after_climb = ~climb.climbing & ~climb.ended  # from the step after the climb's end
     best = jnp.where(after_climb, jnp.minimum(state.best, smoothed), state.best)
     reference = (best if slow_rho is None else

@@ -54,8 +54,7 @@ def adam_direction_rms(state, b1: float = 0.9, b2: float = 0.999, eps: float = 1
   weighted = tree_utils.instances_of(meta.base_state, lr_free.AlphaWeightedAdamState)
   if weighted:
     (s,) = weighted
-    return _rms(jax.tree.map(lambda m, v: (m / s.mu_weight) / (jnp.sqrt(v / s.nu_weight) + eps),
-                             s.mu, s.nu))
+    return _rms(lr_free.alpha_weighted_direction(s, eps))
   (s,) = tree_utils.instances_of(meta.base_state, optax.ScaleByAdamState)  # not the meta's
   c = jnp.maximum(s.count, 1).astype(jnp.float32)
   return _rms(jax.tree.map(lambda m, v: (m / (1 - b1**c)) / (jnp.sqrt(v / (1 - b2**c)) + eps),

@@ -351,11 +351,13 @@ class ValidationGateState(NamedTuple):
   above: jax.Array  # int32: consecutive steps the average has been above the margin
   held: jax.Array  # bool: overfitting was detected; the step size is held from then on
   climbed: Any  # the log step sizes held once the gate closes (the climb's end by default)
+  boost: jax.Array  # added to the held log step sizes (``raise_per_step``; 0 without)
 
 
 def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1,
-                      restore: bool = True,
-                      slow_rho: float | None = None) -> optax.GradientTransformation:
+                      restore: bool = True, slow_rho: float | None = None,
+                      raise_per_step: float = 0.0,
+                      raise_cap: float = 4.0) -> optax.GradientTransformation:
   r"""The default's design, whose annealing a held-out loss may stop: the issue's lead
   "held-out meta-gradients that decide only the annealing", as a gate rather than a
   gradient. ``update`` takes ``validation_loss``, the loss on a minibatch of held-out
@@ -383,7 +385,7 @@ def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1
     zero = jnp.zeros([], jnp.float32)
     return ValidationGateState(state, zero, zero, jnp.full([], jnp.inf), zero, zero,
                                jnp.zeros([], jnp.int32), jnp.asarray(False),
-                               meta.meta_params.step_size)
+                               meta.meta_params.step_size, zero)
 
   def update(grads, state, params, validation_loss):
     updates, (meta, averaged) = inner.update(grads, state.inner, params)
@@ -410,10 +412,12 @@ def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1
                  slow_average / jnp.maximum(slow_weight, 1e-30))
     above = jnp.where(after_climb & (smoothed > reference * (1 + margin)), state.above + 1, 0)
     held = state.held | (above >= patience)
-    beta = jax.tree.map(lambda b, c: jnp.where(held, c, b), beta, climbed)
+    boost = jnp.where(above >= patience,
+                      jnp.minimum(state.boost + raise_per_step, jnp.log(raise_cap)), state.boost)
+    beta = jax.tree.map(lambda b, c: jnp.where(held, c + boost, b), beta, climbed)
     meta = meta._replace(meta_params=meta.meta_params._replace(step_size=beta))
     return updates, ValidationGateState((meta, averaged), loss_average, average_weight, best,
-                                        slow_average, slow_weight, above, held, climbed)
+                                        slow_average, slow_weight, above, held, climbed, boost)
 
   return optax.GradientTransformationExtraArgs(init, update)
 
@@ -597,6 +601,13 @@ DESIGNS = {
     "climb x2, gamma=1 + average, held once validation trends up for 250 steps": (
         lambda: _validation_gated(patience=250, slow_rho=0.998), True,
         dict(needs_validation_loss=True)),
+    # the same, the held step size raised (x2 per 250 steps, up to x4) while the trend
+    # stays up: a larger step regularizes the networks that overfit (schedule-free's
+    # tuned rate there is ~8x the climbed one)
+    "climb x2, gamma=1 + average, raised while validation trends up": (
+        lambda: _validation_gated(patience=250, slow_rho=0.998,
+                                  raise_per_step=float(np.log(2.0)) / 250, raise_cap=4.0),
+        True, dict(needs_validation_loss=True)),
 }
 
 

@@ -32,12 +32,13 @@ def _run(opt, validation_losses, extra=True):
   return np.array(alphas), states
 
 
-def _first_rise(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None):
-  """The oracle, in float64: the first step from ``start`` at which the bias-corrected
+def _rising(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None):
+  """The oracle, in float64: at each step, whether from ``start`` the bias-corrected
   exponential average of ``losses`` has exceeded its lowest value since ``start`` (or its
   slower average, ``slow_rho``) by ``margin`` for ``patience`` consecutive steps."""
   average, weight, best, above = 0.0, 0.0, np.inf, 0
   slow, slow_weight = 0.0, 0.0
+  rising = np.zeros(len(losses), bool)
   for t, v in enumerate(losses):
     average, weight = rho * average + (1 - rho) * v, rho * weight + (1 - rho)
     if slow_rho is not None:
@@ -46,9 +47,14 @@ def _first_rise(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None)
       best = min(best, average / weight)
       reference = best if slow_rho is None else slow / slow_weight
       above = above + 1 if average / weight > reference * (1 + margin) else 0
-      if above >= patience:
-        return t
-  return None
+      rising[t] = above >= patience
+  return rising
+
+
+def _first_rise(losses, start, **kwargs):
+  """The first step at which :func:`_rising` holds, or ``None``."""
+  rising = _rising(losses, start, **kwargs)
+  return int(np.argmax(rising)) if rising.any() else None
 
 
 @pytest.mark.system  # compiles the design and the default, 400 steps each (~10 s)
@@ -101,3 +107,28 @@ def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_si
     else:
       assert int(np.argmax(held)) == expected and held[expected:].all()
   assert expected is not None
+
+
+@pytest.mark.system  # compiles the design twice, 400 steps each (~6 s)
+def test_raised_while_the_rise_goes_on_up_to_the_cap():
+  steps = 400
+  falling = np.linspace(2.0, 1.0, steps)
+  # rises from step 300, then falls again from step 360 (the trend ends on its own)
+  turning = np.concatenate([falling[:300], falling[299] + 0.01 * np.arange(1, 61),
+                            falling[299] + 0.6 - 0.05 * np.arange(1, 41)])
+  kappa, cap = 0.01, 1.3
+  gated, states = _run(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=kappa,
+                                                 raise_cap=cap), turning)
+  (end,) = [t for t, s in enumerate(states)
+            if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
+  rising = _rising(turning, end + 1, rho=0.95, patience=5)
+  first = int(np.argmax(rising))
+  assert rising.any() and not rising[-1]  # the rise starts and stops within the run
+  climbed = float(jnp.exp(jnp.mean(states[-1].climbed)))
+  boost = np.minimum(np.cumsum(rising) * kappa, np.log(cap))  # the oracle's log-boost
+  np.testing.assert_allclose(gated[first:], climbed * np.exp(boost[first:]), rtol=1e-5)
+  assert np.exp(boost[-1]) == pytest.approx(cap)  # it reached the cap and stays there
+  # a raise of zero is the plain gate, bit for bit
+  plain, _ = _run(lr_free._validation_gated(rho=0.95, patience=5), turning)
+  zero, _ = _run(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=0.0), turning)
+  np.testing.assert_array_equal(plain, zero)

@@ -608,6 +608,11 @@ DESIGNS = {
         lambda: _validation_gated(patience=250, slow_rho=0.998,
                                   raise_per_step=float(np.log(2.0)) / 250, raise_cap=4.0),
         True, dict(needs_validation_loss=True)),
+    # the same up to x2: at x4 one MNIST-1D seed of three lost stability (train loss 1.1)
+    "climb x2, gamma=1 + average, raised up to x2 while validation trends up": (
+        lambda: _validation_gated(patience=250, slow_rho=0.998,
+                                  raise_per_step=float(np.log(2.0)) / 250, raise_cap=2.0),
+        True, dict(needs_validation_loss=True)),
 }
 
 

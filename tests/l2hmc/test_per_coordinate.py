@@ -93,6 +93,8 @@ def test_networks_off_is_hmc_with_a_diagonal_mass_matrix(how):
       state = new_state
 
 
+@pytest.mark.system  # 400 steps of 500 chains with both features (~6 s); the plain networks'
+# invariance runs in the default tier (tests/l2hmc/test_l2hmc.py): CI's second command
 def test_random_networks_with_whitening_and_per_coordinate_leave_the_target_invariant():
   covariance = jnp.array([[0.04, 0.0], [0.0, 25.0]])
   target = l2hmc.targets.gaussian(covariance, mean=jnp.array([1.0, -3.0]))

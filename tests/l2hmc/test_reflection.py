@@ -104,6 +104,7 @@ def test_rotation_step_sizes_turn_a_gaussian_exactly():
     assert abs(float(-logdensity + 0.5 * v_1 @ v_1 - 0.5 * (z @ z + v @ v))) > 0.1
 
 
+@pytest.mark.system  # a warm-up of 300 iterations on 32 chains (~5 s): CI's second command
 def test_within_chain_scale_and_midpoint_of_an_uneven_split():
   """Warm-up chains that each stay in one mode, started 20 / 12 between the modes of the
   equal mixture (x0 = +-2, variance 0.1): the within-chain sd is the modes' own,

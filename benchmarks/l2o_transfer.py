@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import json
 import os
 import pathlib
@@ -72,6 +73,9 @@ ADAM_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 SEEDS = 3
 STEPS = 5000
 BUDGETS = (1000, 5000)
+#: ``metaoptax.adamw()``'s weight decay and average horizon (``--drop-in``).
+DROP_IN_WEIGHT_DECAY = inspect.signature(metaoptax.adamw).parameters["weight_decay"].default
+DROP_IN_AVERAGE = inspect.signature(metaoptax.adamw).parameters["average"].default
 OUT = pathlib.Path(__file__).resolve().parent / "out"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 #: ``--held-out-metric`` in words.
@@ -204,6 +208,9 @@ def methods(network, config, learned_only=False, budgets=BUDGETS):
                           info="defaults, averaged weights")
   learned = runner.Method("learned (scaled_adam)", "l2o",
                           lambda _: config.transformation(network))
+  if getattr(config, "average", None) is not None:  # the drop-in's average: evaluate it
+    learned = learned._replace(eval_params=lambda s, p: metaoptax.averaged_params(s),
+                               info="averaged weights")
   if getattr(config, "budget", None) is not None:  # one run per budget, told its budget
     learned = learned._replace(
         values=tuple(float(b) for b in budgets),
@@ -380,10 +387,14 @@ def scaling_of(config):
 def recipe(config, args):
   """The learned optimizer's settings and the meta-training data, in words."""
   climbed = isinstance(config, l2o.ClimbedAdamConfig)
-  config = scaling_of(config)
+  scaled, config = config, scaling_of(config)
   low, high = config.log_scale_bounds
+  drop_in = climbed and scaled.average is not None
   return (("base step size found by MetaOptimize's climb (l2o.climbed_scaled_adam, nominal "
-           f"rate {config.learning_rate:g} in feature 4)" if climbed else
+           f"rate {config.learning_rate:g} in feature 4"
+           + (f"; weight decay {scaled.weight_decay:g} and the average of the weights "
+              f"({scaled.average:g} of the steps), evaluated: metaoptax.adamw() at "
+              "initialization" if drop_in else "") + ")" if climbed else
            f"base step size {config.learning_rate:g}"
            + (" decaying as a cosine over the budget" if getattr(config, "cosine_decay", False)
               else "")) + f", multiplier in [e^{low:g}, e^{high:g}], "
@@ -527,6 +538,11 @@ def main(argv=None):
                       help="the base step size: --learning-rate (l2o.scaled_adam), or found per "
                            "run by MetaOptimize's climb under the learned multipliers (the "
                            "eighth attempt, l2o.climbed_scaled_adam)")
+  parser.add_argument("--drop-in", action="store_true",
+                      help="with --step-size climb: the drop-in's weight decay (1e-4) and "
+                           "average of the weights (0.1), evaluated at the averaged weights: "
+                           "metaoptax.adamw() at its defaults at initialization (the "
+                           "thirteenth attempt)")
   parser.add_argument("--budget-features", action="store_true",
                       help="the ninth attempt: a budget-aware optimizer (ScaledAdamConfig.budget) "
                            "meta-trained on runs of budgets drawn in [--budget-low, --horizon] "
@@ -600,6 +616,9 @@ def main(argv=None):
                       help="evaluate only the learned optimizer (the baselines do not depend "
                       "on the meta-training settings: compare with a full run's)")
   args = parser.parse_args(argv)
+  if args.drop_in and args.step_size != "climb":
+    parser.error("--drop-in is metaoptax.adamw()'s decay and average around the climb: it "
+                 "needs --step-size climb")
   if args.cosine_decay and not args.budget_features:
     parser.error("--cosine-decay decays over the budget: it needs --budget-features")
   if args.held_out_metric != "cross_entropy" and not (args.held_out
@@ -625,7 +644,9 @@ def main(argv=None):
                            max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
   trained = config
   if args.step_size == "climb":
-    config = trained = l2o.ClimbedAdamConfig(config)
+    config = trained = l2o.ClimbedAdamConfig(
+        config, **(dict(weight_decay=DROP_IN_WEIGHT_DECAY, average=DROP_IN_AVERAGE)
+                   if args.drop_in else {}))
   elif args.budget_features:
     config = config._replace(budget=float(args.horizon), cosine_decay=args.cosine_decay)
     trained = l2o.VariedBudget(config, float(min(args.budget_low, args.horizon)),

@@ -31,7 +31,10 @@ meta-gradient does not make.
 
 At initialization (zero read-out, :math:`s = 0`) the optimizer is exactly
 ``metaoptimize(optax.scale_by_adam(), climb(adam(meta_step_size)), ...)``, i.e.
-:func:`metaoptax.adamw` with ``weight_decay=0`` and ``average=None``; with any weights
+:func:`metaoptax.adamw` with ``weight_decay=0`` and ``average=None``; with the config's
+``weight_decay`` and ``average`` set to the drop-in's (``ClimbedAdamConfig(weight_decay=1e-4,
+average=0.1)``) it is :func:`metaoptax.adamw` at its defaults, the average of the weights
+included (evaluate :func:`metaoptax.averaged_params` of the state); with any weights
 every step is that optimizer's direction times a factor in :math:`[e^{-S_-}, e^{S_+}]`,
 on top of a scale bounded by MetaOptimize's ``step_size_bounds``.
 
@@ -55,6 +58,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import tree_utils
+from metaoptax._src.averaging import average_iterates
 from metaoptax._src.state import MetaOptimizeState
 from metaoptax._src.transform import metaoptimize
 from metaoptax.l2o.learned_adam import ScaledAdamConfig, ScaledAdamState, scale_by_learned_adam
@@ -76,6 +80,11 @@ class ClimbedAdamConfig(NamedTuple):
     climb_rate: rise of :math:`\\log\\alpha` per step during the climb.
     climb_backoff: :math:`\\alpha` is divided by it when the climb ends (0.5: doubled).
     gamma: discount of MetaOptimize's sensitivity trace (1: the whole run).
+    weight_decay: decoupled weight decay, scaled by the step size (as in
+      :func:`metaoptax.adamw`; not multiplied by the learned factor).
+    average: horizon of the average of the weights (:func:`metaoptax.average_iterates`),
+      or ``None`` for none. The average does not change the iterates (nor meta-training,
+      whose loss is the iterates'); it is what to evaluate.
   """
 
   scaling: ScaledAdamConfig = ScaledAdamConfig()
@@ -84,6 +93,8 @@ class ClimbedAdamConfig(NamedTuple):
   climb_rate: float = 0.1
   climb_backoff: float = 0.5
   gamma: float = 1.0
+  weight_decay: float = 0.0
+  average: float | None = None
 
   # The interface the meta-training engine calls (as for ``ScaledAdamConfig``).
   def init_network(self, key: jax.Array):
@@ -134,7 +145,7 @@ def climbed_scaled_adam(network_params, config: ClimbedAdamConfig = ClimbedAdamC
   v^{(i)}} + \epsilon)` (module docstring).
 
   With freshly initialized weights (``config.init_network``) it is
-  ``metaoptax.adamw(weight_decay=0.0, average=None)``. A non-finite gradient is
+  ``metaoptax.adamw(weight_decay=config.weight_decay, average=config.average)``. A non-finite gradient is
   skipped, counted by MetaOptimize's guard (``skip_nonfinite``).
 
   Args:
@@ -163,5 +174,7 @@ def climbed_scaled_adam(network_params, config: ClimbedAdamConfig = ClimbedAdamC
   """
   meta = climb(presets.meta_adam(config.meta_step_size), rate=config.climb_rate,
                backoff=config.climb_backoff)
-  return metaoptimize(scale_by_learned_adam(network_params, config.scaling), meta,
-                      init_step_size=config.init_step_size, gamma=config.gamma)
+  opt = metaoptimize(scale_by_learned_adam(network_params, config.scaling), meta,
+                     init_step_size=config.init_step_size, gamma=config.gamma,
+                     weight_decay=config.weight_decay)
+  return opt if config.average is None else optax.chain(opt, average_iterates(config.average))

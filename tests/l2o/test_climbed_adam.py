@@ -20,13 +20,16 @@ SCALING = l2o.ScaledAdamConfig(hidden=8, learning_rate=3e-3, max_log_scale=1.5,
 CONFIG = l2o.ClimbedAdamConfig(SCALING)
 
 
-def test_is_metaoptimize_adam_at_initialization():
+@pytest.mark.parametrize("weight_decay, average", [(0.0, None), (1e-4, 0.1)])
+def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
   """Zero read-out: over 40 steps of noisy gradients of mixed scales with a consistent
-  mean (the climb running), every update equals ``metaoptax.adamw(weight_decay=0,
-  average=None)``'s to float32 round-off (1e-6 of the largest entry of each tensor) and so
-  does the step size."""
-  opt = l2o.climbed_scaled_adam(CONFIG.init_network(jax.random.key(0)), CONFIG)
-  reference = metaoptax.adamw(weight_decay=0.0, average=None)
+  mean (the climb running), every update equals ``metaoptax.adamw(weight_decay,
+  average)``'s to float32 round-off (1e-6 of the largest entry of each tensor) and so
+  does the step size; with the drop-in's decay and average (its defaults) the averaged
+  weights agree too (rtol 1e-6)."""
+  config = CONFIG._replace(weight_decay=weight_decay, average=average)
+  opt = l2o.climbed_scaled_adam(config.init_network(jax.random.key(0)), config)
+  reference = metaoptax.adamw(weight_decay=weight_decay, average=average)
   params = _params(jax.random.key(1))
   state, ref_state = opt.init(params), reference.init(params)
   update, ref_update = jax.jit(opt.update), jax.jit(reference.update)
@@ -41,6 +44,10 @@ def test_is_metaoptimize_adam_at_initialization():
   np.testing.assert_allclose(metaoptax.step_sizes(state), metaoptax.step_sizes(ref_state),
                              rtol=1e-6)
   assert float(metaoptax.step_sizes(state)[0]) > 1e-5  # the climb did run
+  if average is not None:
+    for a, b in zip(jax.tree.leaves(metaoptax.averaged_params(state)),
+                    jax.tree.leaves(metaoptax.averaged_params(ref_state))):
+      np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 def test_steps_are_bounded_multiples_of_the_found_step_size():

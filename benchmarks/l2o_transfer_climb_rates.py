@@ -57,9 +57,14 @@ def main(argv=None):
   parser.add_argument("folders", nargs="+", help="the --out folders of the seeds' runs")
   parser.add_argument("--name", required=True, help="file name (without suffix) in --dir")
   parser.add_argument("--dir", type=pathlib.Path, default=l2o_transfer.RESULTS)
+  parser.add_argument("--drop-in", action="store_true",
+                      help="weights of l2o_transfer.py --drop-in (metaoptax.adamw()'s weight "
+                           "decay; its average does not change the iterates)")
   args = parser.parse_args(argv)
   start = time.perf_counter()
-  config = l2o.ClimbedAdamConfig(l2o_transfer.CONFIG)
+  config = l2o.ClimbedAdamConfig(l2o_transfer.CONFIG, **(
+      dict(weight_decay=l2o_transfer.DROP_IN_WEIGHT_DECAY, average=l2o_transfer.DROP_IN_AVERAGE)
+      if args.drop_in else {}))
   runs = [json.loads((pathlib.Path(f) / "l2o_transfer_learned_only.json").read_text())
           for f in args.folders]
   labels = ["start (zero read-out)"] + [f"meta seed {r['meta_seed']}" for r in runs]
@@ -83,7 +88,9 @@ def main(argv=None):
            f"measured at commit `{commit}`, jax {jax.__version__} "
            f"(`l2o_transfer_climb_rates.py`, {seconds / 60:.1f} min on 2 shared CPU cores); the "
            "weights are those `l2o_transfer.py --learned-only --step-size climb` selected and "
-           "saved, and the zero read-out (MetaOptimize's Adam). One 5,000-step run per network "
+           "saved, and the zero read-out (MetaOptimize's Adam"
+           + (", with metaoptax.adamw()'s weight decay: --drop-in" if args.drop_in else "")
+           + "). One 5,000-step run per network "
            "(optimizee seed 0). Each cell: alpha_t (min / median / max over the tensors of "
            "alpha_t e^(s_t^(i)), the rate each tensor takes).", "",
            "| network | tuned Adam (1,000 / 5,000) | weights | "

@@ -57,6 +57,8 @@ def main(argv=None):
   parser.add_argument("folders", nargs="+", help="the --out folders of the seeds' runs")
   parser.add_argument("--name", required=True, help="file name (without suffix) in --dir")
   parser.add_argument("--dir", type=pathlib.Path, default=l2o_transfer.RESULTS)
+  parser.add_argument("--labels", nargs="+", default=None,
+                      help="a row label per folder (default: 'meta seed K' from the record)")
   parser.add_argument("--drop-in", action="store_true",
                       help="weights of l2o_transfer.py --drop-in (metaoptax.adamw()'s weight "
                            "decay; its average does not change the iterates)")
@@ -67,7 +69,10 @@ def main(argv=None):
       if args.drop_in else {}))
   runs = [json.loads((pathlib.Path(f) / "l2o_transfer_learned_only.json").read_text())
           for f in args.folders]
-  labels = ["start (zero read-out)"] + [f"meta seed {r['meta_seed']}" for r in runs]
+  if args.labels is not None and len(args.labels) != len(args.folders):
+    parser.error("--labels needs one label per folder")
+  labels = ["start (zero read-out)"] + (args.labels or [f"meta seed {r['meta_seed']}"
+                                                         for r in runs])
   networks = [config.init_network(jax.random.key(0))] + [
       l2o_transfer.load_network(config, pathlib.Path(f) / "l2o_transfer_learned_only_network.npz")
       for f in args.folders]

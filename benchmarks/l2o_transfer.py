@@ -539,8 +539,9 @@ def main(argv=None):
                            "run by MetaOptimize's climb under the learned multipliers (the "
                            "eighth attempt, l2o.climbed_scaled_adam)")
   parser.add_argument("--drop-in", action="store_true",
-                      help="with --step-size climb: the drop-in's weight decay (1e-4) and "
-                           "average of the weights (0.1), evaluated at the averaged weights: "
+                      help=f"with --step-size climb: the drop-in's weight decay "
+                           f"({DROP_IN_WEIGHT_DECAY:g}) and average of the weights "
+                           f"({DROP_IN_AVERAGE:g}), evaluated at the averaged weights: "
                            "metaoptax.adamw() at its defaults at initialization (the "
                            "thirteenth attempt)")
   parser.add_argument("--budget-features", action="store_true",

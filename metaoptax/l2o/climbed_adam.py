@@ -145,8 +145,8 @@ def climbed_scaled_adam(network_params, config: ClimbedAdamConfig = ClimbedAdamC
   v^{(i)}} + \epsilon)` (module docstring).
 
   With freshly initialized weights (``config.init_network``) it is
-  ``metaoptax.adamw(weight_decay=config.weight_decay, average=config.average)``. A non-finite gradient is
-  skipped, counted by MetaOptimize's guard (``skip_nonfinite``).
+  ``metaoptax.adamw(weight_decay=config.weight_decay, average=config.average)``. A
+  non-finite gradient is skipped, counted by MetaOptimize's guard (``skip_nonfinite``).
 
   Args:
     network_params: the network's weights (``config.init_network(key)`` or

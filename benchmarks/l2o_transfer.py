@@ -379,6 +379,13 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
   return lines
 
 
+def climbed(scaling, drop_in=False):
+  """``l2o.ClimbedAdamConfig`` around ``scaling``; with ``drop_in`` (``--drop-in``) with
+  ``metaoptax.adamw()``'s weight decay and average, which it then is at initialization."""
+  return l2o.ClimbedAdamConfig(scaling, **(
+      dict(weight_decay=DROP_IN_WEIGHT_DECAY, average=DROP_IN_AVERAGE) if drop_in else {}))
+
+
 def scaling_of(config):
   """The learned multipliers' configuration (a ``ScaledAdamConfig``) of either variant."""
   return getattr(config, "scaling", config)
@@ -645,9 +652,7 @@ def main(argv=None):
                            max_log_scale=args.max_log_scale, slow_b1=args.slow_b1)
   trained = config
   if args.step_size == "climb":
-    config = trained = l2o.ClimbedAdamConfig(
-        config, **(dict(weight_decay=DROP_IN_WEIGHT_DECAY, average=DROP_IN_AVERAGE)
-                   if args.drop_in else {}))
+    config = trained = climbed(config, args.drop_in)
   elif args.budget_features:
     config = config._replace(budget=float(args.horizon), cosine_decay=args.cosine_decay)
     trained = l2o.VariedBudget(config, float(min(args.budget_low, args.horizon)),

@@ -25,7 +25,6 @@ import numpy as np
 
 import _report
 import l2o_transfer
-from metaoptax import l2o
 
 STEPS = (10, 100, 300, 1000, 2000, 3000, 5000)
 TUNED_ADAM = {"digits MLP": "0.01 / 0.003", "MNIST-1D MLP": "0.003 / 0.003",
@@ -64,9 +63,7 @@ def main(argv=None):
                            "decay; its average does not change the iterates)")
   args = parser.parse_args(argv)
   start = time.perf_counter()
-  config = l2o.ClimbedAdamConfig(l2o_transfer.CONFIG, **(
-      dict(weight_decay=l2o_transfer.DROP_IN_WEIGHT_DECAY, average=l2o_transfer.DROP_IN_AVERAGE)
-      if args.drop_in else {}))
+  config = l2o_transfer.climbed(l2o_transfer.CONFIG, args.drop_in)
   runs = [json.loads((pathlib.Path(f) / "l2o_transfer_learned_only.json").read_text())
           for f in args.folders]
   if args.labels is not None and len(args.labels) != len(args.folders):

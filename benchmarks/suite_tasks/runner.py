@@ -83,6 +83,9 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
   """
   if steps % chunk:
     raise ValueError(f"steps ({steps}) must be a multiple of chunk ({chunk}).")
+  if method.needs_validation_loss and problem.val_batch is None:
+    raise ValueError(f"{method.name} needs a validation loss, and {problem.name} has no "
+                     "validation split (Problem.val_batch is None).")
   values = method.values
   if seed_per_value and (values is None or len(values) != seeds):
     raise ValueError(f"seed_per_value needs one value per seed ({seeds}), got {values}.")

@@ -132,3 +132,12 @@ def test_raised_while_the_rise_goes_on_up_to_the_cap():
   plain, _ = _run(lr_free._validation_gated(rho=0.95, patience=5), turning)
   zero, _ = _run(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=0.0), turning)
   np.testing.assert_array_equal(plain, zero)
+
+
+def test_a_design_that_reads_a_validation_loss_needs_a_validation_split():
+  """The benchmark's runner refuses, before compiling, a method with
+  ``needs_validation_loss`` on a problem without a validation split."""
+  from suite_tasks import digits, runner  # pylint: disable=g-import-not-at-top
+  method = next(m for m in lr_free.design_methods() if m.needs_validation_loss)
+  with pytest.raises(ValueError, match="validation split"):
+    runner.train(digits.make_problem(), method, steps=10, seeds=1, chunk=10, progress=None)

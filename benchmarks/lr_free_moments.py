@@ -3,7 +3,7 @@ kept, restarted, or weighted by the step size?
 
 ``metaoptax.adamw()`` climbs from a step size of 1e-6, and Adam's moments record the
 climb's gradients. ``lr_free.py`` measured three ways to treat them: keep them (the
-default), restart them when the climb ends (``restart_after_climb=True``; also with a
+default), restart them when the climb ends (``climb_memory=0``; also with a
 second, short climb, "restart + rewarm"), or weight each gradient by its step size as
 prodigy does (``_alpha_weighted``: the climb's gradients fade as it climbs). The last
 two gain on the MLPs and the CNN and lose on the character model at 10-50 % of its

@@ -63,8 +63,8 @@ def methods():
       "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), True, None),
       "metaoptax.adamw() (HF scalar, climb, average)": (
           metaoptax.adamw(1e-6, weight_decay=0.1), False, "averaged"),
-      "metaoptax.adamw(restart_after_climb=True) (HF scalar, climb, average)": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, restart_after_climb=True), False, "averaged"),
+      "metaoptax.adamw(climb_memory=0) (HF scalar, climb, average)": (
+          metaoptax.adamw(1e-6, weight_decay=0.1, climb_memory=0), False, "averaged"),
       "metaoptax.adamw(average=None) (HF scalar, climb)": (
           metaoptax.adamw(1e-6, weight_decay=0.1, average=None), False, "Hessian-free"),
       "metaoptax.adamw(learn=('weight_decay',))": (

@@ -1,4 +1,4 @@
-r"""A fresh start of the base direction's state when the climb ends.
+r"""What the base direction's state keeps of the climb when it ends.
 
 :func:`metaoptax.climb` raises :math:`\log\alpha` from a start orders of magnitude
 below a good step size. While it lasts the weights hardly move, so the gradient
@@ -12,16 +12,36 @@ to 0.0086 over 92 steps left the train loss at 0.0086 (above its floor) at step
 500, against 0.0034 for a constant 0.0086 from step 0; restarting Adam's moments
 when the ramp ended gave 0.0030.
 
-With ``metaoptimize(..., restart_after_climb=True)``, the step after the one at
-which the climb ends (:attr:`ClimbState.ended`) starts from the base state of
-``base.init``: the base direction goes on as one started at the climbed step size
-from the current weights. The meta optimizer's state (warm since the first step)
-and the trace are kept. The restart selects the step's *input*: XLA fuses the
-selection into the kernels that read the base state, and the step stays in place
-with no temporary beyond ``optax.adamw``'s
-(``tests/metaoptimize/test_compiled_step.py``). Selecting the step's outputs instead
-cost two params-sized temporaries, and restarting the trace too (its selection has
-two readers, the meta-gradient and the trace update) one, on XLA:CPU.
+``metaoptimize(..., climb_memory=k)`` acts at the step after the one at which the
+climb ends (:attr:`ClimbState.ended`):
+
+* ``k = 0``: the base state restarts from ``base.init``; the base direction goes on
+  as one started at the climbed step size from the current weights. Adam's fresh
+  moments then take sign-like first steps (:math:`|\hat m/\sqrt{\hat v}| = 1` on
+  every weight), a shock at the climbed step size (3.33 against 3.17 bits/char on
+  the character transformer at 10 % of its budget).
+* ``k > 0`` (a base holding one ``optax.ScaleByAdamState``): Adam's moments keep
+  their bias-corrected values :math:`\hat m, \hat v` but count as ``k`` steps: the
+  count :math:`n` becomes ``k`` and
+
+  .. math::
+
+    m \leftarrow m\,\frac{1 - b_1^{k}}{1 - b_1^{n}}, \qquad
+    v \leftarrow v\,\frac{1 - b_2^{k}}{1 - b_2^{n}},
+
+  so the direction is continuous, and the climb's gradients weigh as ``k`` of the
+  gradients that follow in :math:`\hat v` (the ``t``-th step after it gives them
+  :math:`(1-b_2^k)\,b_2^t / (1 - b_2^{k+t})`, about :math:`k/(k+t)`) instead of the
+  ~100 of the climb. :func:`metaoptax.adamw` uses ``k = 3`` (chosen on the
+  validation splits of ``benchmarks/lr_free.py``; it is the largest of 3, 10 and 30
+  that reaches tuned AdamW's step-300 loss by step 500 from every start).
+
+The meta optimizer's state (warm since the first step) and the trace are kept. The
+change selects (``k = 0``) or scales (``k > 0``) the step's *input*: XLA fuses it into
+the kernels that read the base state, and the step stays in place with no temporary
+beyond ``optax.adamw``'s (``tests/metaoptimize/test_compiled_step.py``). Selecting the
+step's outputs instead cost two params-sized temporaries, and restarting the trace too
+(its selection has two readers, the meta-gradient and the trace update) one, on XLA:CPU.
 """
 
 from __future__ import annotations
@@ -30,6 +50,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from metaoptax._src import tree_utils
 from metaoptax._src.state import ClimbState, MetaOptimizeState
@@ -40,8 +61,38 @@ def check_climbs(meta_state: Any) -> None:
   found = len(tree_utils.instances_of(meta_state, ClimbState))
   if found != 1:
     raise ValueError(
-        f"restart_after_climb=True needs a meta optimizer built with metaoptax.climb "
-        f"(exactly one); its state holds {found}.")
+        f"climb_memory needs a meta optimizer built with metaoptax.climb (exactly one); "
+        f"its state holds {found}.")
+
+
+def check_climb_memory(climb_memory: Any) -> None:
+  """``None`` or an int >= 0."""
+  if climb_memory is None:
+    return
+  if isinstance(climb_memory, bool) or not isinstance(climb_memory, int) or climb_memory < 0:
+    raise ValueError(f"climb_memory must be None or an int >= 0, got {climb_memory!r}.")
+
+
+def adam_decays(base: optax.GradientTransformation) -> tuple[jax.Array, jax.Array]:
+  """``(1 - b1, 1 - b2)`` of the one ``optax.ScaleByAdamState`` of ``base``, read off one
+  step of ``base`` on a one-weight tree from its initial state (``mu = (1 - b1) g``,
+  ``nu = (1 - b2) g^2`` at ``g = 1``: the complements as Adam computes them, which
+  :func:`shorten_if_the_climb_ended` needs accurately); raises unless ``base`` holds
+  exactly one.
+  Decays that are learned (``learn=("b1", "b2")``) are read from the state instead, when
+  the moments are shortened (:func:`shorten_if_the_climb_ended`)."""
+  params = {"w": jnp.zeros([1], jnp.float32)}
+  base = optax.with_extra_args_support(base)
+  with jax.ensure_compile_time_eval():  # concrete even where a trace builds the optimizer
+    _, state = base.update({"w": jnp.ones([1], jnp.float32)}, base.init(params), params)
+  found = tree_utils.instances_of(state, optax.ScaleByAdamState)
+  if len(found) != 1:
+    raise ValueError(
+        f"climb_memory > 0 counts Adam's moments as that many steps: the base must hold "
+        f"exactly one optax.ScaleByAdamState, and its state holds {len(found)}; use "
+        "climb_memory=0 (a restart from base.init) for other bases.")
+  (adam,) = found
+  return tuple(jax.tree.leaves(tree)[0][0].astype(jnp.float32) for tree in (adam.mu, adam.nu))
 
 
 def restart_if_the_climb_ended(state: MetaOptimizeState,
@@ -56,3 +107,32 @@ def restart_if_the_climb_ended(state: MetaOptimizeState,
   return state._replace(base_state=jax.tree.map(
       lambda fresh, kept: jnp.where(climb.ended, fresh, kept).astype(kept.dtype),
       fresh_base_state, state.base_state))
+
+
+def shorten_if_the_climb_ended(state: MetaOptimizeState, steps: int, c1: jax.Array,
+                               c2: jax.Array) -> MetaOptimizeState:
+  r"""``state`` whose Adam moments count as ``steps`` steps if the climb ended at the
+  last step (their bias-corrected values kept; see the module's docstring). ``c1, c2``:
+  ``1 - b1, 1 - b2`` (:func:`adam_decays`), or learned decays injected in the state.
+  :math:`1 - b^k = -\mathrm{expm1}(k \log(1 - c))`, accurate in float32 where
+  :math:`b^k` is within rounding of 1."""
+  (climb,) = tree_utils.instances_of(state.meta_state, ClimbState)
+  for injected in tree_utils.instances_of(state.base_state,
+                                          optax.InjectStatefulHyperparamsState):
+    # learned decays: the values of the last step (metaoptimize injects them)
+    c1 = 1.0 - injected.hyperparams.get("b1", 1.0 - c1)
+    c2 = 1.0 - injected.hyperparams.get("b2", 1.0 - c2)
+
+  def shorten(adam):
+    if not isinstance(adam, optax.ScaleByAdamState):
+      return adam
+    count = adam.count.astype(jnp.float32)
+    weight = lambda c, n: -jnp.expm1(n * jnp.log1p(-c))  # 1 - b^n
+    scale = lambda c: jnp.where(climb.ended, weight(c, steps) / weight(c, count), 1.0)
+    return optax.ScaleByAdamState(
+        count=jnp.where(climb.ended, jnp.asarray(steps, adam.count.dtype), adam.count),
+        mu=jax.tree.map(lambda m: (m * scale(c1)).astype(m.dtype), adam.mu),
+        nu=jax.tree.map(lambda v: (v * scale(c2)).astype(v.dtype), adam.nu))
+
+  return state._replace(base_state=jax.tree.map(
+      shorten, state.base_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState)))

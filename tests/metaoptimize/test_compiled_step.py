@@ -66,16 +66,18 @@ def primitives(jaxpr):
 
 HESSIAN_FREE = {
     # the drop-in with every option that touches its step (the restart selects the step's
-    # input: it must stay in place, with no temporary beyond adamw's)
-    "metaoptax.adamw(restart_after_climb=True)": lambda: metaoptax.adamw(
-        restart_after_climb=True),
+    # input, the default's climb_memory=3 scales it: it must stay in place, with no
+    # temporary beyond adamw's)
+    "metaoptax.adamw()": metaoptax.adamw,
+    "metaoptax.adamw(climb_memory=0)": lambda: metaoptax.adamw(climb_memory=0),
     "HF scalar": lambda: metaoptax.presets.adamw_adam(1e-3),
     "HF per_leaf": lambda: metaoptax.presets.adamw_adam(1e-3, blocks="per_leaf"),
     "HF (Lion, Lion)": lambda: metaoptax.presets.lion_lion(1e-4),
     "metaoptax.lion()": lambda: metaoptax.lion(),
 }
 LION_BASE = ("HF (Lion, Lion)", "metaoptax.lion()")
-AVERAGED = ("metaoptax.adamw(restart_after_climb=True)",)  # keeps the average of the weights: one more vector
+# the drop-ins that keep the average of the weights: one more vector
+AVERAGED = ("metaoptax.adamw()", "metaoptax.adamw(climb_memory=0)")
 EXACT = {"exact 2x2 scalar": lambda: metaoptax.presets.adamw_adam(1e-3, approximation="2x2")}
 OPTIMIZERS = {
     **HESSIAN_FREE, **EXACT, "optax.adamw": lambda: optax.adamw(1e-3),

@@ -98,7 +98,7 @@ def run_steps(opt, steps=30):
 
 MASK = {"w1": True, "b1": False, "w2": True, "b2": False}
 FROZEN = dict(meta_step_size=0.0, climb_rate=0.0, climb_backoff=1.0, average=None,
-              restart_after_climb=False)
+              climb_memory=None)
 EQUIVALENT = {
     "adamw": (lambda: metaoptax.adamw(3e-3, weight_decay=0.1, **FROZEN),
               lambda: optax.adamw(3e-3, weight_decay=0.1)),
@@ -156,23 +156,32 @@ def states_along(opt, steps):
   return jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), xs)[1])(mlp_params())
 
 
-def test_adam_restarts_when_the_climb_ends():
-  """adamw()'s restart_after_climb: the run equals the one without it (to float32
-  rounding: the two programs fuse differently; rtol 1e-5) up to and including the step
-  at which the climb ends; the next step starts from Adam's initial state (one step
-  later: count 1, mu = (1 - b1) g, nu = (1 - b2) g^2 of that step's g) and the same
-  beta (the trace is kept); the runs then differ."""
-  on, off = (states_along(metaoptax.adamw(1e-6, average=None, restart_after_climb=restart), 150)
-             for restart in (True, False))
-  at = lambda run, i: jax.tree.map(lambda x: x[i], run)
-  ended = np.asarray(on[1].meta_state.ended)
+def _climb_end(run):
+  """``k``: the climb ended at step ``k + 1`` of ``run`` (``states_along``)."""
+  ended = np.asarray(run[1].meta_state.ended)
   assert ended.sum() == 1
-  k = int(np.argmax(ended))  # the climb ended at step k + 1
-  assert 50 < k < 140 and not bool(on[1].meta_state.climbing[k])
-  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-  jax.tree.map(close, at(on, k), at(off, k))
+  k = int(np.argmax(ended))
+  assert 50 < k < 140 and not bool(run[1].meta_state.climbing[k])
+  return k
+
+
+def _close(a, b):
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_adam_restarts_when_the_climb_ends():
+  """adamw(climb_memory=0): the run equals the one with the moments kept
+  (``climb_memory=None``; to float32 rounding: the two programs fuse differently; rtol
+  1e-5) up to and including the step at which the climb ends; the next step starts from
+  Adam's initial state (one step later: count 1, mu = (1 - b1) g, nu = (1 - b2) g^2 of
+  that step's g) and the same beta (the trace is kept); the runs then differ."""
+  on, off = (states_along(metaoptax.adamw(1e-6, average=None, climb_memory=memory), 150)
+             for memory in (0, None))
+  at = lambda run, i: jax.tree.map(lambda x: x[i], run)
+  k = _climb_end(on)
+  jax.tree.map(_close, at(on, k), at(off, k))
   (_, s_on), (_, s_off) = at(on, k + 1), at(off, k + 1)
-  jax.tree.map(close, s_on.meta_params, s_off.meta_params)
+  jax.tree.map(_close, s_on.meta_params, s_off.meta_params)
   adam = s_on.base_state  # optax.ScaleByAdamState, restarted then one step
   assert int(adam.count) == 1 and int(s_off.base_state.count) == k + 2
   for mu, nu in zip(jax.tree.leaves(adam.mu), jax.tree.leaves(adam.nu)):
@@ -180,10 +189,67 @@ def test_adam_restarts_when_the_climb_ends():
   assert not np.allclose(at(on, k + 5)[0]["w1"], at(off, k + 5)[0]["w1"], rtol=0, atol=1e-7)
 
 
-def test_restart_after_climb_needs_a_climb():
+@pytest.mark.parametrize("memory", [3, 10])
+def test_adam_moments_count_as_climb_memory_steps_when_the_climb_ends(memory):
+  """adamw(climb_memory=k), against the run with the moments kept and the rule in numpy:
+  equal up to and including the step at which the climb ends (rtol 1e-5); the next step
+  starts from the moments scaled by (1 - b^k) / (1 - b^n) (n = k_end + 1 steps taken),
+  count k, so its count is k + 1 and, with that step's gradient g (recovered from the kept
+  run: (1 - b) g = m_next - b m), mu = b1 s1 mu + (1 - b1) g and likewise nu (float64
+  rule on Adam's float32 1 - b; rtol 1e-5);
+  the runs then differ."""
+  # the decays as Adam applies them: 1 - b in float32
+  b1, b2 = (1.0 - float(np.float32(1.0 - b)) for b in (0.9, 0.999))
+  on, off = (states_along(metaoptax.adamw(1e-6, average=None, climb_memory=m), 150)
+             for m in (memory, None))
+  at = lambda run, i: jax.tree.map(lambda x: x[i], run)
+  k = _climb_end(on)
+  jax.tree.map(_close, at(on, k), at(off, k))
+  (_, s_end) = at(off, k)
+  (_, s_on), (_, s_off) = at(on, k + 1), at(off, k + 1)
+  jax.tree.map(_close, s_on.meta_params, s_off.meta_params)
+  n = k + 1
+  assert int(s_end.base_state.count) == n and int(s_on.base_state.count) == memory + 1
+  for b, field in ((b1, "mu"), (b2, "nu")):
+    kept = np.asarray(jax.tree.leaves(getattr(s_end.base_state, field))[0], np.float64)
+    kept_next = np.asarray(jax.tree.leaves(getattr(s_off.base_state, field))[0], np.float64)
+    fresh_term = kept_next - b * kept
+    expected = b * kept * (1 - b**memory) / (1 - b**n) + fresh_term
+    got = np.asarray(jax.tree.leaves(getattr(s_on.base_state, field))[0])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-12)
+  assert not np.allclose(at(on, k + 5)[0]["w1"], at(off, k + 5)[0]["w1"], rtol=0, atol=1e-7)
+
+
+def test_climb_memory_reads_learned_decays():
+  """With b1 and b2 learned, the moments are scaled with the values injected at the step
+  (not the initial ones): the run stays finite through the climb's end, and at the step
+  after it the count is climb_memory + 1."""
+  opt = metaoptax.adamw(1e-6, average=None, learn=("b1", "b2"), meta_step_size=3e-2)
+  run = states_along(opt, 150)
+  ended = np.asarray(run[1].meta_state.ended)
+  assert ended.sum() == 1
+  k = int(np.argmax(ended))
+  adam = jax.tree.map(lambda x: x[k + 1], run[1].base_state.inner_state)
+  assert int(adam.count) == drop_ins.ADAMW_CLIMB_MEMORY + 1
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(run))
+
+
+@pytest.mark.parametrize("memory", [-1, True, 1.5])
+def test_climb_memory_must_be_none_or_a_count(memory):
+  with pytest.raises(ValueError, match="climb_memory must be None or an int"):
+    metaoptax.adamw(climb_memory=memory)
+
+
+def test_climb_memory_above_zero_needs_adam_moments():
+  with pytest.raises(ValueError, match="exactly one optax.ScaleByAdamState"):
+    metaoptax.lion(climb_memory=3)
+  metaoptax.lion(climb_memory=0).init(mlp_params())  # a restart suits any base
+
+
+def test_climb_memory_needs_a_climb():
   with pytest.raises(ValueError, match="metaoptax.climb"):
     metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,
-                           restart_after_climb=True).init(mlp_params())
+                           climb_memory=0).init(mlp_params())
 
 
 def test_climb_ends_at_once_from_a_large_step_size():

@@ -87,16 +87,19 @@ WARMUP_STARTS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
 #: The drop-in with Adam's moments kept as they are when the climb ends (the former
 #: default), restarted then (``climb_memory=0``), the restart followed by a second, short
 #: climb (:func:`_restart_rewarm`; also with the faster meta step), moments that forget the
-#: climb as it climbs (:func:`_alpha_weighted`), and the drop-in as it is (its moments count
-#: as 3 steps when the climb ends, ``climb_memory=3``).
+#: climb as it climbs (:func:`_alpha_weighted`), and the drop-in (its moments count as 3
+#: steps when the climb ends, ``climb_memory=3``) with the paper's meta step and as it is
+#: (meta step 3e-3).
 WARMUP_VARIANTS = {
-    "metaoptax.adamw(climb_memory=None)": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY,
-                                                                  climb_memory=None),
-    "metaoptax.adamw(climb_memory=0)": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY,
-                                                               climb_memory=0),
+    "climb_memory=None, meta 1e-3 (the former default)": lambda: metaoptax.adamw(
+        weight_decay=WEIGHT_DECAY, climb_memory=None, meta_step_size=1e-3),
+    "climb_memory=0, meta 1e-3": lambda: metaoptax.adamw(
+        weight_decay=WEIGHT_DECAY, climb_memory=0, meta_step_size=1e-3),
     "restart + rewarm": lambda: _restart_rewarm(),
     "restart + rewarm, meta 3e-3": lambda: _restart_rewarm(meta_step_size=3e-3),
     "alpha-weighted moments": lambda: _alpha_weighted(),
+    "climb_memory=3, meta 1e-3": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY,
+                                                         meta_step_size=1e-3),
     "metaoptax.adamw()": lambda: metaoptax.adamw(weight_decay=WEIGHT_DECAY)}
 
 
@@ -1038,7 +1041,7 @@ def designs_run(results, every=True) -> list[str]:
 #: The design that ``metaoptax.adamw()``'s defaults are (chosen on validation over digits,
 #: MNIST-1D, the CNN and the character model; the report also names the validation
 #: choice over the tasks it combines, when that differs).
-LIBRARY_DEFAULT = "climb x2, gamma=1 + average, moments shortened at the climb's end"
+LIBRARY_DEFAULT = "climb x2, gamma=1, meta 3e-3 + average, moments shortened at the climb's end"
 #: The default before it (Adam's moments kept as they are when the climb ends): the one
 #: design of ours that ran on the transformers, which need an accelerator.
 FORMER_DEFAULT = "climb x2, gamma=1 + average"

@@ -31,10 +31,11 @@ meta-gradient does not make.
 
 At initialization (zero read-out, :math:`s = 0`) the optimizer is exactly
 ``metaoptimize(optax.scale_by_adam(), climb(adam(meta_step_size)), ...)``, i.e.
-:func:`metaoptax.adamw` with ``weight_decay=0``, ``average=None`` and ``climb_memory=None``
-(Adam's moments kept as they are when the climb ends); with the config's
-``weight_decay`` and ``average`` set to the drop-in's (``ClimbedAdamConfig(weight_decay=1e-4,
-average=0.1)``) it is ``metaoptax.adamw(climb_memory=None)``, the average of the weights
+:func:`metaoptax.adamw` with ``weight_decay=0``, ``average=None``, ``climb_memory=None``
+(Adam's moments kept as they are when the climb ends) and ``meta_step_size=1e-3``; with
+the config's ``weight_decay`` and ``average`` set to the drop-in's
+(``ClimbedAdamConfig(weight_decay=1e-4, average=0.1)``) it is
+``metaoptax.adamw(climb_memory=None, meta_step_size=1e-3)``, the average of the weights
 included (evaluate :func:`metaoptax.averaged_params` of the state); with any weights
 every step is that optimizer's direction times a factor in :math:`[e^{-S_-}, e^{S_+}]`,
 on top of a scale bounded by MetaOptimize's ``step_size_bounds``.
@@ -147,7 +148,7 @@ def climbed_scaled_adam(network_params, config: ClimbedAdamConfig = ClimbedAdamC
 
   With freshly initialized weights (``config.init_network``) it is
   ``metaoptax.adamw(weight_decay=config.weight_decay, average=config.average,
-  climb_memory=None)``. A
+  climb_memory=None, meta_step_size=config.meta_step_size)``. A
   non-finite gradient is skipped, counted by MetaOptimize's guard (``skip_nonfinite``).
 
   Args:

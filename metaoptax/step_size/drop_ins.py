@@ -86,6 +86,10 @@ ADAMW_AVERAGE = 0.1
 #: fade from the second moment within tens of steps (chosen on validation splits,
 #: ``benchmarks/lr_free.py``).
 ADAMW_CLIMB_MEMORY = 3
+#: :func:`adamw`'s meta step after the climb: 3x the paper's, so that log(alpha) can
+#: follow the meta-gradient within a few thousand steps (chosen with ``climb_memory=3``
+#: on validation splits, ``benchmarks/lr_free.py``).
+ADAMW_META_STEP_SIZE = 3e-3
 #: :func:`sgd`'s discount: the paper's (see the module's docstring).
 SGD_GAMMA = 1.0
 
@@ -124,7 +128,7 @@ def adamw(
     mask: Any = None,
     *,
     nesterov: bool = False,
-    meta_step_size: float = META_STEP_SIZE,
+    meta_step_size: float = ADAMW_META_STEP_SIZE,
     climb_rate: float = CLIMB_RATE,
     climb_backoff: float = ADAMW_CLIMB_BACKOFF,
     gamma: float = ADAMW_GAMMA,
@@ -143,7 +147,7 @@ def adamw(
   climb from ``init_step_size`` (:func:`metaoptax.climb`) that ends once raising
   :math:`\alpha` stops lowering the loss of the next ~100 steps, at twice that
   point (``climb_backoff=0.5``); then Adam on
-  :math:`\log\alpha_t` with the paper's
+  :math:`\log\alpha_t` (meta step ``3e-3``, 3x the paper's) with the paper's
   unbounded horizon (``gamma=1``), whose meta-gradient anneals less greedily than a
   short one. When the climb ends Adam's moments keep their values but count as 3 steps
   (``climb_memory=3``), so the climb's large early gradients do not shrink the steps
@@ -169,7 +173,8 @@ def adamw(
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
     meta_step_size: Adam's step on :math:`\log\alpha` after the climb (and on the
-      learned hyperparameters); 0 holds the step size.
+      learned hyperparameters); 0 holds the step size. The default ``3e-3`` was chosen
+      on validation splits with ``climb_memory=3`` (``benchmarks/lr_free.py``).
     climb_rate: rise of :math:`\log\alpha` per step during the climb.
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
       ends, beyond the averaging lag (:func:`metaoptax.climb`; 0.5: doubled).

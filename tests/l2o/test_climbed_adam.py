@@ -24,12 +24,13 @@ CONFIG = l2o.ClimbedAdamConfig(SCALING)
 def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
   """Zero read-out: over 40 steps of noisy gradients of mixed scales with a consistent
   mean (the climb running), every update equals ``metaoptax.adamw(weight_decay,
-  average, climb_memory=None)``'s to float32 round-off (1e-6 of the largest entry of
+  average, climb_memory=None, meta_step_size=1e-3)``'s to float32 round-off (1e-6 of the largest entry of
   each tensor) and so does the step size; with the drop-in's decay and average (its defaults) the averaged
   weights agree too (rtol 1e-6)."""
   config = CONFIG._replace(weight_decay=weight_decay, average=average)
   opt = l2o.climbed_scaled_adam(config.init_network(jax.random.key(0)), config)
-  reference = metaoptax.adamw(weight_decay=weight_decay, average=average, climb_memory=None)
+  reference = metaoptax.adamw(weight_decay=weight_decay, average=average, climb_memory=None,
+                              meta_step_size=config.meta_step_size)
   params = _params(jax.random.key(1))
   state, ref_state = opt.init(params), reference.init(params)
   update, ref_update = jax.jit(opt.update), jax.jit(reference.update)

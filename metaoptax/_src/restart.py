@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import tree_utils
+from metaoptax._src.hyperparams import concrete_number
 from metaoptax._src.state import ClimbState, MetaOptimizeState
 
 
@@ -65,12 +66,19 @@ def check_climbs(meta_state: Any) -> None:
         f"its state holds {found}.")
 
 
-def check_climb_memory(climb_memory: Any) -> None:
-  """``None`` or an int >= 0."""
-  if climb_memory is None:
-    return
-  if isinstance(climb_memory, bool) or not isinstance(climb_memory, int) or climb_memory < 0:
+def restarts(climb_memory: Any) -> bool:
+  """Whether ``climb_memory`` asks for the restart of any base (a concrete ``0``), as
+  opposed to Adam's moments counted as ``climb_memory`` steps (a count > 0, or a traced
+  one: ``optax.inject_hyperparams`` injects it as an array); checks a concrete one."""
+  if isinstance(climb_memory, bool):
     raise ValueError(f"climb_memory must be None or an int >= 0, got {climb_memory!r}.")
+  try:
+    count = concrete_number("climb_memory", climb_memory)
+  except ValueError as e:
+    raise ValueError(f"climb_memory must be None or an int >= 0, got {climb_memory!r}.") from e
+  if count is not None and (count < 0 or count != int(count)):
+    raise ValueError(f"climb_memory must be None or an int >= 0, got {climb_memory!r}.")
+  return count == 0
 
 
 def adam_decays(base: optax.GradientTransformation) -> tuple[jax.Array, jax.Array]:
@@ -128,9 +136,10 @@ def shorten_if_the_climb_ended(state: MetaOptimizeState, steps: int, c1: jax.Arr
       return adam
     count = adam.count.astype(jnp.float32)
     weight = lambda c, n: -jnp.expm1(n * jnp.log1p(-c))  # 1 - b^n
-    scale = lambda c: jnp.where(climb.ended, weight(c, steps) / weight(c, count), 1.0)
+    scale = lambda c: jnp.where(climb.ended, weight(c, jnp.asarray(steps, jnp.float32))
+                                / weight(c, count), 1.0)
     return optax.ScaleByAdamState(
-        count=jnp.where(climb.ended, jnp.asarray(steps, adam.count.dtype), adam.count),
+        count=jnp.where(climb.ended, jnp.asarray(steps).astype(adam.count.dtype), adam.count),
         mu=jax.tree.map(lambda m: (m * scale(c1)).astype(m.dtype), adam.mu),
         nu=jax.tree.map(lambda v: (v * scale(c2)).astype(v.dtype), adam.nu))
 

@@ -133,7 +133,9 @@ def metaoptimize(
       ``optax.ScaleByAdamState``): Adam's moments keep their
       bias-corrected values and count as ``k`` steps, so the climb's gradients, taken
       while the weights hardly moved, fade from :math:`\hat v` within tens of steps
-      instead of ~1,000. :func:`metaoptax.adamw` passes ``3``.
+      instead of ~1,000. :func:`metaoptax.adamw` passes ``3``. A traced count (from
+      ``optax.inject_hyperparams``) counts Adam's moments, ``0`` included (for Adam the
+      same as the restart).
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
     the exact variants also need ``obj_fn`` (``params -> scalar loss`` on the
@@ -182,9 +184,10 @@ def metaoptimize(
                    else (lower, upper)),
       meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn)
   implementation = _APPROXIMATIONS[approximation]
-  restart.check_climb_memory(climb_memory)
-  # Adam's (b1, b2), read off the base once, for the moments counted as climb_memory steps
-  adam_decays = restart.adam_decays(base) if climb_memory else None
+  restarting = climb_memory is not None and restart.restarts(climb_memory)
+  # Adam's (1 - b1, 1 - b2), read off the base once, for the moments counted as steps
+  adam_decays = (restart.adam_decays(base)
+                 if climb_memory is not None and not restarting else None)
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
@@ -220,7 +223,7 @@ def metaoptimize(
       raise ValueError("metaoptimize needs params: call update(grads, state, params).")
     validation.check_update_inputs("metaoptimize", init_fn, updates, state, params)
     layout = blocks_lib.resolve(blocks, params)
-    if climb_memory == 0:
+    if restarting:
       state = restart.restart_if_the_climb_ended(
           state, config.base_state_for(state.meta_params,
                                        config.base.init(tree_utils.widen(params))))

@@ -136,6 +136,7 @@ def metaoptimize(
       instead of ~1,000. :func:`metaoptax.adamw` passes ``3``. A traced count (from
       ``optax.inject_hyperparams``) counts Adam's moments, ``0`` included (for Adam the
       same as the restart).
+
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
     the exact variants also need ``obj_fn`` (``params -> scalar loss`` on the

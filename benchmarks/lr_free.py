@@ -628,6 +628,11 @@ DESIGNS = {
     # the same with the faster meta step that validation ranks first without it
     "climb x2, gamma=1, meta 3e-3 + average, moments shortened at the climb's end": (_design(
         climb_backoff=0.5, meta_step_size=3e-3, gamma=1.0, average=0.1, climb_memory=3), True),
+    # around the new default: the climb ending 3x above the turn, and a faster meta step
+    "climb x3, gamma=1, meta 3e-3 + average, moments shortened at the climb's end": (_design(
+        climb_backoff=1 / 3, meta_step_size=3e-3, gamma=1.0, average=0.1, climb_memory=3), True),
+    "climb x2, gamma=1, meta 1e-2 + average, moments shortened at the climb's end": (_design(
+        climb_backoff=0.5, meta_step_size=1e-2, gamma=1.0, average=0.1, climb_memory=3), True),
 }
 
 

@@ -633,6 +633,9 @@ DESIGNS = {
         climb_backoff=1 / 3, meta_step_size=3e-3, gamma=1.0, average=0.1, climb_memory=3), True),
     "climb x2, gamma=1, meta 1e-2 + average, moments shortened at the climb's end": (_design(
         climb_backoff=0.5, meta_step_size=1e-2, gamma=1.0, average=0.1, climb_memory=3), True),
+    # and the held step size (the best design on the MLPs and the small-corpus transformer)
+    "climb x2, hold + average, moments shortened at the climb's end": (_design(
+        climb_backoff=0.5, meta_step_size=0.0, average=0.1, climb_memory=3), True),
 }
 
 

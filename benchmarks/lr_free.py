@@ -363,8 +363,8 @@ class ValidationGateState(NamedTuple):
 
 def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1,
                       restore: bool = True, slow_rho: float | None = None,
-                      raise_per_step: float = 0.0,
-                      raise_cap: float = 4.0) -> optax.GradientTransformation:
+                      raise_per_step: float = 0.0, raise_cap: float = 4.0,
+                      **design) -> optax.GradientTransformation:
   r"""The default's design, whose annealing a held-out loss may stop: the issue's lead
   "held-out meta-gradients that decide only the annealing", as a gate rather than a
   gradient. ``update`` takes ``validation_loss``, the loss on a minibatch of held-out
@@ -383,8 +383,11 @@ def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1
   a larger step generalizes better there, `lr_free_weight_decay.py`), while on data that
   do not overfit (the character model, the transformer on the whole standard library)
   the validation loss keeps falling and the default anneals as before. A non-finite
-  validation loss is ignored. A design of the ablation only."""
-  inner = _design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0, average=0.1)()
+  validation loss is ignored. ``design``: settings of :func:`_design` other than the former
+  default's (e.g. the new default's ``meta_step_size=3e-3, climb_memory=3``). A design of
+  the ablation only."""
+  inner = _design(**{**dict(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0, average=0.1),
+                     **design})()
 
   def init(params):
     state = inner.init(params)
@@ -636,6 +639,10 @@ DESIGNS = {
     # and the held step size (the best design on the MLPs and the small-corpus transformer)
     "climb x2, hold + average, moments shortened at the climb's end": (_design(
         climb_backoff=0.5, meta_step_size=0.0, average=0.1, climb_memory=3), True),
+    # the new default, held at the climb's end once validation trends up (the trend gate)
+    "the new default, held once validation trends up for 250 steps": (
+        lambda: _validation_gated(patience=250, slow_rho=0.998, meta_step_size=3e-3,
+                                  climb_memory=3), True, dict(needs_validation_loss=True)),
 }
 
 
@@ -984,14 +991,20 @@ def ablation(results) -> list[str]:
 
 
 def plot_task(result, out):
+  """The held-out metric and the learned α(t) of the library's default and the former
+  default (every other design is in the tables), against the tuned constant and cosine."""
   plt = _report.pyplot()
   curves = result["curves"]
   steps = np.asarray(curves["steps"])
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
-  for name, c in curves["ours"].items():
-    line, = ax1.plot(steps, np.mean(c["test"], 0), label=name)
+  shown = {f"ours: {LIBRARY_DEFAULT}": ("metaoptax.adamw() (the default)", "C3", 2.2),
+           f"ours: {FORMER_DEFAULT}": ("the former default", "C0", 1.2)}
+  ours = {k: v for k, v in curves["ours"].items() if k in shown}
+  for name, c in ours.items():
+    label, color, width = shown[name]
+    ax1.plot(steps, np.mean(c["test"], 0), color=color, lw=width, label=label)
     ax2.plot(steps, np.exp(np.mean(np.log(np.maximum(c["alpha"], 1e-12)), 0)),
-             color=line.get_color(), label=name)
+             color=color, lw=width, label=label)
   for key, style in (("best_constant", ":"), ("cosine_full", "--")):
     if key in curves:
       ax1.plot(steps, np.mean(curves[key]["test"], 0), style, color="k",
@@ -1005,10 +1018,10 @@ def plot_task(result, out):
              label=f"tuned cosine (peak {peak:g})")
   ax1.set(xlabel="step", ylabel=result["test_name"], title=f"{result['task']}: held-out metric")
   if result["higher_is_better"]:
-    top = max(np.max(np.mean(c["test"], 0)) for c in curves["ours"].values())
+    top = max(np.max(np.mean(c["test"], 0)) for c in ours.values())
     ax1.set_ylim(top - 0.15, top + 0.02)
   else:
-    low = min(np.min(np.mean(c["test"], 0)) for c in curves["ours"].values())
+    low = min(np.min(np.mean(c["test"], 0)) for c in ours.values())
     ax1.set_ylim(low - 0.05, low + 0.8)
   ax2.set(xlabel="step", ylabel="step size", yscale="log", ylim=(1e-7, 1e-1),
           title="learned α(t), mean of the seeds")

@@ -381,7 +381,9 @@ def tables(results, rows, verdict, budgets, training, result, args, times, famil
 
 def climbed(scaling, drop_in=False):
   """``l2o.ClimbedAdamConfig`` around ``scaling``; with ``drop_in`` (``--drop-in``) with
-  ``metaoptax.adamw()``'s weight decay and average, which it then is at initialization."""
+  ``metaoptax.adamw()``'s weight decay and average: at initialization it is then
+  ``metaoptax.adamw(climb_memory=None, meta_step_size=1e-3)``, the drop-in of issue 30's
+  thirteenth attempt."""
   return l2o.ClimbedAdamConfig(scaling, **(
       dict(weight_decay=DROP_IN_WEIGHT_DECAY, average=DROP_IN_AVERAGE) if drop_in else {}))
 
@@ -400,8 +402,9 @@ def recipe(config, args):
   return (("base step size found by MetaOptimize's climb (l2o.climbed_scaled_adam, nominal "
            f"rate {config.learning_rate:g} in feature 4"
            + (f"; weight decay {scaled.weight_decay:g} and the average of the weights "
-              f"({scaled.average:g} of the steps), evaluated: metaoptax.adamw() at "
-              "initialization" if drop_in else "") + ")" if climbed else
+              f"({scaled.average:g} of the steps), evaluated: metaoptax.adamw(climb_memory="
+              "None, meta_step_size=1e-3) at initialization" if drop_in else "")
+           + ")" if climbed else
            f"base step size {config.learning_rate:g}"
            + (" decaying as a cosine over the budget" if getattr(config, "cosine_decay", False)
               else "")) + f", multiplier in [e^{low:g}, e^{high:g}], "
@@ -549,8 +552,8 @@ def main(argv=None):
                       help=f"with --step-size climb: the drop-in's weight decay "
                            f"({DROP_IN_WEIGHT_DECAY:g}) and average of the weights "
                            f"({DROP_IN_AVERAGE:g}), evaluated at the averaged weights: "
-                           "metaoptax.adamw() at its defaults at initialization (the "
-                           "thirteenth attempt)")
+                           "metaoptax.adamw(climb_memory=None, meta_step_size=1e-3) at "
+                           "initialization (the thirteenth attempt)")
   parser.add_argument("--budget-features", action="store_true",
                       help="the ninth attempt: a budget-aware optimizer (ScaledAdamConfig.budget) "
                            "meta-trained on runs of budgets drawn in [--budget-low, --horizon] "

@@ -181,9 +181,15 @@ def _interpolated(b1: float = 0.9, horizon: float | None = None,
   return optax.GradientTransformation(init, update)
 
 
+def schedule_free_average(params, z, b1=0.9):
+  """``x = (y - (1 - b1) z) / b1``: schedule-free's average, from the gradient's point
+  ``y = params`` and the base iterate ``z``."""
+  return jax.tree.map(lambda y, zi: (y - (1 - b1) * zi) / b1, params, z)
+
+
 def _interpolated_eval(state, params, b1=0.9):
-  """``x = (y - (1 - b1) z) / b1``: the average that :func:`_interpolated` evaluates."""
-  return jax.tree.map(lambda y, z: (y - (1 - b1) * z) / b1, params, state.z)
+  """The average that :func:`_interpolated` evaluates (:func:`schedule_free_average`)."""
+  return schedule_free_average(params, state.z, b1)
 
 
 def _rsqrt_after_climb() -> optax.GradientTransformation:

@@ -61,14 +61,19 @@ SHOWN = (2, 3, 5, 10)  # records shown: 20 / 30 / 50 / 100 % of the steps
 B1 = 0.9
 
 
-def _x_of(params, z, b1=B1):
-  """Schedule-free's average from the gradient's point and the base iterate."""
-  return jax.tree.map(lambda y, zi: (y - (1 - b1) * zi) / b1, params, z)
+def _adam_step(grads, nu, count, params, alpha, b2, eps, weight_decay):
+  """``(nu, step)``: schedule-free AdamW's base step (Adam without a first moment, decay
+  at the gradient's point ``params``), ``-alpha (g / (sqrt(v_hat) + eps) + kappa y)``."""
+  nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, nu, grads)
+  correction = 1 - b2 ** count.astype(jnp.float32)
+  return nu, jax.tree.map(lambda g, v, y: -alpha * (g / (jnp.sqrt(v / correction) + eps)
+                                                    + weight_decay * y), grads, nu, params)
 
 
 def _interpolate(params, z_old, z_new, c, b1=B1):
   """``x <- x + c (z_new - x)`` from ``y = params`` and ``z_old``; the update to the new ``y``."""
-  x = jax.tree.map(lambda xi, zi: xi + c * (zi - xi), _x_of(params, z_old, b1), z_new)
+  average = lr_free.schedule_free_average(params, z_old, b1)
+  x = jax.tree.map(lambda xi, zi: xi + c * (zi - xi), average, z_new)
   return jax.tree.map(lambda xi, zi, y: b1 * xi + (1 - b1) * zi - y, x, z_new, params)
 
 
@@ -107,10 +112,7 @@ def interpolated_climb(carried: bool, b2: float = 0.999, eps: float = 1e-8,
                                     state.meta_state, state.beta)
     alpha = jnp.exp(state.beta.step_size[0])
     count = state.count + 1
-    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
-    correction = 1 - b2 ** count.astype(jnp.float32)
-    u = jax.tree.map(lambda g, v, y: -alpha * (g / (jnp.sqrt(v / correction) + eps)
-                                               + weight_decay * y), grads, nu, params)
+    nu, u = _adam_step(grads, state.nu, count, params, alpha, b2, eps, weight_decay)
     z = jax.tree.map(jnp.add, state.z, u)
     hz = jax.tree.map(lambda h, h_y, ui: h - alpha * weight_decay * h_y + ui, state.hz, hy, u)
     total = state.weight_sum + alpha ** 2
@@ -148,16 +150,13 @@ def climb_then_schedule_free(multiple: float, b2: float = 0.999, eps: float = 1e
     adamw_updates, climb_state = climber.update(grads, state.climb, params)
     (found,) = tree_utils.instances_of(climb_state, metaoptax.ClimbState)
     count = state.count + 1
-    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
-    correction = 1 - b2 ** count.astype(jnp.float32)
     switching = ~found.climbing & ~state.switched
     switched = state.switched | ~found.climbing
     since = jnp.where(switched, state.since + 1, 0)
     alpha = _switch_rate(climb_state, since, multiple, ramp)
     z_old = jax.tree.map(lambda z, p: jnp.where(switching, p, z), state.z, params)
-    z = jax.tree.map(lambda zi, g, v, y: zi - alpha * (g / (jnp.sqrt(v / correction) + eps)
-                                                        + weight_decay * y),
-                     z_old, grads, nu, params)
+    nu, step = _adam_step(grads, state.nu, count, params, alpha, b2, eps, weight_decay)
+    z = jax.tree.map(jnp.add, z_old, step)
     weight = jnp.where(switched, alpha ** 2, 0.0)
     total = jnp.where(switching, 0.0, state.weight_sum) + weight
     sf_updates = _interpolate(params, z_old, z, weight / jnp.maximum(total, 1e-30))
@@ -178,7 +177,7 @@ def methods(task: str) -> list[Method]:
   c = optax.contrib
   warmup = max(1, int(lr_free.WARMUP_FRACTION * lr_free.TASKS[task].steps))
   rate = TUNED_RATE[task]
-  sf_eval = lambda s, p: _x_of(p, s.z)
+  sf_eval = lambda s, p: lr_free.schedule_free_average(p, s.z)
   out = [Method(f"schedule-free AdamW {rate:g} (tuned), warm-up {warmup}", "contrib",
                 lambda _: c.schedule_free_adamw(rate, warmup_steps=warmup,
                                                 weight_decay=lr_free.WEIGHT_DECAY),

@@ -23,10 +23,10 @@ CONFIG = l2o.ClimbedAdamConfig(SCALING)
 @pytest.mark.parametrize("weight_decay, average", [(0.0, None), (1e-4, 0.1)])
 def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
   """Zero read-out: over 40 steps of noisy gradients of mixed scales with a consistent
-  mean (the climb running), every update equals ``metaoptax.adamw(weight_decay,
-  average, climb_memory=None, meta_step_size=1e-3)``'s to float32 round-off (1e-6 of the largest entry of
-  each tensor) and so does the step size; with the drop-in's decay and average (its defaults) the averaged
-  weights agree too (rtol 1e-6)."""
+  mean (the climb running), every update equals ``metaoptax.adamw(weight_decay, average,
+  climb_memory=None, meta_step_size=1e-3)``'s to float32 round-off (1e-6 of the largest
+  entry of each tensor) and so does the step size; with the drop-in's decay and average
+  (its defaults) the averaged weights agree too (rtol 1e-6)."""
   config = CONFIG._replace(weight_decay=weight_decay, average=average)
   opt = l2o.climbed_scaled_adam(config.init_network(jax.random.key(0)), config)
   reference = metaoptax.adamw(weight_decay=weight_decay, average=average, climb_memory=None,

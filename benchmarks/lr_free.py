@@ -63,6 +63,8 @@ sys.path.insert(0, str(HERE))
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax._src import tree_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax._src.loss_average import bias_corrected  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax._src.loss_average import exponential_average  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from suite_tasks import blockwise  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import charlm  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -411,21 +413,17 @@ def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1
     # until the gate closes
     keep = climb.ended if restore else ~state.held
     climbed = jax.tree.map(lambda b, c: jnp.where(keep, b, c), beta, state.climbed)
-    finite = jnp.isfinite(validation_loss)
-    loss_average = jnp.where(finite, rho * state.loss_average + (1 - rho) * validation_loss,
-                             state.loss_average)
-    average_weight = jnp.where(finite, rho * state.average_weight + (1 - rho),
-                               state.average_weight)
-    smoothed = loss_average / jnp.maximum(average_weight, 1e-30)
+    loss_average, average_weight = exponential_average(
+        state.loss_average, state.average_weight, validation_loss, rho)
+    smoothed = bias_corrected(loss_average, average_weight)
     slow_average, slow_weight = state.slow_average, state.slow_weight  # unused without slow_rho
     if slow_rho is not None:
-      slow_average = jnp.where(finite, slow_rho * slow_average + (1 - slow_rho) * validation_loss,
-                               slow_average)
-      slow_weight = jnp.where(finite, slow_rho * slow_weight + (1 - slow_rho), slow_weight)
+      slow_average, slow_weight = exponential_average(
+          slow_average, slow_weight, validation_loss, slow_rho)
     after_climb = ~climb.climbing & ~climb.ended  # from the step after the climb's end
     best = jnp.where(after_climb, jnp.minimum(state.best, smoothed), state.best)
     reference = (best if slow_rho is None else
-                 slow_average / jnp.maximum(slow_weight, 1e-30))
+                 bias_corrected(slow_average, slow_weight))
     above = jnp.where(after_climb & (smoothed > reference * (1 + margin)), state.above + 1, 0)
     held = state.held | (above >= patience)
     boost = jnp.where(above >= patience,
@@ -646,9 +644,10 @@ DESIGNS = {
     "climb x2, hold + average, moments shortened at the climb's end": (_design(
         climb_backoff=0.5, meta_step_size=0.0, average=0.1, climb_memory=3), True),
     # the new default, held at the climb's end once validation trends up (the trend gate)
+    # (the library's metaoptax.overfitting_gate around the drop-in)
     "the new default, held once validation trends up for 250 steps": (
-        lambda: _validation_gated(patience=250, slow_rho=0.998, meta_step_size=3e-3,
-                                  climb_memory=3), True, dict(needs_validation_loss=True)),
+        lambda: metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=WEIGHT_DECAY)), True,
+        dict(needs_validation_loss=True)),
 }
 
 

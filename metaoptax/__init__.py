@@ -19,6 +19,7 @@ from metaoptax.step_size import HyperparamTrace
 from metaoptax.step_size import IDBDState
 from metaoptax.step_size import MetaOptimizeState
 from metaoptax.step_size import MetaParams
+from metaoptax.step_size import OverfittingGateState
 from metaoptax.step_size import adamw
 from metaoptax.step_size import climb
 from metaoptax.step_size import hypergradient_descent
@@ -26,6 +27,7 @@ from metaoptax.step_size import hyperparameters
 from metaoptax.step_size import idbd
 from metaoptax.step_size import lion
 from metaoptax.step_size import metaoptimize
+from metaoptax.step_size import overfitting_gate
 from metaoptax.step_size import presets
 from metaoptax.step_size import sensitivity_trace
 from metaoptax.step_size import sgd

@@ -11,6 +11,8 @@
   the oracle of the meta-gradient tests, and MetaOptimize as a function of its
   hyperparameters (:func:`metaoptimize_from`): import them with
   ``from tests.conftest import ...``.
+* The oracle of the overfitting gate (:func:`validation_rising`) and a run that feeds
+  it validation losses (:func:`run_with_validation_losses`).
 """
 
 import fcntl
@@ -137,3 +139,48 @@ def metaoptimize_from(hyper, base=None, meta=optax.adam, **kwargs):
   return metaoptax.metaoptimize(
       base or optax.scale_by_adam(eps_root=1e-30), meta(eta, eps_root=1e-30),
       init_step_size=alpha0, gamma=gamma, weight_decay=kappa, **kwargs)
+
+
+def _gate_loss(w):
+  return 0.5 * jnp.sum(jnp.array([1.0, 4.0, 9.0]) * w ** 2)
+
+
+def run_with_validation_losses(opt, validation_losses, extra=True):
+  """``opt`` on a 3-parameter quadratic, one step per entry of ``validation_losses`` (passed
+  as ``validation_loss`` when ``extra``): the mean step size and the state of each step."""
+  w = jnp.array([1.0, -1.0, 0.5])
+  s = opt.init(w)
+  update = jax.jit(opt.update)
+  alphas, states = [], []
+  for v in validation_losses:
+    g = jax.grad(_gate_loss)(w)
+    u, s = update(g, s, w, validation_loss=jnp.float32(v)) if extra else update(g, s, w)
+    w = optax.apply_updates(w, u)
+    alphas.append(float(jnp.mean(metaoptax.step_sizes(s))))
+    states.append(s)
+  return np.array(alphas), states
+
+
+def validation_rising(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None):
+  """The oracle, in float64: at each step, whether from ``start`` the bias-corrected
+  exponential average of ``losses`` has exceeded its lowest value since ``start`` (or its
+  slower average, ``slow_rho``) by ``margin`` for ``patience`` consecutive steps."""
+  average, weight, best, above = 0.0, 0.0, np.inf, 0
+  slow, slow_weight = 0.0, 0.0
+  rising = np.zeros(len(losses), bool)
+  for t, v in enumerate(losses):
+    average, weight = rho * average + (1 - rho) * v, rho * weight + (1 - rho)
+    if slow_rho is not None:
+      slow, slow_weight = slow_rho * slow + (1 - slow_rho) * v, slow_rho * slow_weight + (1 - slow_rho)
+    if t >= start:
+      best = min(best, average / weight)
+      reference = best if slow_rho is None else slow / slow_weight
+      above = above + 1 if average / weight > reference * (1 + margin) else 0
+      rising[t] = above >= patience
+  return rising
+
+
+def first_validation_rise(losses, start, **kwargs):
+  """The first step at which :func:`validation_rising` holds, or ``None``."""
+  rising = validation_rising(losses, start, **kwargs)
+  return int(np.argmax(rising)) if rising.any() else None

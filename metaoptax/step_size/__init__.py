@@ -15,6 +15,8 @@ from metaoptax.step_size.climbing import climb
 from metaoptax.step_size.drop_ins import adamw
 from metaoptax.step_size.drop_ins import lion
 from metaoptax.step_size.drop_ins import sgd
+from metaoptax.step_size.overfitting import OverfittingGateState
+from metaoptax.step_size.overfitting import overfitting_gate
 from metaoptax.step_size.delta_bar_delta import IDBDState
 from metaoptax.step_size.delta_bar_delta import idbd
 from metaoptax.step_size.special_cases import hypergradient_descent
@@ -28,6 +30,7 @@ __all__ = (
     "IDBDState",
     "MetaOptimizeState",
     "MetaParams",
+    "OverfittingGateState",
     "adamw",
     "climb",
     "hypergradient_descent",
@@ -35,6 +38,7 @@ __all__ = (
     "idbd",
     "lion",
     "metaoptimize",
+    "overfitting_gate",
     "presets",
     "sensitivity_trace",
     "sgd",

@@ -12,58 +12,18 @@ import pytest
 import metaoptax
 from metaoptax._src import tree_utils
 import lr_free  # benchmarks/ is on sys.path (conftest.py)
-
-
-def _loss(w):
-  return 0.5 * jnp.sum(jnp.array([1.0, 4.0, 9.0]) * w ** 2)
-
-
-def _run(opt, validation_losses, extra=True):
-  w = jnp.array([1.0, -1.0, 0.5])
-  s = opt.init(w)
-  update = jax.jit(opt.update)
-  alphas, states = [], []
-  for v in validation_losses:
-    g = jax.grad(_loss)(w)
-    u, s = update(g, s, w, validation_loss=jnp.float32(v)) if extra else update(g, s, w)
-    w = optax.apply_updates(w, u)
-    alphas.append(float(jnp.mean(metaoptax.step_sizes(s))))
-    states.append(s)
-  return np.array(alphas), states
-
-
-def _rising(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None):
-  """The oracle, in float64: at each step, whether from ``start`` the bias-corrected
-  exponential average of ``losses`` has exceeded its lowest value since ``start`` (or its
-  slower average, ``slow_rho``) by ``margin`` for ``patience`` consecutive steps."""
-  average, weight, best, above = 0.0, 0.0, np.inf, 0
-  slow, slow_weight = 0.0, 0.0
-  rising = np.zeros(len(losses), bool)
-  for t, v in enumerate(losses):
-    average, weight = rho * average + (1 - rho) * v, rho * weight + (1 - rho)
-    if slow_rho is not None:
-      slow, slow_weight = slow_rho * slow + (1 - slow_rho) * v, slow_rho * slow_weight + (1 - slow_rho)
-    if t >= start:
-      best = min(best, average / weight)
-      reference = best if slow_rho is None else slow / slow_weight
-      above = above + 1 if average / weight > reference * (1 + margin) else 0
-      rising[t] = above >= patience
-  return rising
-
-
-def _first_rise(losses, start, **kwargs):
-  """The first step at which :func:`_rising` holds, or ``None``."""
-  rising = _rising(losses, start, **kwargs)
-  return int(np.argmax(rising)) if rising.any() else None
+from tests.conftest import first_validation_rise
+from tests.conftest import run_with_validation_losses
+from tests.conftest import validation_rising
 
 
 @pytest.mark.system  # compiles the design and the default, 400 steps each (~10 s)
 def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_size():
   steps = 400
   falling = np.linspace(2.0, 1.0, steps)
-  default, _ = _run(lr_free._design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0,
+  default, _ = run_with_validation_losses(lr_free._design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0,
                                     average=0.1)(), falling, extra=False)
-  gated, states = _run(lr_free._validation_gated(), falling)
+  gated, states = run_with_validation_losses(lr_free._validation_gated(), falling)
   np.testing.assert_allclose(gated, default, rtol=1e-6)  # the gate never closed
   assert not bool(states[-1].held)
   (end,) = [t for t, s in enumerate(states)
@@ -71,17 +31,17 @@ def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_si
 
   # the validation loss turns up at step 300: the gate closes when the oracle says
   turning = np.concatenate([falling[:300], falling[299] + 0.01 * np.arange(1, 101)])
-  gated, states = _run(lr_free._validation_gated(), turning)
+  gated, states = run_with_validation_losses(lr_free._validation_gated(), turning)
   held = np.array([bool(s.held) for s in states])
   first = int(np.argmax(held))
-  assert first == _first_rise(turning, end + 1) and held[first:].all()
+  assert first == first_validation_rise(turning, end + 1) and held[first:].all()
   climbed = float(jnp.exp(jnp.mean(states[-1].climbed)))
   np.testing.assert_allclose(climbed, gated[end], rtol=1e-6)  # where the climb ended
   np.testing.assert_allclose(gated[first:], climbed, rtol=1e-6)  # back there, and held
   np.testing.assert_allclose(gated[:first], default[:first], rtol=1e-6)
 
   # without restore the step size stays where it was when the gate closed
-  gated, states = _run(lr_free._validation_gated(restore=False), turning)
+  gated, states = run_with_validation_losses(lr_free._validation_gated(restore=False), turning)
   np.testing.assert_allclose(gated[:first + 1], default[:first + 1], rtol=1e-6)
   np.testing.assert_allclose(gated[first:], default[first], rtol=1e-6)
 
@@ -89,19 +49,19 @@ def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_si
   # closes the gate without it and not with a patience of 100
   spike = falling.copy()
   spike[250:280] += 0.5
-  assert _first_rise(spike, end + 1) is not None
-  assert _first_rise(spike, end + 1, patience=100) is None
-  gated, states = _run(lr_free._validation_gated(patience=100), spike)
+  assert first_validation_rise(spike, end + 1) is not None
+  assert first_validation_rise(spike, end + 1, patience=100) is None
+  gated, states = run_with_validation_losses(lr_free._validation_gated(patience=100), spike)
   assert not any(bool(s.held) for s in states)
   np.testing.assert_allclose(gated, default, rtol=1e-6)
 
   # against a slower average (a trend): never on the falling loss, and when the oracle
   # says on the turning one (a faster average than the design's: these runs are short)
   for losses in (falling, turning):
-    gated, states = _run(lr_free._validation_gated(rho=0.95, patience=20, slow_rho=0.998),
+    gated, states = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=20, slow_rho=0.998),
                          losses)
     held = np.array([bool(s.held) for s in states])
-    expected = _first_rise(losses, end + 1, rho=0.95, patience=20, slow_rho=0.998)
+    expected = first_validation_rise(losses, end + 1, rho=0.95, patience=20, slow_rho=0.998)
     if expected is None:
       assert not held.any()
     else:
@@ -117,11 +77,11 @@ def test_raised_while_the_rise_goes_on_up_to_the_cap():
   turning = np.concatenate([falling[:300], falling[299] + 0.01 * np.arange(1, 61),
                             falling[299] + 0.6 - 0.05 * np.arange(1, 41)])
   kappa, cap = 0.01, 1.3
-  gated, states = _run(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=kappa,
+  gated, states = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=kappa,
                                                  raise_cap=cap), turning)
   (end,) = [t for t, s in enumerate(states)
             if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
-  rising = _rising(turning, end + 1, rho=0.95, patience=5)
+  rising = validation_rising(turning, end + 1, rho=0.95, patience=5)
   first = int(np.argmax(rising))
   assert rising.any() and not rising[-1]  # the rise starts and stops within the run
   climbed = float(jnp.exp(jnp.mean(states[-1].climbed)))
@@ -129,8 +89,8 @@ def test_raised_while_the_rise_goes_on_up_to_the_cap():
   np.testing.assert_allclose(gated[first:], climbed * np.exp(boost[first:]), rtol=1e-5)
   assert np.exp(boost[-1]) == pytest.approx(cap)  # it reached the cap and stays there
   # a raise of zero is the plain gate, bit for bit
-  plain, _ = _run(lr_free._validation_gated(rho=0.95, patience=5), turning)
-  zero, _ = _run(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=0.0), turning)
+  plain, _ = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=5), turning)
+  zero, _ = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=0.0), turning)
   np.testing.assert_array_equal(plain, zero)
 
 

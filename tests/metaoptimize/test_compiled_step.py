@@ -64,12 +64,28 @@ def primitives(jaxpr):
       yield from primitives(sub)
 
 
+def _fed_validation_loss(gate):
+  """``gate`` whose ``validation_loss`` is the gradient's L1 norm (a scalar read from the
+  step)."""
+
+  def update(grads, state, params=None, **extra_args):
+    del extra_args  # obj_fn: the gate's drop-in takes none
+    return gate.update(grads, state, params, validation_loss=sum(
+        jnp.sum(jnp.abs(g)) for g in jax.tree.leaves(grads)))
+
+  return optax.GradientTransformationExtraArgs(gate.init, update)
+
+
 HESSIAN_FREE = {
     # the drop-in with every option that touches its step (the restart selects the step's
     # input, the default's climb_memory=3 scales it: it must stay in place, with no
     # temporary beyond adamw's)
     "metaoptax.adamw()": metaoptax.adamw,
     "metaoptax.adamw(climb_memory=0)": lambda: metaoptax.adamw(climb_memory=0),
+    # the gate around it: a few scalars more, read from a held-out loss (here a stand-in
+    # reduction of the gradient)
+    "metaoptax.overfitting_gate(metaoptax.adamw())": lambda: _fed_validation_loss(
+        metaoptax.overfitting_gate(metaoptax.adamw())),
     "HF scalar": lambda: metaoptax.presets.adamw_adam(1e-3),
     "HF per_leaf": lambda: metaoptax.presets.adamw_adam(1e-3, blocks="per_leaf"),
     "HF (Lion, Lion)": lambda: metaoptax.presets.lion_lion(1e-4),
@@ -77,7 +93,8 @@ HESSIAN_FREE = {
 }
 LION_BASE = ("HF (Lion, Lion)", "metaoptax.lion()")
 # the drop-ins that keep the average of the weights: one more vector
-AVERAGED = ("metaoptax.adamw()", "metaoptax.adamw(climb_memory=0)")
+AVERAGED = ("metaoptax.adamw()", "metaoptax.adamw(climb_memory=0)",
+            "metaoptax.overfitting_gate(metaoptax.adamw())")
 EXACT = {"exact 2x2 scalar": lambda: metaoptax.presets.adamw_adam(1e-3, approximation="2x2")}
 OPTIMIZERS = {
     **HESSIAN_FREE, **EXACT, "optax.adamw": lambda: optax.adamw(1e-3),

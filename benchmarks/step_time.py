@@ -57,32 +57,37 @@ class AdamWPlusHVP:
 
 
 def methods():
+  """name: (optimizer, the extra argument its update reads (``obj_fn``, ``validation_loss``
+  or ``None``), its target's key in ``TARGETS`` or ``None``)."""
   adam = metaoptax.presets.adamw_adam
   return {
-      "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), False, None),
-      "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), True, None),
+      "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), None, None),
+      "optax.adamw + one HVP (reference)": (AdamWPlusHVP(), "obj_fn", None),
       "metaoptax.adamw() (HF scalar, climb, average)": (
-          metaoptax.adamw(1e-6, weight_decay=0.1), False, "averaged"),
+          metaoptax.adamw(1e-6, weight_decay=0.1), None, "averaged"),
       "metaoptax.adamw(climb_memory=0) (HF scalar, climb, average)": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, climb_memory=0), False, "averaged"),
+          metaoptax.adamw(1e-6, weight_decay=0.1, climb_memory=0), None, "averaged"),
+      "metaoptax.overfitting_gate(metaoptax.adamw())": (
+          metaoptax.overfitting_gate(metaoptax.adamw(1e-6, weight_decay=0.1)),
+          "validation_loss", "averaged"),
       "metaoptax.adamw(average=None) (HF scalar, climb)": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, average=None), False, "Hessian-free"),
+          metaoptax.adamw(1e-6, weight_decay=0.1, average=None), None, "Hessian-free"),
       "metaoptax.adamw(learn=('weight_decay',))": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("weight_decay",), average=None), False,
+          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("weight_decay",), average=None), None,
           "learn k=1"),
       "metaoptax.adamw(learn=('b1', 'b2'))": (
-          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2"), average=None), False,
+          metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2"), average=None), None,
           "learn k=2"),
       "metaoptax.adamw(learn=('b1', 'b2', 'weight_decay'))": (
           metaoptax.adamw(1e-6, weight_decay=0.1, learn=("b1", "b2", "weight_decay"),
-                          average=None), False, "learn k=3"),
-      "(AdamW, Adam) HF scalar": (adam(1e-6), False, "Hessian-free"),
-      "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), False, "Hessian-free"),
-      "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), False, None),
-      "(AdamW, Adam) HF scalar, no guard": (adam(1e-6, skip_nonfinite=False), False, None),
-      "(Lion, Lion) HF scalar": (metaoptax.presets.lion_lion(1e-6), False, None),
-      "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), True, "exact 2x2"),
-      "(AdamW, Adam) exact L scalar": (adam(1e-6, approximation="l_approx"), True, None),
+                          average=None), None, "learn k=3"),
+      "(AdamW, Adam) HF scalar": (adam(1e-6), None, "Hessian-free"),
+      "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), None, "Hessian-free"),
+      "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), None, None),
+      "(AdamW, Adam) HF scalar, no guard": (adam(1e-6, skip_nonfinite=False), None, None),
+      "(Lion, Lion) HF scalar": (metaoptax.presets.lion_lion(1e-6), None, None),
+      "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), "obj_fn", "exact 2x2"),
+      "(AdamW, Adam) exact L scalar": (adam(1e-6, approximation="l_approx"), "obj_fn", None),
       "(AdamW, Adam) exact 2x2 per_leaf": (adam(1e-6, approximation="2x2", blocks="per_leaf"),
                                            True, None),
   }
@@ -102,10 +107,14 @@ def loss_fn(params, x, y):
   return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-def make_step(opt, needs_objective, donate=True):
+def make_step(opt, extra_arg, donate=True):
+  """The jitted train step. ``extra_arg="validation_loss"`` passes the batch's loss (from
+  ``value_and_grad``) as the held-out loss: the optimizer's cost, without a user's
+  evaluation."""
   def step(params, state, x, y):
-    grads = jax.grad(loss_fn)(params, x, y)
-    extra = {"obj_fn": lambda p: loss_fn(p, x, y)} if needs_objective else {}
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    extra = {"obj_fn": {"obj_fn": lambda p: loss_fn(p, x, y)},
+             "validation_loss": {"validation_loss": loss}}.get(extra_arg, {})
     updates, state = opt.update(grads, state, params, **extra)
     return optax.apply_updates(params, updates), state
 
@@ -149,10 +158,10 @@ def main(argv=None):
   modes = {"both": (True, False), "yes": (True,), "no": (False,)}[args.donate]
   runs = {}
   for donate in modes:
-    for name, (opt, needs_obj, _) in table.items():
+    for name, (opt, extra_arg, _) in table.items():
       params = jax.tree.map(jnp.copy, params0)
       state = opt.init(params)
-      step = make_step(opt, needs_obj, donate).lower(params, state, x, y).compile()
+      step = make_step(opt, extra_arg, donate).lower(params, state, x, y).compile()
       params, state = step(params, state, x, y)
       jax.block_until_ready(params)
       runs[name, donate] = {"step": step, "params": params, "state": state, "times": [],

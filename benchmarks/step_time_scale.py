@@ -42,20 +42,20 @@ OUT = pathlib.Path(__file__).resolve().parent / "out"
 def methods():
   adam = metaoptax.presets.adamw_adam
   return {
-      "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), False),
-      "metaoptax.adamw()": (metaoptax.adamw(1e-6, weight_decay=0.1), False),
-      "(AdamW, Adam) HF scalar": (adam(1e-6), False),
-      "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), False),
-      "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), False),
-      "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), True),
+      "optax.adamw": (optax.adamw(1e-3, weight_decay=0.1), None),
+      "metaoptax.adamw()": (metaoptax.adamw(1e-6, weight_decay=0.1), None),
+      "(AdamW, Adam) HF scalar": (adam(1e-6), None),
+      "(AdamW, Adam) HF per_leaf": (adam(1e-6, blocks="per_leaf"), None),
+      "(AdamW, Adam) HF per_param": (adam(1e-6, blocks="per_param"), None),
+      "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), "obj_fn"),
   }
 
 
-def memory_row(opt, needs_obj, donate, params, x, y):
+def memory_row(opt, extra_arg, donate, params, x, y):
   """State bytes and the compiled step's memory analysis, from shapes alone."""
   shapes = jax.eval_shape(lambda: params)
   state = jax.eval_shape(opt.init, shapes)
-  compiled = make_step(opt, needs_obj, donate).lower(shapes, state, x, y).compile()
+  compiled = make_step(opt, extra_arg, donate).lower(shapes, state, x, y).compile()
   m = compiled.memory_analysis()
   peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
           + m.temp_size_in_bytes)
@@ -76,10 +76,10 @@ def time_size(table, donations, params0, x, y, repeats, steps, bar):
   for donate in donations:
     ref = _compiled_run(*table[reference], donate, params0, x, y)
     ref_times = []
-    for name, (opt, needs_obj) in table.items():
+    for name, (opt, extra_arg) in table.items():
       if name == reference:
         continue
-      run = _compiled_run(opt, needs_obj, donate, params0, x, y)
+      run = _compiled_run(opt, extra_arg, donate, params0, x, y)
       pair = {reference: [], name: []}
       for _ in range(repeats):
         for key, r in ((reference, ref), (name, run)):
@@ -93,10 +93,10 @@ def time_size(table, donations, params0, x, y, repeats, steps, bar):
   return out
 
 
-def _compiled_run(opt, needs_obj, donate, params0, x, y):
+def _compiled_run(opt, extra_arg, donate, params0, x, y):
   params = jax.tree.map(jnp.copy, params0)
   state = opt.init(params)
-  step = make_step(opt, needs_obj, donate)
+  step = make_step(opt, extra_arg, donate)
   params, state = step(params, state, x, y)  # compile
   jax.block_until_ready(params)
   return {"step": step, "params": params, "state": state}
@@ -138,8 +138,8 @@ def main(argv=None):
       width = WIDTHS[size]
       params0 = init_mlp(key, (1024, width, width, 10))
       n_params = sum(p.size for p in jax.tree.leaves(params0))
-      memory = {(name, d): memory_row(opt, needs_obj, d, params0, x, y)
-                for d in donations for name, (opt, needs_obj) in table.items()}
+      memory = {(name, d): memory_row(opt, extra_arg, d, params0, x, y)
+                for d in donations for name, (opt, extra_arg) in table.items()}
       times = time_size(table, donations, params0, x, y, args.repeats, args.steps, bar)
       for (name, donate), (seconds, ratio) in sorted(times.items(), key=lambda kv: (
           not kv[0][1], list(table).index(kv[0][0]))):

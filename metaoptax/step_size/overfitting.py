@@ -133,9 +133,9 @@ def overfitting_gate(optimizer: optax.GradientTransformation, decay: float = 0.9
       raise ValueError(f"overfitting_gate: the optimizer's state holds {len(meta)} "
                        "MetaOptimizeState(s); it needs exactly one.")
     _the_climb(meta[0], "overfitting_gate")
-    zero = jnp.zeros([], jnp.float32)
-    return OverfittingGateState(inner=state, fast_average=zero, fast_weight=zero,
-                                slow_average=zero, slow_weight=zero,
+    zero = lambda: jnp.zeros([], jnp.float32)  # a buffer each: the state may be donated
+    return OverfittingGateState(inner=state, fast_average=zero(), fast_weight=zero(),
+                                slow_average=zero(), slow_weight=zero(),
                                 above=jnp.zeros([], jnp.int32), held=jnp.asarray(False),
                                 climbed=jax.tree.map(jnp.copy, meta[0].meta_params.step_size))
 

@@ -72,6 +72,12 @@ def test_it_reads_through_the_wrapped_state_and_forwards_extra_arguments():
                                        validation_loss=1.0, value=jnp.float32(3.0))
   assert metaoptax.step_sizes(state).shape == (1,)
   assert set(metaoptax.averaged_params(state)) == {"w"}
+  # a step with the params and the state donated (each leaf of the state its own buffer)
+  donated = jax.jit(lambda p, s: opt.update({"w": jnp.ones(3)}, s, p, validation_loss=1.0),
+                    donate_argnums=(1,))
+  state = opt.init(params)
+  for _ in range(2):
+    _, state = donated(params, state)
   # inside a chain that passes extra arguments on
   chained = optax.chain(optax.clip_by_global_norm(1.0), opt)
   s = chained.init(params)

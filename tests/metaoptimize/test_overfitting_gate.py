@@ -84,6 +84,18 @@ def test_it_reads_through_the_wrapped_state_and_forwards_extra_arguments():
   chained.update({"w": jnp.ones(3)}, s, params, validation_loss=jnp.float32(1.0))
 
 
+@pytest.mark.parametrize("make", [metaoptax.lion, lambda: metaoptax.sgd(momentum=0.9)])
+def test_it_wraps_the_other_drop_ins(make):
+  """``lion`` and ``sgd`` climb too: the gate holds their climbed step size as well."""
+  gated, states = run_with_validation_losses(metaoptax.overfitting_gate(make(), **SHORT),
+                                             TURNING)
+  end = _climb_end(states)
+  expected = first_validation_rise(TURNING, end + 1, rho=0.95, patience=20, slow_rho=0.998)
+  held = np.array([bool(s.held) for s in states])
+  assert expected is not None and int(np.argmax(held)) == expected and held[expected:].all()
+  np.testing.assert_allclose(gated[expected:], gated[end], rtol=1e-6)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(decay=1.0), "decay"),
     (dict(decay=0.0), "decay"),

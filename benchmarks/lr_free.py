@@ -646,13 +646,14 @@ DESIGNS = {
     # the new default, held at the climb's end once validation trends up (the trend gate)
     # (the library's metaoptax.overfitting_gate around the drop-in)
     "the new default, held once validation trends up for 250 steps": (
-        lambda: metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=WEIGHT_DECAY)), True,
+        lambda: metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=WEIGHT_DECAY),
+                                           decay=0.99, trend_decay=0.998, patience=250), True,
         dict(needs_validation_loss=True)),
     # the same gate, quicker: ~50- and ~200-step averages and a patience of 100 steps (on
-    # the MNIST-1D MLPs the gate above closes ~1,000 steps after the overfitting starts)
+    # the MNIST-1D MLPs the gate above closes ~1,000 steps after the overfitting starts);
+    # first of all the designs on validation: the library gate's defaults
     "the new default, held once validation trends up for 100 steps (quicker averages)": (
-        lambda: metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=WEIGHT_DECAY),
-                                           decay=0.98, trend_decay=0.995, patience=100), True,
+        lambda: metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=WEIGHT_DECAY)), True,
         dict(needs_validation_loss=True)),
 }
 

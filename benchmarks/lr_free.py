@@ -1003,13 +1003,16 @@ def ablation(results) -> list[str]:
 
 
 def plot_task(result, out):
-  """The held-out metric and the learned α(t) of the library's default and the former
-  default (every other design is in the tables), against the tuned constant and cosine."""
+  """The held-out metric and the learned α(t) of the library's default, of its overfitting
+  gate and of the former default (every other design is in the tables), against the
+  tuned constant and cosine."""
   plt = _report.pyplot()
   curves = result["curves"]
   steps = np.asarray(curves["steps"])
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
   shown = {f"ours: {LIBRARY_DEFAULT}": ("metaoptax.adamw() (the default)", "C3", 2.2),
+           f"ours: {LIBRARY_GATE}": ("metaoptax.overfitting_gate(metaoptax.adamw())", "C2",
+                                     1.4),
            f"ours: {FORMER_DEFAULT}": ("the former default", "C0", 1.2)}
   ours = {k: v for k, v in curves["ours"].items() if k in shown}
   for name, c in ours.items():
@@ -1075,6 +1078,9 @@ def designs_run(results, every=True) -> list[str]:
 #: MNIST-1D, the CNN and the character model; the report also names the validation
 #: choice over the tasks it combines, when that differs).
 LIBRARY_DEFAULT = "climb x2, gamma=1, meta 3e-3 + average, moments shortened at the climb's end"
+#: The design that ``metaoptax.overfitting_gate(metaoptax.adamw())``'s defaults are (first
+#: of all the designs on validation; it reads a validation loss at every step).
+LIBRARY_GATE = "the new default, held once validation trends up for 100 steps (quicker averages)"
 #: The default before it (Adam's moments kept as they are when the climb ends): the one
 #: design of ours that ran on the transformers, which need an accelerator.
 FORMER_DEFAULT = "climb x2, gamma=1 + average"

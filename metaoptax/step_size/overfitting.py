@@ -46,9 +46,9 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import tree_utils
+from metaoptax._src.hyperparams import concrete_number
 from metaoptax._src.loss_average import bias_corrected
 from metaoptax._src.loss_average import exponential_average
-from metaoptax._src.hyperparams import concrete_number
 from metaoptax._src.state import ClimbState
 from metaoptax._src.state import MetaOptimizeState
 

@@ -3,10 +3,8 @@ rises" (``_validation_gated``): it is the default while the validation loss fall
 its average rises above the margin the step size goes back to where the climb ended and
 stays there."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 import metaoptax

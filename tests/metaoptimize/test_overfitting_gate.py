@@ -1,4 +1,4 @@
-"""``metaoptax.overfitting_gate``: the wrapped optimizer, bit for bit, until the validation
+"""``metaoptax.overfitting_gate``: the wrapped optimizer (to rtol 1e-6) until the validation
 loss trends up (against the float64 oracle of ``tests/conftest.py``), then the step sizes
 of the climb's end, held; bad input raises at construction or at ``init``/``update``."""
 
@@ -34,7 +34,9 @@ def test_it_is_the_optimizer_until_the_trend_rises_then_holds_the_climbed_step_s
       metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=0.1), **SHORT), FALLING)
   end = _climb_end(states)
   assert first_validation_rise(FALLING, end + 1, rho=0.95, patience=20, slow_rho=0.998) is None
-  np.testing.assert_array_equal(gated, default)  # never closed: the optimizer, bit for bit
+  # never closed: the optimizer (bit for bit here; a tolerance, as another CPU's XLA may
+  # fuse the two programs differently)
+  np.testing.assert_allclose(gated, default, rtol=1e-6)
   assert not bool(states[-1].held)
 
   gated, states = run_with_validation_losses(
@@ -46,7 +48,7 @@ def test_it_is_the_optimizer_until_the_trend_rises_then_holds_the_climbed_step_s
   climbed = float(jnp.exp(jnp.mean(states[-1].climbed)))
   np.testing.assert_allclose(climbed, gated[end], rtol=1e-6)  # where the climb ended
   np.testing.assert_allclose(gated[expected:], climbed, rtol=1e-6)  # back there, held
-  np.testing.assert_array_equal(gated[:expected], default[:expected])
+  np.testing.assert_allclose(gated[:expected], default[:expected], rtol=1e-6)
   assert gated[expected - 1] < 0.99 * climbed  # it had annealed: holding changed something
 
 

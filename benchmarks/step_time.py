@@ -89,7 +89,7 @@ def methods():
       "(AdamW, Adam) exact 2x2 scalar": (adam(1e-6, approximation="2x2"), "obj_fn", "exact 2x2"),
       "(AdamW, Adam) exact L scalar": (adam(1e-6, approximation="l_approx"), "obj_fn", None),
       "(AdamW, Adam) exact 2x2 per_leaf": (adam(1e-6, approximation="2x2", blocks="per_leaf"),
-                                           True, None),
+                                           "obj_fn", None),
   }
 
 

@@ -27,7 +27,7 @@ running minimum low, and on the character model a gate against it closed on two
 seeds of three while the validation loss still fell. The patience of 100 steps: a
 rise that lasts, not a spike. Measured on the validation splits of
 ``benchmarks/lr_free.py`` (3 seeds, five tasks, four budgets), ``overfitting_gate``
-around :func:`metaoptax.adamw` ranks first of the 39 designs of the ablation; it holds
+around :func:`metaoptax.adamw` ranks first of the 38 designs of the ablation; it holds
 on the two MLPs that overfit and late in the convnet's run, and is
 :func:`metaoptax.adamw` on digits and the character model. Its settings were chosen
 there against the slower ~100- and ~500-step averages with a patience of 250 steps (the

@@ -11,8 +11,9 @@
   the oracle of the meta-gradient tests, and MetaOptimize as a function of its
   hyperparameters (:func:`metaoptimize_from`): import them with
   ``from tests.conftest import ...``.
-* The oracle of the overfitting gate (:func:`validation_rising`) and a run that feeds
-  it validation losses (:func:`run_with_validation_losses`).
+* The oracle of the overfitting gate (:func:`validation_rising`), a run that feeds it
+  validation losses (:func:`run_with_validation_losses`) and the step the climb ended
+  (:func:`climb_end_step`).
 """
 
 import fcntl
@@ -29,6 +30,7 @@ import optax
 import pytest
 
 import metaoptax
+from metaoptax._src import tree_utils
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -159,6 +161,13 @@ def run_with_validation_losses(opt, validation_losses, extra=True):
     alphas.append(float(jnp.mean(metaoptax.step_sizes(s))))
     states.append(s)
   return np.array(alphas), states
+
+
+def climb_end_step(states) -> int:
+  """The step at which the climb of each state in ``states`` (one per step) ended."""
+  (end,) = [t for t, s in enumerate(states)
+            if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
+  return end
 
 
 def validation_rising(losses, start, rho=0.99, margin=0.01, patience=1, slow_rho=None):

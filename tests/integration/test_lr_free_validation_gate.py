@@ -7,9 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import metaoptax
-from metaoptax._src import tree_utils
 import lr_free  # benchmarks/ is on sys.path (conftest.py)
+from tests.conftest import climb_end_step
 from tests.conftest import first_validation_rise
 from tests.conftest import run_with_validation_losses
 from tests.conftest import validation_rising
@@ -19,13 +18,13 @@ from tests.conftest import validation_rising
 def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_size():
   steps = 400
   falling = np.linspace(2.0, 1.0, steps)
-  default, _ = run_with_validation_losses(lr_free._design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0,
-                                    average=0.1)(), falling, extra=False)
+  default, _ = run_with_validation_losses(
+      lr_free._design(climb_backoff=0.5, meta_step_size=1e-3, gamma=1.0, average=0.1)(),
+      falling, extra=False)
   gated, states = run_with_validation_losses(lr_free._validation_gated(), falling)
   np.testing.assert_allclose(gated, default, rtol=1e-6)  # the gate never closed
   assert not bool(states[-1].held)
-  (end,) = [t for t, s in enumerate(states)
-            if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
+  end = climb_end_step(states)
 
   # the validation loss turns up at step 300: the gate closes when the oracle says
   turning = np.concatenate([falling[:300], falling[299] + 0.01 * np.arange(1, 101)])
@@ -56,8 +55,8 @@ def test_it_is_the_default_until_validation_rises_then_holds_the_climbed_step_si
   # against a slower average (a trend): never on the falling loss, and when the oracle
   # says on the turning one (a faster average than the design's: these runs are short)
   for losses in (falling, turning):
-    gated, states = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=20, slow_rho=0.998),
-                         losses)
+    gated, states = run_with_validation_losses(
+        lr_free._validation_gated(rho=0.95, patience=20, slow_rho=0.998), losses)
     held = np.array([bool(s.held) for s in states])
     expected = first_validation_rise(losses, end + 1, rho=0.95, patience=20, slow_rho=0.998)
     if expected is None:
@@ -75,10 +74,10 @@ def test_raised_while_the_rise_goes_on_up_to_the_cap():
   turning = np.concatenate([falling[:300], falling[299] + 0.01 * np.arange(1, 61),
                             falling[299] + 0.6 - 0.05 * np.arange(1, 41)])
   kappa, cap = 0.01, 1.3
-  gated, states = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=kappa,
-                                                 raise_cap=cap), turning)
-  (end,) = [t for t, s in enumerate(states)
-            if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
+  gated, states = run_with_validation_losses(
+      lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=kappa, raise_cap=cap),
+      turning)
+  end = climb_end_step(states)
   rising = validation_rising(turning, end + 1, rho=0.95, patience=5)
   first = int(np.argmax(rising))
   assert rising.any() and not rising[-1]  # the rise starts and stops within the run
@@ -88,7 +87,8 @@ def test_raised_while_the_rise_goes_on_up_to_the_cap():
   assert np.exp(boost[-1]) == pytest.approx(cap)  # it reached the cap and stays there
   # a raise of zero is the plain gate, bit for bit
   plain, _ = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=5), turning)
-  zero, _ = run_with_validation_losses(lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=0.0), turning)
+  zero, _ = run_with_validation_losses(
+      lr_free._validation_gated(rho=0.95, patience=5, raise_per_step=0.0), turning)
   np.testing.assert_array_equal(plain, zero)
 
 

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import metaoptax
-from metaoptax._src import tree_utils
+from tests.conftest import climb_end_step
 from tests.conftest import first_validation_rise
 from tests.conftest import run_with_validation_losses
 
@@ -21,18 +21,12 @@ TURNING = np.concatenate([FALLING[:300], FALLING[299] + 0.01 * np.arange(1, 101)
 SHORT = dict(decay=0.95, trend_decay=0.998, patience=20)
 
 
-def _climb_end(states):
-  (end,) = [t for t, s in enumerate(states)
-            if bool(tree_utils.instances_of(s, metaoptax.ClimbState)[0].ended)]
-  return end
-
-
 def test_it_is_the_optimizer_until_the_trend_rises_then_holds_the_climbed_step_size():
   default, _ = run_with_validation_losses(metaoptax.adamw(weight_decay=0.1), FALLING,
                                           extra=False)
   gated, states = run_with_validation_losses(
       metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=0.1), **SHORT), FALLING)
-  end = _climb_end(states)
+  end = climb_end_step(states)
   assert first_validation_rise(FALLING, end + 1, rho=0.95, patience=20, slow_rho=0.998) is None
   # never closed: the optimizer (bit for bit here; a tolerance, as another CPU's XLA may
   # fuse the two programs differently)
@@ -91,7 +85,7 @@ def test_it_wraps_the_other_drop_ins(make):
   """``lion`` and ``sgd`` climb too: the gate holds their climbed step size as well."""
   gated, states = run_with_validation_losses(metaoptax.overfitting_gate(make(), **SHORT),
                                              TURNING)
-  end = _climb_end(states)
+  end = climb_end_step(states)
   expected = first_validation_rise(TURNING, end + 1, rho=0.95, patience=20, slow_rho=0.998)
   held = np.array([bool(s.held) for s in states])
   assert expected is not None and int(np.argmax(held)) == expected and held[expected:].all()

@@ -3,9 +3,16 @@ r"""Warm-up: per-coordinate step sizes from the chains, before training.
 What window adaptation does for NUTS, for the generalized leapfrog's starting
 point. HMC chains (the networks off) run in three windows:
 
-1. step sizes :math:`h\,\mathbf 1`: :math:`h` adapts, the chains burn in;
+1. burn-in, step sizes :math:`h\,\hat\sigma` with :math:`\hat\sigma = \mathbf 1` at first:
+   :math:`h` adapts and the chains travel to the typical set, as in the first fast window of
+   Stan's warm-up. The window repeats, :math:`\hat\sigma` re-estimated from the chains over
+   its second half each time, until the chains agree: the split :math:`\hat R` of every
+   coordinate and of :math:`\log p` over the window's second half below
+   ``converged_rhat`` (or ``max_burn_in_windows`` windows made). While the chains are in
+   transit their spread gives long steps along their way; the whitening is estimated only
+   after, from chains that have arrived;
 2. :math:`\varepsilon = h\,\hat\sigma` with :math:`\hat\sigma` the per-coordinate
-   standard deviation of the chains over the second half of window 1;
+   standard deviation of the chains over the second half of the last burn-in window;
 3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2.
 
 After each window, a chain whose mean acceptance probability over the window's
@@ -63,6 +70,7 @@ SCALES = ("pooled", "within")  # which variance gives the whitening's scale (see
 LOCATIONS = ("mean", "midpoint")  # which centre gives the whitening's location (see warmup)
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
+CONVERGED_RHAT = 1.05  # the split R-hat below which the chains have found the typical set
 
 
 class WarmupResult(NamedTuple):
@@ -77,6 +85,11 @@ class WarmupResult(NamedTuple):
   # with slopes="curvature": (positions z, log local scales of z) at the final window's
   # second half, (transitions * chains, dim) each, for the saturating fit
   log_scale_samples: tuple[jax.Array, jax.Array] | None = None
+  # (dim + 1,) the split R-hat of each coordinate and of log p over the final window's
+  # second half
+  rhat: jax.Array | None = None
+  num_transitions: jax.Array | None = None  # int, the transitions the warm-up made
+  burn_in_rhat: jax.Array | None = None  # the largest split R-hat of the last burn-in window
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -91,6 +104,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   # variance from E[(x-c)^2] - E[x-c]^2 keeps its float32 digits when the mean is
   # far from 0 relative to the spread (it cancels catastrophically for c = 0).
   shift = jnp.mean(states.position, 0)
+  shift_logdensity = jnp.mean(states.logdensity)
 
   def transition(carry, inputs):
     states, log_h, sums = carry
@@ -116,7 +130,9 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[4] + in_second_half * info.acceptance_rate,
             sums[5] + in_second_half * x.T @ x, sums[6] + in_second_half * x.T @ log_square,
             sums[7] + in_second_half * jnp.sum(log_square, 0),
-            sums[8] + in_second_half * x, sums[9] + in_second_half * x * x)
+            sums[8] + in_second_half * x, sums[9] + in_second_half * x * x,
+            sums[10] + _quarter_sums(t, length, half, x,
+                                     states.logdensity - shift_logdensity))
     log_h = log_h + rate * (acceptance - target)
     # the curvature fit's samples (second half only; the first half's are discarded)
     return (states, log_h, sums), ((states.position, log_square) if curvature else None)
@@ -126,11 +142,12 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   square = jnp.zeros((dim, dim), states.position.dtype)
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
   per_chain = jnp.zeros_like(states.position)
+  quarters = jnp.zeros((2, 2) + states.position.shape[:1] + (dim + 1,), states.position.dtype)
   (states, log_h, sums), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
-                                   per_chain, per_chain)),
+                                   per_chain, per_chain, quarters)),
       (jax.random.split(key, length), jnp.arange(length)))
-  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2 = sums
+  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters = sums
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
@@ -142,8 +159,34 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
                              s_xl / n - jnp.outer(centred_mean, s_l / n))
   if kept is not None:  # (half * chains, dim) positions and log local variances
     kept = jax.tree.map(lambda a: a[length - half:].reshape(-1, dim), kept)
+  rhat = _split_rhat(quarters, half // 2, half - half // 2)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
-          s_chain / half, slopes, kept, _midpoint(shift + c1 / half, mean))
+          s_chain / half, slopes, kept, _midpoint(shift + c1 / half, mean), rhat)
+
+
+def _quarter_sums(t, length, half, x, logdensity):
+  """Sums of ``(x, log p)`` and of their squares for each chain, over the third and the
+  fourth quarter of a window (its second half split in two, for the split R-hat)."""
+  y = jnp.concatenate([x, logdensity[:, None]], axis=1)
+  third = ((t >= length - half) & (t < length - half + half // 2)).astype(y.dtype)
+  fourth = (t >= length - half + half // 2).astype(y.dtype)
+  sums = jnp.stack([y, y * y])  # (2, chains, dim + 1)
+  return jnp.stack([third * sums, fourth * sums], axis=1)  # (2, 2, chains, dim + 1)
+
+
+def _split_rhat(quarters, n_third, n_fourth):
+  r"""The split :math:`\hat R` of each coordinate and of ``log p`` (the last entry) over a
+  window's second half: each chain's half cut in two sequences (Gelman et al., BDA3
+  eq. 11.4, the sequences' means and variances from their sums)."""
+  counts = jnp.asarray([n_third, n_fourth], quarters.dtype)[:, None, None]
+  means = quarters[0] / counts  # (2, chains, dim + 1)
+  variances = (quarters[1] - counts * means**2) / jnp.maximum(counts - 1, 1)
+  means = means.reshape((-1,) + means.shape[2:])  # (2 * chains, dim + 1)
+  n = 0.5 * (n_third + n_fourth)
+  within = jnp.mean(variances.reshape(means.shape), 0)
+  between = jnp.var(means, 0, ddof=1)
+  pooled = (n - 1) / n * within + between
+  return jnp.sqrt(pooled / jnp.maximum(within, jnp.finfo(quarters.dtype).tiny))
 
 
 def _midpoint(chain_means, mean):
@@ -208,19 +251,23 @@ def _hmc_params(log_h, local=None, dim=None):
   return L2HMCParams({}, log_eps, log_eps, local)
 
 
-def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
-           num_steps: int = 10, num_iterations: int = 500, init_step_size: float = 0.1,
+def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
+           num_steps: int = 10, num_iterations: int = 300, init_step_size: float = 0.1,
            target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
            slopes: str = "squares", scales: str = "pooled",
-           location: str = "mean") -> WarmupResult:
+           location: str = "mean", max_burn_in_windows: int = 4,
+           converged_rhat: float = CONVERGED_RHAT) -> WarmupResult:
   r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
+    rng_key: PRNG key.
     logdensity_fn: ``log p`` (up to a constant).
     positions: ``(chains, dim)`` starting points (e.g. the training chains').
-    key: PRNG key.
     num_steps: ``K``, leapfrog steps per transition (the sampler's).
-    num_iterations: transitions in all (split 25 / 35 / 40 % into the windows).
+    num_iterations: transitions of the nominal warm-up (split 25 / 35 / 40 % into the
+      windows); the burn-in window repeats while the chains have not found the typical
+      set, so the warm-up may make up to ``max_burn_in_windows - 1`` burn-in windows more
+      (``result.num_transitions``).
     init_step_size: :math:`h` at the start.
     target_acceptance: :math:`a^*`.
     adaptation_rate: :math:`\kappa`.
@@ -232,20 +279,19 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     scales: the whitening's variance: ``"pooled"`` over the chains (Stan's), or
       ``"within"``, the mean of each chain's own variance over the window. On a
       multimodal target whose chains each stay in one mode, the pooled variance adds the
-      spread between the modes (the mixture's :math:`x_0`: sd 2.03 pooled against 0.32
-      within a mode), and a step size that moves the modes' width along that coordinate
-      is then a fraction of :math:`\hat\sigma`; the within-chain variance is the modes'
-      own. For samplers that cross modes by other means (``reflection=True``).
+      spread between the modes, and a step size that moves the modes' width along that
+      coordinate is then a fraction of :math:`\hat\sigma`; the within-chain variance is
+      the modes' own. For samplers that cross modes by other means (``reflection=True``).
     location: the whitening's location: the chains' pooled ``"mean"`` over the final
       window's second half, or the ``"midpoint"`` of two groups of the chains' own means
       there (per coordinate: the average of those at or above the pooled mean and that of
       those below, halfway). The location is the centre of ``reflection=True``'s step
-      :math:`x \to 2\mu - x`. On a target of two modes whose chains each stay in one, the
-      mean is off the modes' midpoint by the chains' split between them (15 of 32 chains on
-      one side of the mixture: 0.13, 0.4 of a mode's sd; measured, the reflection then
-      crosses on 0.65 of transitions against 0.99), and by the weights on an unequal
-      mixture; the midpoint is the modes' whatever the split, as long as one chain sits
-      in each mode.
+      :math:`x \to 2\mu - x`: on a target of two modes whose chains each stay in one, the
+      mean is off the modes' midpoint by the chains' split between them, the midpoint is
+      not, as long as one chain sits in each mode.
+    max_burn_in_windows: the most burn-in windows (at least 1).
+    converged_rhat: the burn-in ends once the split :math:`\hat R` of every coordinate
+      and of ``log p`` over a window's second half is below this.
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
@@ -258,8 +304,10 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   positions = jnp.asarray(positions)
   if positions.ndim != 2:
     raise ValueError(f"positions must be (chains, dim), got shape {positions.shape}.")
-  if num_iterations < 8:
-    raise ValueError(f"num_iterations must be >= 8, got {num_iterations}.")
+  if positions.shape[0] < 2:
+    raise ValueError(f"the warm-up needs at least 2 chains, got {positions.shape[0]}.")
+  if num_iterations < 16:
+    raise ValueError(f"num_iterations must be >= 16, got {num_iterations}.")
   if not 0.0 < target_acceptance < 1.0:
     raise ValueError(f"target_acceptance must be in (0, 1), got {target_acceptance}.")
   if not init_step_size > 0:
@@ -270,8 +318,14 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
     raise ValueError(f"scales must be one of {SCALES}, got {scales!r}.")
   if location not in LOCATIONS:
     raise ValueError(f"location must be one of {LOCATIONS}, got {location!r}.")
+  if isinstance(max_burn_in_windows, bool) or not (isinstance(max_burn_in_windows, int)
+                                                   and max_burn_in_windows >= 1):
+    raise ValueError(f"max_burn_in_windows must be an int >= 1, got {max_burn_in_windows!r}.")
+  if not converged_rhat > 1.0:
+    raise ValueError(f"converged_rhat must be > 1, got {converged_rhat}.")
   dim = positions.shape[1]
-  config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False)
+  config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False,
+                       step_sizes="shared", per_coordinate=False, jitter=0.0)
   kernel = build_kernel(config)
   masks = make_masks(jax.random.key(0), config)
   lengths = [int(num_iterations * w) for w in WINDOWS[:2]]
@@ -279,21 +333,44 @@ def warmup(logdensity_fn: Callable, positions: jax.Array, key: jax.Array, *,
   states = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
   log_h = jnp.log(jnp.asarray(init_step_size, positions.dtype))
   scale = jnp.ones(dim, positions.dtype)
-  keys = jax.random.split(key, 6)
-  for i, length in enumerate(lengths):
-    (states, log_h, mean, variance, within, mean_log_h, acceptance, chain_acceptance,
-     fitted, kept, midpoint) = _window(
-        logdensity_fn, kernel, masks, keys[i], states, log_h,
-        Whitening(jnp.zeros_like(scale), scale), length, target_acceptance, adaptation_rate,
-        dim, curvature=slopes == "curvature" and i == len(lengths) - 1)
-    states = _restart_stuck(keys[3 + i], states, chain_acceptance)
-    if i < 2:
-      scale = jnp.sqrt(variance if scales == "pooled" else within)
-      log_h = mean_log_h  # the new scale's h starts from the last window's average
+  keys = jax.random.split(rng_key, 6)
+
+  def window(key, states, log_h, scale, length, curvature=False):
+    return _window(logdensity_fn, kernel, masks, key, states, log_h,
+                   Whitening(jnp.zeros_like(scale), scale), length, target_acceptance,
+                   adaptation_rate, dim, curvature=curvature)
+
+  def rescaled(found):
+    return jnp.sqrt(found[3] if scales == "pooled" else found[4])
+
+  # burn-in: the chains travel to the typical set, the scale re-estimated after each window
+  # (a spread between chains in transit gives long steps along their way); it repeats
+  # until the chains agree (split R-hat) or max_burn_in_windows are made
+  def burn_in(carry):
+    states, log_h, scale, count, _ = carry
+    key = jax.random.fold_in(keys[0], count)
+    found = window(key, states, log_h, scale, lengths[0])
+    states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
+    return states, found[5], rescaled(found), count + 1, jnp.max(found[11])
+
+  def travelling(carry):
+    return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
+
+  inf = jnp.asarray(jnp.inf, positions.dtype)
+  states, log_h, scale, count, burn_in_rhat = jax.lax.while_loop(
+      travelling, burn_in, burn_in((states, log_h, scale, jnp.zeros((), jnp.int32), inf)))
+  # the scales from chains that found the typical set: one window, then the final one
+  found = window(keys[1], states, log_h, scale, lengths[1])
+  states = _restart_stuck(keys[4], found[0], found[7])
+  scale, log_h = rescaled(found), found[5]
+  (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
+   rhat) = window(keys[2], states, log_h, scale, lengths[2], curvature=slopes == "curvature")
+  states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
   if kept is not None:  # whitened positions and log local scales (halved log variances)
     samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))
   # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   centre = mean if location == "mean" else midpoint
   return WarmupResult(jnp.exp(mean_log_h), Whitening(centre, scale), states.position,
-                      acceptance, _whitened(fitted, scale), samples)
+                      acceptance, _whitened(fitted, scale), samples, rhat,
+                      count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat)

@@ -73,15 +73,21 @@ STEP_SIZE_MODES = ("shared", "per_step")
 
 
 class L2HMCConfig(NamedTuple):
-  """Static configuration of the sampler."""
+  """Static configuration of the sampler.
 
-  dim: int
+  The defaults are the recipe for a posterior nobody configured for: HMC's leapfrog
+  (networks off) with a trained step size per leapfrog step and coordinate, whose
+  trajectory length is jittered so that it cannot resonate. ``dim`` is filled from the
+  target by :func:`metaoptax.l2hmc.train` and :func:`metaoptax.l2hmc.adapt`.
+  """
+
+  dim: int | None = None
   num_steps: int = 10  # K leapfrog steps per transition
   hidden: int = 10
   init_step_size: float = 0.1
-  step_sizes: str = "shared"  # one (eps_x, eps_v) pair, or one pair per leapfrog step
-  use_networks: bool = True  # False: S = Q = T = 0 (plain HMC)
-  per_coordinate: bool = False  # step sizes are (dim,) vectors (a diagonal mass matrix)
+  step_sizes: str = "per_step"  # one (eps_x, eps_v) pair per leapfrog step, or "shared"
+  use_networks: bool = False  # True: the S, Q, T networks of the paper (False: S = Q = T = 0)
+  per_coordinate: bool = True  # step sizes are (dim,) vectors (a diagonal mass matrix)
   local_step_sizes: bool = False  # step sizes follow the position (Gibbs self-tuning)
   # each transition first proposes x -> 2 mu - x (mu: the whitening's location), by Metropolis
   reflection: bool = False
@@ -94,6 +100,10 @@ class L2HMCConfig(NamedTuple):
   # the networks-off leapfrog's splitting (metaoptax.l2hmc.integrators.INTEGRATORS):
   # kick-drift-kick, or drift-kick-drift (no gradient at the end points; networks off only)
   integrator: str = "velocity_verlet"
+  # every transition multiplies all its step sizes by u ~ Uniform(1 - jitter, 1 + jitter),
+  # drawn independently of the state (a mixture of exact kernels: still exact), so the
+  # trajectory's length varies and cannot return to its start on every transition
+  jitter: float = 0.5
 
 
 class L2HMCParams(NamedTuple):
@@ -108,6 +118,11 @@ class L2HMCParams(NamedTuple):
 
 
 def validate(config: L2HMCConfig) -> None:
+  if config.dim is None:
+    raise ValueError("config.dim is None: set it, or let l2hmc.train / l2hmc.adapt fill it "
+                     "from the target.")
+  if not 0.0 <= config.jitter < 1.0:
+    raise ValueError(f"jitter must be in [0, 1), got {config.jitter}.")
   if config.dim < 1 or config.num_steps < 1 or config.hidden < 1:
     raise ValueError("dim, num_steps and hidden must be >= 1.")
   if config.step_sizes not in STEP_SIZE_MODES:

@@ -61,6 +61,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
@@ -72,7 +73,7 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
                                        whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
-           "gradient_evaluations", "logdensity_evaluations", "propose", "build_kernel", "l2hmc",
+           "gradient_evaluations", "logdensity_evaluations", "propose", "draw_step_scale", "build_kernel", "l2hmc",
            "sample_chains")
 
 
@@ -152,8 +153,11 @@ def acceptance_probability(energy_before, energy_after, log_det):
 def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
             logdensity_fn: Callable, state: L2HMCState, momentum: jax.Array,
             direction: jax.Array, whitening: Whitening | None = None,
-            tuning_noise: jax.Array | None = None):
+            tuning_noise: jax.Array | None = None, step_scale: jax.Array | None = None):
   r"""The proposal and its acceptance probability (differentiable in ``params``).
+
+  ``step_scale``: the transition's jitter :math:`u` (:func:`draw_step_scale`), which
+  multiplies every step size (``None``: 1).
 
   With ``whitening``, the leapfrog moves :math:`z = (x - \mu)/\sigma`
   (:mod:`metaoptax.l2hmc.whitening`); the states stay in :math:`x`. With
@@ -168,6 +172,10 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
     position, grad = to_whitened(whitening, position), grad * whitening.scale
     logdensity_fn = whitened_logdensity(logdensity_fn, whitening)
   tuning_before = tuning_after = 0.0
+  if step_scale is not None:
+    log_u = jnp.log(step_scale)
+    params = params._replace(log_step_size_x=params.log_step_size_x + log_u,
+                             log_step_size_v=params.log_step_size_v + log_u)
   if config.local_step_sizes:
     local = params.local
     w = local_step_sizes.tuning_variable(local, position, tuning_noise)
@@ -189,6 +197,14 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   energy_after = -logdensity + 0.5 * jnp.sum(v**2) + tuning_after
   acceptance = acceptance_probability(energy_before, energy_after, log_det)
   return L2HMCState(x, logdensity, grad), acceptance, log_det
+
+
+def draw_step_scale(rng_key, config: L2HMCConfig, shape=(), dtype=jnp.float32):
+  """The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`
+  (``None`` where :math:`j = 0`)."""
+  if not config.jitter:
+    return None
+  return jax.random.uniform(rng_key, shape, dtype, 1.0 - config.jitter, 1.0 + config.jitter)
 
 
 def _reflection_step(rng_key, state: L2HMCState, logdensity_fn: Callable,
@@ -269,8 +285,10 @@ def build_kernel(config: L2HMCConfig):
     noise = None
     if config.local_step_sizes:  # its own key: the other draws keep their streams
       noise = jax.random.normal(jax.random.fold_in(rng_key, 1), (), state.position.dtype)
+    step_scale = draw_step_scale(jax.random.fold_in(rng_key, 5), config,
+                                 dtype=state.position.dtype)
     proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
-                                            momentum, direction, whitening, noise)
+                                            momentum, direction, whitening, noise, step_scale)
     new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
                      jnp.asarray(gradients, jnp.int32))
@@ -283,13 +301,19 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
           masks: jax.Array, whitening: Whitening | None = None) -> SamplingAlgorithm:
   """A trained (or untrained) L2HMC sampler: ``init(position)``, ``step(rng_key, state)``.
 
-  ``whitening``: the leapfrog moves standardized coordinates (e.g.
-  ``result.whitening`` of :func:`metaoptax.l2hmc.train` after a warm-up); the
-  states' positions are in the target's coordinates either way.
+  Most users get one ready-made from :func:`metaoptax.l2hmc.adapt` (or ``result.sampler``
+  of :func:`metaoptax.l2hmc.train`), with its whitening. Built by hand, ``whitening`` must
+  be the one the step sizes were trained in (``result.whitening`` after a warm-up): the
+  leapfrog moves the standardized coordinates; the states' positions are in the target's
+  coordinates either way.
 
-  With ``config.use_networks=False`` and ``config.step_sizes="shared"`` it is HMC
-  with step size ``exp(params.log_step_size_x[0])`` and ``config.num_steps``
-  leapfrog steps.
+  A position is any pytree of arrays (``jax.flatten_util.ravel_pytree`` inside: the
+  sampler moves the flat vector of its leaves, in that order); the state's position and
+  gradient have the position's structure.
+
+  With ``config.use_networks=False``, ``config.step_sizes="shared"``,
+  ``config.per_coordinate=False`` and ``config.jitter=0`` it is HMC with step size
+  ``exp(params.log_step_size_x[0])`` and ``config.num_steps`` leapfrog steps.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -309,30 +333,49 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
     Neural Networks <https://arxiv.org/abs/1711.09268>`_, ICLR 2018.
   """
   kernel = build_kernel(config)
+  integrator = INTEGRATORS[config.integrator]
+
+  def flat(position):
+    """The flat position, its unravel, and ``log p`` of flat positions."""
+    vector, unravel = jax.flatten_util.ravel_pytree(position)
+    if vector.shape != (config.dim,):
+      raise ValueError(f"a position must hold dim={config.dim} numbers, got {vector.shape[0]} "
+                       f"(structure {jax.tree.structure(position)}).")
+    return vector, unravel, lambda x: logdensity_fn(unravel(x))
 
   def init_fn(position, rng_key=None):
     del rng_key  # blackjax's signature; the state is deterministic
+    vector, unravel, flat_logdensity = flat(position)
     # log p and, where the integrator reads it (velocity Verlet), its gradient
-    return _evaluated(position, logdensity_fn, INTEGRATORS[config.integrator])
+    state = _evaluated(vector, flat_logdensity, integrator)
+    return L2HMCState(position, state.logdensity, unravel(state.logdensity_grad))
 
   def step_fn(rng_key, state):
-    return kernel(rng_key, state, logdensity_fn, params, masks, whitening)
+    vector, unravel, flat_logdensity = flat(state.position)
+    grad = jax.flatten_util.ravel_pytree(state.logdensity_grad)[0]
+    new, info = kernel(rng_key, L2HMCState(vector, state.logdensity, grad), flat_logdensity,
+                       params, masks, whitening)
+    return (L2HMCState(unravel(new.position), new.logdensity, unravel(new.logdensity_grad)),
+            info._replace(proposal=unravel(info.proposal)))
 
   return SamplingAlgorithm(init_fn, step_fn)
 
 
-def sample_chains(sampler: SamplingAlgorithm, rng_key: jax.Array, positions: jax.Array,
+def sample_chains(rng_key: jax.Array, sampler: SamplingAlgorithm, states: L2HMCState,
                   num_samples: int):
-  """Runs ``len(positions)`` chains (vmapped) for ``num_samples`` transitions.
+  """Runs the chains of ``states`` (leaves with a leading chain axis; e.g.
+  ``jax.vmap(sampler.init)(positions)``) for ``num_samples`` transitions, vmapped.
 
-  Returns ``(samples (num_samples, chains, dim), acceptance (num_samples, chains))``.
+  Returns ``(draws, acceptance)``: the positions after each transition, with leaves
+  ``(num_samples, chains, ...)``, and the acceptance probabilities
+  ``(num_samples, chains)``.
   """
-  states = jax.vmap(sampler.init)(positions)
+  num_chains = jax.tree.leaves(states.position)[0].shape[0]
 
   def one(states, key):
-    keys = jax.random.split(key, positions.shape[0])
+    keys = jax.random.split(key, num_chains)
     states, info = jax.vmap(sampler.step)(keys, states)
     return states, (states.position, info.acceptance_rate)
 
-  _, (samples, acceptance) = jax.lax.scan(one, states, jax.random.split(rng_key, num_samples))
-  return samples, acceptance
+  _, (draws, acceptance) = jax.lax.scan(one, states, jax.random.split(rng_key, num_samples))
+  return draws, acceptance

@@ -24,8 +24,8 @@ class Target(NamedTuple):
   name: str
   dim: int
   logdensity_fn: Callable[[jax.Array], jax.Array]
-  mean: jax.Array | None  # exact mean, if known
-  covariance: jax.Array | None  # exact covariance, if known
+  mean: jax.Array | None = None  # exact mean, if known
+  covariance: jax.Array | None = None  # exact covariance, if known
   sample: Callable[[jax.Array, int], jax.Array] | None = None  # exact draws (key, n), if known
 
 

@@ -62,7 +62,8 @@ from metaoptax.l2hmc import local_step_sizes
 from metaoptax.l2hmc.adaptation import SLOPES, warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
-from metaoptax.l2hmc.kernel import L2HMCState, init, propose
+from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, draw_step_scale, init,
+                                    l2hmc, propose)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
@@ -74,9 +75,13 @@ __all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult", 
 class TrainingConfig(NamedTuple):
   """The chains and the loss of L2HMC training.
 
+  The defaults are the recipe for a posterior nobody configured for (with
+  :class:`metaoptax.l2hmc.L2HMCConfig`'s): 32 chains, a warm-up, the objective
+  ``"esjd_squares"`` on the chains alone, and non-finite chains dropped from the gradient.
+
   Attributes:
     num_chains: chains (vmapped; split over the mesh's data axis), started from
-      a standard normal.
+      a standard normal unless given (``positions=`` of :func:`init_training`).
     scale: :math:`\\lambda^2` of the loss.
     aux_weight: weight of the loss on fresh samples from the initial distribution.
     temperature: :math:`T`, a number or an optax schedule of the iteration;
@@ -99,9 +104,7 @@ class TrainingConfig(NamedTuple):
       fit (:func:`metaoptax.l2hmc.local_step_sizes.fit`).
     drop_nonfinite_chains: a chain whose contribution to the gradient is not
       finite (a diverging trajectory: its proposal, rejected, overflowed) adds
-      nothing to it, instead of the whole update being skipped. (Off by default:
-      the per-chain cotangents are summed in another order, so results differ
-      from the default's in rounding.)
+      nothing to it, instead of the whole update being skipped.
     local_fit: with ``config.local_step_sizes`` and a warm-up, how the warm-up fits the
       step sizes' dependence on the position: ``"saturating"`` (the default: the
       ``"curvature"`` fit with a cap on each coordinate's step size,
@@ -115,14 +118,14 @@ class TrainingConfig(NamedTuple):
       first two.
   """
 
-  num_chains: int = 200
+  num_chains: int = 32
   scale: float = 0.1
-  aux_weight: float = 1.0
+  aux_weight: float = 0.0
   temperature: float | optax.Schedule = 1.0
   differentiate_force: bool = True
-  objective: str = "esjd"
-  warmup_iterations: int = 0
-  drop_nonfinite_chains: bool = False
+  objective: str = "esjd_squares"
+  warmup_iterations: int = 300
+  drop_nonfinite_chains: bool = True
   local_fit: str = "saturating"
 
 
@@ -157,7 +160,9 @@ class TrainingResult(NamedTuple):
   seconds: float
   skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient (whole run)
   state: TrainingState | None = None  # to continue (``init_state=``) or checkpoint
-  whitening: Whitening | None = None  # for l2hmc(..., whitening=) (with a warm-up)
+  whitening: Whitening | None = None  # the warm-up's (mu, sigma), already in ``sampler``
+  # the trained sampler (its whitening included): init(position), step(rng_key, state)
+  sampler: SamplingAlgorithm | None = None
 
 
 def _accepted_jump(jump, acceptance):
@@ -363,14 +368,24 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
   if training.local_fit not in LOCAL_FITS:
     raise ValueError(f"local_fit must be one of {LOCAL_FITS}, got {training.local_fit!r}.")
-  if training.warmup_iterations and training.warmup_iterations < 8:
-    raise ValueError("warmup_iterations must be 0 or >= 8, got "
+  if training.warmup_iterations and training.warmup_iterations < 16:
+    raise ValueError("warmup_iterations must be 0 or >= 16, got "
                      f"{training.warmup_iterations}.")
+  if training.warmup_iterations and training.num_chains < 2:
+    raise ValueError("the warm-up (warmup_iterations > 0) needs num_chains >= 2, got "
+                     f"{training.num_chains}.")
 
 
-def _check_dim(target: Target, config: L2HMCConfig) -> None:
+def _with_dim(target: Target, config: L2HMCConfig) -> L2HMCConfig:
+  """``config`` with ``dim`` filled from the target (an error where they differ)."""
+  if not isinstance(target, Target):
+    raise TypeError(f"target must be a metaoptax.l2hmc.Target, got {type(target).__name__}: "
+                    "Target(logdensity_fn=..., dim=...) wraps a log density.")
+  if config.dim is None:
+    return config._replace(dim=target.dim)
   if config.dim != target.dim:
     raise ValueError(f"config.dim={config.dim} but the target has dim={target.dim}.")
+  return config
 
 
 def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -> Callable:
@@ -390,35 +405,45 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    scales: str = "pooled", location: str = "mean") -> Callable:
   """The jitted warm-up of one target and configuration (runs from other seeds reuse its
   compilation)."""
-  return jax.jit(functools.partial(warmup, logdensity_fn, num_steps=num_steps,
-                                   num_iterations=num_iterations,
-                                   init_step_size=init_step_size,
-                                   slopes=slopes, scales=scales, location=location))
+  return jax.jit(lambda positions, key: warmup(key, logdensity_fn, positions, num_steps=num_steps,
+                                              num_iterations=num_iterations,
+                                              init_step_size=init_step_size, slopes=slopes,
+                                              scales=scales, location=location))
 
 
-def init_training(target: Target, config: L2HMCConfig,
+def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(),
                   training: TrainingConfig = TrainingConfig(), *,
-                  optimizer: optax.GradientTransformation | None = None, seed: int = 0
-                  ) -> TrainingState:
+                  optimizer: optax.GradientTransformation | None = None,
+                  positions: jax.Array | None = None) -> TrainingState:
   """The state before the first iteration.
 
-  Parameters, masks and the chains' starting points (a standard normal) are
-  drawn from ``seed``; the chains' ``log p`` is at the temperature of iteration
-  0. With ``training.warmup_iterations``, the warm-up
-  (:func:`metaoptax.l2hmc.warmup`, on the target at temperature 1) sets the step sizes, the
-  chains and the standardized coordinates. Arguments as in :func:`train`
+  Parameters, masks and the chains' starting points (a standard normal, or
+  ``positions`` of shape ``(num_chains, dim)``) are drawn from ``rng_key``; the chains'
+  ``log p`` is at the temperature of iteration 0. With ``training.warmup_iterations``,
+  the warm-up (:func:`metaoptax.l2hmc.warmup`, on the target at temperature 1) sets the
+  step sizes, the chains and the standardized coordinates. Arguments as in :func:`train`
   (``optimizer`` must be the one the step uses). The state is committed to the
   default device, as :func:`train` places it: a loop over
   :func:`build_training_step` shares its compilation.
   """
+  return _initial_state(rng_key, target, config, training, optimizer, positions)[0]
+
+
+def _initial_state(rng_key, target, config, training, optimizer, positions):
+  """:func:`init_training`'s state and the warm-up's :class:`WarmupResult` (``None``
+  without a warm-up)."""
   _check_training(training)
-  _check_dim(target, config)
+  config = _with_dim(target, config)
   optimizer = optimizer or default_optimizer()
-  k_params, k_masks, k_chains, key = jax.random.split(jax.random.key(seed), 4)
+  k_params, k_masks, k_chains, key = jax.random.split(rng_key, 4)
   logdensity_fn = _tempered(target.logdensity_fn, training.temperature,
                             training.differentiate_force)(0)
-  positions = jax.random.normal(k_chains, (training.num_chains, config.dim))
-  whitening = None
+  if positions is None:
+    positions = jax.random.normal(k_chains, (training.num_chains, config.dim))
+  elif jnp.shape(positions) != (training.num_chains, config.dim):
+    raise ValueError(f"positions must have shape (num_chains, dim) = "
+                     f"({training.num_chains}, {config.dim}), got {jnp.shape(positions)}.")
+  whitening = found = None
   if training.warmup_iterations:
     k_chains, k_warmup = jax.random.split(k_chains)
     # at the target itself (temperature 1): its scales are where the sampler must end
@@ -454,12 +479,12 @@ def init_training(target: Target, config: L2HMCConfig,
   zero = jnp.zeros([], jnp.int32)
   return on_local_device(
       TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
-                    key, zero, zero, whitening))
+                    key, zero, zero, whitening)), found
 
 
 def build_training_step(
     target: Target,
-    config: L2HMCConfig,
+    config: L2HMCConfig = L2HMCConfig(),
     training: TrainingConfig = TrainingConfig(),
     *,
     optimizer: optax.GradientTransformation | None = None,
@@ -480,7 +505,7 @@ def build_training_step(
   become all-reduces. Arguments as in :func:`train`.
   """
   _check_training(training)
-  _check_dim(target, config)
+  config = _with_dim(target, config)
   # one step object per configuration: its jit shares train's compilation
   return loop.built(_build_step, target.logdensity_fn, config, training,
                     optimizer or default_optimizer(), mesh, hashable_axis(data_axis))
@@ -506,16 +531,20 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     if config.local_step_sizes:
       noise = jax.random.normal(jax.random.fold_in(key, 1), (num_chains,))
     noise = parallel.shard_batch(noise)
+    # the jitter of each chain's step sizes (ones where config.jitter is 0)
+    scales = draw_step_scale(jax.random.fold_in(key, 2), config, (num_chains,))
+    scales = parallel.shard_batch(jnp.ones((num_chains,)) if scales is None else scales)
     if drop:  # a copy of the parameters per chain, so that each has its own cotangent
       per_chain = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), params)
       proposals, acceptance, _ = jax.vmap(
-          lambda p, s, v, d, u: propose(config, _finite_cotangent(p), masks, logdensity_fn, s,
-                                        v, d, whitening, u))(per_chain, states, momenta,
-                                                             directions, noise)
+          lambda p, s, v, d, u, c: propose(config, _finite_cotangent(p), masks, logdensity_fn,
+                                           s, v, d, whitening, u, c))(
+              per_chain, states, momenta, directions, noise, scales)
     else:
       proposals, acceptance, _ = jax.vmap(
-          lambda s, v, d, u: propose(config, params, masks, logdensity_fn, s, v, d, whitening,
-                                     u))(states, momenta, directions, noise)
+          lambda s, v, d, u, c: propose(config, params, masks, logdensity_fn, s, v, d,
+                                        whitening, u, c))(states, momenta, directions, noise,
+                                                          scales)
     return parallel.shard_batch((proposals, acceptance))
 
   def chain_losses(before, after, acceptance, whitening):
@@ -574,15 +603,16 @@ def _summarize(infos: TrainingInfo) -> tuple[float, dict]:
   return loop.finite_mean(infos.loss), {"acceptance": float(np.mean(infos.acceptance))}
 
 
-def train(target: Target, config: L2HMCConfig, training: TrainingConfig = TrainingConfig(),
-          *, num_iterations: int = 5000, optimizer: optax.GradientTransformation | None = None,
+def train(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(),
+          training: TrainingConfig = TrainingConfig(), *, num_iterations: int = 300,
+          optimizer: optax.GradientTransformation | None = None,
           init_state: TrainingState | None = None,
           progress: str | Callable[[Progress], None] | None = "bar",
           log_every: int = 100, mesh: jax.sharding.Mesh | None = None,
           data_axis: str | Sequence[str] | None = None,
           checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0
           ) -> TrainingResult:
-  """Trains the networks and step sizes of an L2HMC sampler on ``target``.
+  """Trains the step sizes (and networks, with ``config.use_networks``) of an L2HMC sampler.
 
   The run is a pure function of its starting state: the same ``init_state``
   gives the same result bit for bit, whatever ``log_every``, and so does a run
@@ -590,15 +620,17 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
   only at progress reports and checkpoints.
 
   Args:
+    rng_key: PRNG key of the starting state (:func:`init_training`; unused with
+      ``init_state``).
     target: the distribution.
-    config: the sampler's configuration (``dim`` must match the target).
+    config: the sampler's configuration (``dim``: the target's where ``None``).
     training: chains, loss and temperature (:class:`TrainingConfig`).
     num_iterations: optimizer steps in the whole run (a resumed run does the
       remaining ones); each moves every chain once.
     optimizer: optax optimizer of the parameters (default :func:`default_optimizer`).
     init_state: the starting state (:func:`init_training`; or ``result.state``
-      of an earlier call, to continue). Default: ``init_training(target, config,
-      training, optimizer=optimizer)`` (seed 0).
+      of an earlier call, to continue). Default: ``init_training(rng_key, target, config,
+      training, optimizer=optimizer)``.
     progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates, the
       acceptance and the rate), a callable receiving a
       :class:`metaoptax.Progress` every ``log_every`` iterations and at the
@@ -624,11 +656,11 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
   """
   _check_training(training)
   data_axis = hashable_axis(data_axis)
-  _check_dim(target, config)
+  config = _with_dim(target, config)
   optimizer = optimizer or default_optimizer()
   chosen = init_state is not None
   if init_state is None:
-    init_state = init_training(target, config, training, optimizer=optimizer)
+    init_state = init_training(rng_key, target, config, training, optimizer=optimizer)
   elif init_state.chains.position.shape != (training.num_chains, config.dim):
     raise ValueError(f"init_state has chains of shape {init_state.chains.position.shape}, "
                      f"expected ({training.num_chains}, {config.dim}).")
@@ -642,4 +674,6 @@ def train(target: Target, config: L2HMCConfig, training: TrainingConfig = Traini
                  checkpoint_every=checkpoint_every)
   return TrainingResult(run.state.params, run.state.masks, run.infos.loss,
                         run.infos.acceptance, run.seconds, int(run.state.skipped_updates),
-                        run.state, run.state.whitening)
+                        run.state, run.state.whitening,
+                        l2hmc(target.logdensity_fn, config, run.state.params, run.state.masks,
+                              run.state.whitening))

@@ -1,0 +1,214 @@
+r"""One call from a log density to a ready sampler: warm-up, training and a check.
+
+In blackjax's conventions (``blackjax.window_adaptation``, ``blackjax.chees_adaptation``)::
+
+  (states, sampler), info = l2hmc.adapt(logdensity_fn).run(rng_key, positions, num_steps)
+
+``positions`` is any pytree whose leaves have a leading axis of chains (the chains'
+starts; ``jax.flatten_util.ravel_pytree`` inside). The ``num_steps`` transitions split
+40 % warm-up (:func:`metaoptax.l2hmc.warmup`: the chains find the typical set, then the
+whitening and step sizes), 40 % training (:func:`metaoptax.l2hmc.train`) and 20 % a check
+with the trained sampler, whose draws give the diagnostics:
+
+* the split :math:`\hat R` of every coordinate and of :math:`\log p`
+  (:func:`metaoptax.l2hmc.diagnostics.split_rhat`) over the check's transitions;
+* the mean acceptance probability;
+* the fraction of finite positions.
+
+Where :math:`\hat R` exceeds ``max_rhat``, the acceptance is below ``min_acceptance`` or
+above ``max_acceptance``, or a position is not finite, ``run`` warns
+(:class:`ConvergenceWarning`) with what to do, and ``info.converged`` is ``False``. The
+returned states are the check's last: the chains continue from there
+(:func:`metaoptax.l2hmc.sample_chains`, or ``blackjax.util.run_inference_algorithm`` per
+chain).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, NamedTuple
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from metaoptax._src.progress import Progress
+from metaoptax.l2hmc.adaptation import WarmupResult
+from metaoptax.l2hmc.diagnostics import split_rhat
+from metaoptax.l2hmc.dynamics import L2HMCConfig
+from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm, gradient_evaluations, l2hmc
+from metaoptax.l2hmc.targets import Target
+from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_state, train
+
+__all__ = ("Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt")
+
+SHARES = (0.4, 0.4, 0.2)  # of num_steps: warm-up, training, check
+
+
+class ConvergenceWarning(UserWarning):
+  """The chains of :func:`adapt` failed a check: their draws may not be the posterior's."""
+
+
+class AdaptationInfo(NamedTuple):
+  """What :func:`adapt`'s ``run`` found, and its checks of the chains."""
+
+  converged: bool  # every check passed
+  rhat: float  # the largest split R-hat over coordinates and log p (check transitions)
+  rhat_per_coordinate: np.ndarray  # (dim + 1,): each flat coordinate's, then log p's
+  acceptance: float  # mean acceptance probability of the check's transitions
+  finite: float  # the fraction of finite positions in the check
+  messages: tuple[str, ...]  # the warnings issued (empty where converged)
+  num_gradient_evaluations: int  # per chain: warm-up, training and check
+  warmup: WarmupResult
+  training: TrainingResult
+
+
+class Adaptation(NamedTuple):
+  """``run(rng_key, positions, num_steps=1000) -> ((states, sampler), info)``."""
+
+  run: Callable
+
+
+def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
+          training: TrainingConfig = TrainingConfig(), *,
+          optimizer: optax.GradientTransformation | None = None,
+          progress: str | Callable[[Progress], None] | None = "bar",
+          max_rhat: float = 1.05, min_acceptance: float = 0.1,
+          max_acceptance: float = 0.99) -> Adaptation:
+  r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
+
+  Args:
+    logdensity_fn: ``log p`` of one position (a pytree), up to a constant.
+    config: the sampler (default: the default recipe; ``dim`` comes from the positions).
+    training: the training (default: the default recipe). Its ``num_chains`` and
+      ``warmup_iterations`` are set by ``run`` from the positions and ``num_steps``.
+    optimizer: the step sizes' optimizer (default
+      :func:`metaoptax.l2hmc.default_optimizer`).
+    progress: the training's progress (:func:`metaoptax.l2hmc.train`).
+    max_rhat: the check's largest split R-hat of a converged run.
+    min_acceptance, max_acceptance: the check's mean acceptance of a run that moves with
+      steps of a useful size (near 0: the chains barely move; near 1: the steps are tiny).
+
+  Returns:
+    An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
+    ``((states, sampler), info)``: the chains' states (leaves with a leading chain axis),
+    the trained :class:`metaoptax.l2hmc.SamplingAlgorithm` (its whitening included) and an
+    :class:`AdaptationInfo`.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from metaoptax import l2hmc
+    >>> def logdensity_fn(p):
+    ...   return -0.5 * jnp.sum(p["w"] ** 2) - 0.5 * (p["b"] / 3.0) ** 2
+    >>> keys = jax.random.split(jax.random.key(0), 3)
+    >>> positions = {"w": jax.random.normal(keys[0], (8, 2)),
+    ...              "b": jax.random.normal(keys[1], (8,))}
+    >>> (states, sampler), info = l2hmc.adapt(logdensity_fn, progress=None).run(
+    ...     keys[2], positions, num_steps=100)
+    >>> states.position["w"].shape, info.num_gradient_evaluations > 0
+    ((8, 2), True)
+  """
+  if not max_rhat > 1.0:
+    raise ValueError(f"max_rhat must be > 1, got {max_rhat}.")
+  if not 0.0 <= min_acceptance < max_acceptance <= 1.0:
+    raise ValueError("need 0 <= min_acceptance < max_acceptance <= 1, got "
+                     f"{min_acceptance} and {max_acceptance}.")
+
+  def run(rng_key: jax.Array, positions, num_steps: int = 1000):
+    leaves = jax.tree.leaves(positions)
+    if not leaves or any(jnp.ndim(leaf) < 1 for leaf in leaves):
+      raise ValueError("positions must be a pytree of arrays with a leading axis of chains.")
+    num_chains = jnp.shape(leaves[0])[0]
+    if any(jnp.shape(leaf)[0] != num_chains for leaf in leaves):
+      raise ValueError("every leaf of positions must have the same leading (chains) axis, "
+                       f"got {[jnp.shape(leaf) for leaf in leaves]}.")
+    if num_chains < 2:
+      raise ValueError(f"adapt needs at least 2 chains (to check them), got {num_chains}.")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 100:
+      raise ValueError(f"num_steps must be an int >= 100, got {num_steps!r}.")
+    first = jax.tree.map(lambda leaf: leaf[0], positions)
+    _, unravel = jax.flatten_util.ravel_pytree(first)
+    flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(positions)
+    dim = flat.shape[1]
+    flat_logdensity = lambda x: logdensity_fn(unravel(x))
+    target = Target("adapt", dim, flat_logdensity)
+    num_warmup, num_training = (int(num_steps * share) for share in SHARES[:2])
+    num_check = num_steps - num_warmup - num_training
+    run_config = config._replace(dim=dim)
+    run_training = training._replace(num_chains=num_chains, warmup_iterations=num_warmup)
+    k_init, k_check = jax.random.split(rng_key)
+    state, found = _initial_state(k_init, target, run_config, run_training, optimizer, flat)
+    result = train(k_init, target, run_config, run_training, num_iterations=num_training,
+                   optimizer=optimizer, init_state=state, progress=progress,
+                   log_every=max(num_training // 10, 1))
+    flat_sampler = result.sampler
+    draws, acceptance, states = _check(k_check, flat_sampler, result.state.chains, num_check)
+    gradients = gradient_evaluations(run_config)
+    warmup_gradients = int(found.num_transitions) * run_config.num_steps
+    # each training iteration makes one proposal per chain; with aux_weight one more
+    per_iteration = gradients * (2 if run_training.aux_weight else 1)
+    info = _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance,
+                     warmup_gradients + per_iteration * num_training + gradients * num_check,
+                     found, result, num_steps)
+    sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
+    states = L2HMCState(jax.vmap(unravel)(states.position), states.logdensity,
+                        jax.vmap(unravel)(states.logdensity_grad))
+    return (states, sampler), info
+
+  return Adaptation(run)
+
+
+def _check(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_check: int):
+  """``num_check`` transitions of every chain: ``(draws with log p (num_check, chains,
+  dim + 1), acceptance (num_check, chains), last states)``."""
+
+  @jax.jit
+  def run(rng_key, states):
+    def one(states, key):
+      keys = jax.random.split(key, states.position.shape[0])
+      states, info = jax.vmap(sampler.step)(keys, states)
+      drawn = jnp.concatenate([states.position, states.logdensity[:, None]], axis=1)
+      return states, (drawn, info.acceptance_rate)
+
+    states, (draws, acceptance) = jax.lax.scan(one, states, jax.random.split(rng_key,
+                                                                             num_check))
+    return draws, acceptance, states
+
+  return run(rng_key, states)
+
+
+def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradients, found,
+              result, num_steps) -> AdaptationInfo:
+  """The checks of :func:`adapt` and their warnings."""
+  finite = float(jnp.mean(jnp.isfinite(draws)))
+  rhat = np.asarray(split_rhat(jnp.where(jnp.isfinite(draws), draws, 0.0)))
+  largest = float(np.max(rhat))
+  mean_acceptance = float(jnp.mean(acceptance))
+  longer = f"num_steps={2 * num_steps}"
+  messages = []
+  if not largest < max_rhat:
+    worst = int(np.argmax(rhat))
+    which = "log p" if worst == rhat.shape[0] - 1 else f"coordinate {worst}"
+    messages.append(
+        f"the chains have not converged: split R-hat {largest:.3g} (of {which}) > {max_rhat} "
+        f"over the last {draws.shape[0]} transitions of adaptation, so their draws are not "
+        f"yet the posterior's. Run a longer adaptation ({longer}), or more chains; where the "
+        "chains started far from the posterior, start them closer.")
+  if not mean_acceptance >= min_acceptance:
+    messages.append(
+        f"the mean acceptance is {mean_acceptance:.3g} < {min_acceptance}: the chains barely "
+        f"move. Run a longer adaptation ({longer}); check the log density for regions where "
+        "it is not finite or has a very large gradient.")
+  if not mean_acceptance <= max_acceptance:
+    messages.append(
+        f"the mean acceptance is {mean_acceptance:.3g} > {max_acceptance}: the step sizes are "
+        f"tiny and the chains move slowly. Run a longer adaptation ({longer}).")
+  if finite < 1.0:
+    messages.append(f"{1.0 - finite:.3g} of the chains' positions or log densities are not "
+                    "finite: check the log density (and its gradient) where it fails.")
+  for message in messages:
+    warnings.warn(message, ConvergenceWarning, stacklevel=3)
+  return AdaptationInfo(not messages, largest, rhat, mean_acceptance, finite, tuple(messages),
+                        int(gradients), found, result)

@@ -70,7 +70,7 @@ SCALES = ("pooled", "within")  # which variance gives the whitening's scale (see
 LOCATIONS = ("mean", "midpoint")  # which centre gives the whitening's location (see warmup)
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
-CONVERGED_RHAT = 1.05  # the split R-hat below which the chains have found the typical set
+CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the typical set
 
 
 class WarmupResult(NamedTuple):
@@ -131,8 +131,8 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[5] + in_second_half * x.T @ x, sums[6] + in_second_half * x.T @ log_square,
             sums[7] + in_second_half * jnp.sum(log_square, 0),
             sums[8] + in_second_half * x, sums[9] + in_second_half * x * x,
-            sums[10] + _quarter_sums(t, length, half, x,
-                                     states.logdensity - shift_logdensity))
+            *_quarter_sums(t, length, half, x, states.logdensity - shift_logdensity,
+                           sums[10], sums[11]))
     log_h = log_h + rate * (acceptance - target)
     # the curvature fit's samples (second half only; the first half's are discarded)
     return (states, log_h, sums), ((states.position, log_square) if curvature else None)
@@ -143,11 +143,12 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
   per_chain = jnp.zeros_like(states.position)
   quarters = jnp.zeros((2, 2) + states.position.shape[:1] + (dim + 1,), states.position.dtype)
+  anchor = jnp.zeros((dim + 1,), states.position.dtype)
   (states, log_h, sums), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
-                                   per_chain, per_chain, quarters)),
+                                   per_chain, per_chain, quarters, anchor)),
       (jax.random.split(key, length), jnp.arange(length)))
-  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters = sums
+  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _ = sums
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
@@ -164,14 +165,18 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
           s_chain / half, slopes, kept, _midpoint(shift + c1 / half, mean), rhat)
 
 
-def _quarter_sums(t, length, half, x, logdensity):
-  """Sums of ``(x, log p)`` and of their squares for each chain, over the third and the
-  fourth quarter of a window (its second half split in two, for the split R-hat)."""
+def _quarter_sums(t, length, half, x, logdensity, quarters, anchor):
+  """Adds each chain's ``(x, log p)`` and its square to its sums over the third and the
+  fourth quarter of a window (its second half split in two, for the split R-hat), both
+  taken from the chains' mean at the second half's start (``anchor``, the same for every
+  chain), so that the variances keep their float32 digits wherever the chains are."""
   y = jnp.concatenate([x, logdensity[:, None]], axis=1)
+  anchor = jnp.where(t == length - half, jnp.mean(y, 0), anchor)
+  y = y - anchor
   third = ((t >= length - half) & (t < length - half + half // 2)).astype(y.dtype)
   fourth = (t >= length - half + half // 2).astype(y.dtype)
   sums = jnp.stack([y, y * y])  # (2, chains, dim + 1)
-  return jnp.stack([third * sums, fourth * sums], axis=1)  # (2, 2, chains, dim + 1)
+  return quarters + jnp.stack([third * sums, fourth * sums], axis=1), anchor
 
 
 def _split_rhat(quarters, n_third, n_fourth):
@@ -180,7 +185,7 @@ def _split_rhat(quarters, n_third, n_fourth):
   eq. 11.4, the sequences' means and variances from their sums)."""
   counts = jnp.asarray([n_third, n_fourth], quarters.dtype)[:, None, None]
   means = quarters[0] / counts  # (2, chains, dim + 1)
-  variances = (quarters[1] - counts * means**2) / jnp.maximum(counts - 1, 1)
+  variances = jnp.maximum(quarters[1] - counts * means**2, 0.0) / jnp.maximum(counts - 1, 1)
   means = means.reshape((-1,) + means.shape[2:])  # (2 * chains, dim + 1)
   n = 0.5 * (n_third + n_fourth)
   within = jnp.mean(variances.reshape(means.shape), 0)
@@ -256,7 +261,7 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
            target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
            slopes: str = "squares", scales: str = "pooled",
            location: str = "mean", max_burn_in_windows: int = 4,
-           converged_rhat: float = CONVERGED_RHAT) -> WarmupResult:
+           converged_rhat: float = CONVERGED_RHAT, jitter: float = 0.5) -> WarmupResult:
   r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
@@ -292,6 +297,9 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     max_burn_in_windows: the most burn-in windows (at least 1).
     converged_rhat: the burn-in ends once the split :math:`\hat R` of every coordinate
       and of ``log p`` over a window's second half is below this.
+    jitter: the warm-up's transitions multiply :math:`h` by
+      :math:`u \sim \mathcal U(1 - j, 1 + j)` (``L2HMCConfig.jitter``): a fixed
+      trajectory whose length is near a whole period of a coordinate returns it to its start.
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
@@ -325,7 +333,7 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     raise ValueError(f"converged_rhat must be > 1, got {converged_rhat}.")
   dim = positions.shape[1]
   config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False,
-                       step_sizes="shared", per_coordinate=False, jitter=0.0)
+                       step_sizes="shared", per_coordinate=False, jitter=jitter)
   kernel = build_kernel(config)
   masks = make_masks(jax.random.key(0), config)
   lengths = [int(num_iterations * w) for w in WINDOWS[:2]]

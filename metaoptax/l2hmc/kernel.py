@@ -200,7 +200,7 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 
 def draw_step_scale(rng_key, config: L2HMCConfig, shape=(), dtype=jnp.float32):
-  """The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`
+  r"""The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`
   (``None`` where :math:`j = 0`)."""
   if not config.jitter:
     return None

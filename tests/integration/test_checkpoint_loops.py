@@ -8,6 +8,7 @@ import pytest
 
 import metaoptax
 from metaoptax import checkpoint
+from tests.l2hmc.paper import paper_config, paper_training
 
 
 def _assert_identical(a, b):
@@ -163,10 +164,10 @@ def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path)
   l2hmc = metaoptax.l2hmc
   threshold, margin, iterations, chains = 1.5, 0.1, 6, 8
   target = _walled_gaussian(threshold)
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4, init_step_size=0.01)
-  training = l2hmc.TrainingConfig(num_chains=chains)
+  config = paper_config(dim=2, num_steps=2, hidden=4, init_step_size=0.01)
+  training = paper_training(num_chains=chains)
   kwargs = dict(num_iterations=iterations, progress=None, log_every=4)
-  start = l2hmc.init_training(target, config, training, seed=16)
+  start = l2hmc.init_training(jax.random.key(16), target, config, training)
   assert float(start.chains.position[:, 0].max()) < threshold - margin, "pick another seed"
   expected = 0
   for i in range(iterations):  # iteration i: fold_in(key, i) -> (loss key, accept key);
@@ -176,7 +177,7 @@ def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path)
     expected += bool(jnp.any(fresh > threshold))
   assert expected == 3, "iterations 1, 2 and 4 have a draw in the NaN region"
 
-  full = l2hmc.train(target, config, training, init_state=start,
+  full = l2hmc.train(jax.random.key(0), target, config, training, init_state=start,
                      checkpoint_dir=tmp_path / "full", checkpoint_every=3, **kwargs)
   assert full.skipped_updates == int(full.state.skipped_updates) == expected
   assert bool(_all_finite((full.state.params, full.state.chains)))
@@ -186,20 +187,20 @@ def test_l2hmc_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_path)
   # an interrupted run: only the mid-run checkpoint survives; the same call finishes the run
   (tmp_path / "resumed").mkdir()
   (tmp_path / "full" / "3").rename(tmp_path / "resumed" / "3")
-  resumed = l2hmc.train(target, config, training, init_state=start,
+  resumed = l2hmc.train(jax.random.key(0), target, config, training, init_state=start,
                         checkpoint_dir=tmp_path / "resumed", **kwargs)
   _assert_identical(resumed.state, full.state)
   np.testing.assert_array_equal(resumed.losses, full.losses[3:])
   np.testing.assert_array_equal(resumed.acceptance, full.acceptance[3:])
   # continuing in memory (init_state) and rerunning with the same seed: identical too
-  half = l2hmc.train(target, config, training, init_state=start,
+  half = l2hmc.train(jax.random.key(0), target, config, training, init_state=start,
                      **{**kwargs, "num_iterations": 3})
-  _assert_identical(l2hmc.train(target, config, training, init_state=half.state,
+  _assert_identical(l2hmc.train(jax.random.key(0), target, config, training, init_state=half.state,
                                 **kwargs).state, full.state)
-  _assert_identical(l2hmc.train(target, config, training, init_state=start, **kwargs).state,
+  _assert_identical(l2hmc.train(jax.random.key(0), target, config, training, init_state=start, **kwargs).state,
                     full.state)
   with pytest.raises(ValueError, match="chains of shape"):
-    l2hmc.train(target, config, l2hmc.TrainingConfig(num_chains=4), init_state=half.state,
+    l2hmc.train(jax.random.key(0), target, config, paper_training(num_chains=4), init_state=half.state,
                 **kwargs)
   with pytest.raises(ValueError, match="checkpoint_dir"):
-    l2hmc.train(target, config, training, init_state=start, checkpoint_every=2, **kwargs)
+    l2hmc.train(jax.random.key(0), target, config, training, init_state=start, checkpoint_every=2, **kwargs)

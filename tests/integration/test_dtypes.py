@@ -34,6 +34,7 @@ import metaoptax
 from metaoptax import l2hmc, l2o, teleport
 from metaoptax.step_size import presets
 from metaoptax.step_size.drop_ins import DROP_INS
+from tests.l2hmc.paper import paper_config, paper_training
 
 STEPS = 10
 INIT_STEP_SIZE = 1e-2
@@ -319,10 +320,10 @@ def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
 @pytest.mark.system  # two compilations of an L2HMC training run
 def test_l2hmc_training_is_bitwise_deterministic_across_compilations():
   target = l2hmc.targets.strongly_correlated_gaussian()
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=1)  # one leapfrog step: a small compile
-  training = l2hmc.TrainingConfig(num_chains=8)
+  config = paper_config(dim=2, num_steps=1)  # one leapfrog step: a small compile
+  training = paper_training(num_chains=8)
   step = l2hmc.build_training_step(target, config, training)
-  start = l2hmc.init_training(target, config, training, seed=2)
+  start = l2hmc.init_training(jax.random.key(2), target, config, training)
   first, second = two_compilations(step, start)
   runs = []
   for compiled in (first, second):  # two iterations each
@@ -330,5 +331,5 @@ def test_l2hmc_training_is_bitwise_deterministic_across_compilations():
     runs.append((info, compiled(state)))
   assert_bitwise_equal(runs[0], runs[1])
   assert int(runs[0][1][0].iteration) == 2
-  _, other = first(l2hmc.init_training(target, config, training, seed=3))
+  _, other = first(l2hmc.init_training(jax.random.key(3), target, config, training))
   assert not np.array_equal(np.asarray(other.loss), np.asarray(runs[0][0].loss))

@@ -287,13 +287,15 @@ def _l2o(mesh, progress):
 @functools.lru_cache(maxsize=None)  # one target function: a resumed run reuses the compiled step
 def _l2hmc_problem():
   return (l2hmc.targets.strongly_correlated_gaussian(),
-          l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4),
-          l2hmc.TrainingConfig(num_chains=8, aux_weight=0.0))
+          l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4, step_sizes="shared", use_networks=True,
+                            per_coordinate=False, jitter=0.0),
+          l2hmc.TrainingConfig(num_chains=8, aux_weight=0.0, objective="esjd", warmup_iterations=0,
+                               drop_nonfinite_chains=False))
 
 
 def _l2hmc(mesh, **kwargs):
   target, config, training = _l2hmc_problem()
-  return l2hmc.train(target, config, training, num_iterations=L2HMC_ITERATIONS, mesh=mesh,
+  return l2hmc.train(jax.random.key(0), target, config, training, num_iterations=L2HMC_ITERATIONS, mesh=mesh,
                      data_axis=None if mesh is None else "chains", progress=None, **kwargs)
 
 
@@ -477,7 +479,7 @@ def _reference(workdir: str) -> None:
   # the last 2-process checkpoint, restored in one process with the chains over 4 devices
   target, config, training = _l2hmc_problem()
   flat_mesh = Mesh(np.array(jax.devices()), ("chains",))
-  like = l2hmc.init_training(target, config, training)
+  like = l2hmc.init_training(jax.random.key(0), target, config, training)
   like = jax.device_put(like._replace(chains=None), NamedSharding(flat_mesh, P()))._replace(
       chains=jax.device_put(like.chains, NamedSharding(flat_mesh, P("chains"))))
   restored = checkpoint.restore(os.path.join(workdir, "checkpoints", str(L2HMC_ITERATIONS)),

@@ -17,6 +17,7 @@ import optax
 import pytest
 
 from metaoptax import checkpoint, l2hmc, l2o
+from tests.l2hmc.paper import paper_config, paper_training
 
 REFERENCE = pathlib.Path(__file__).parent / "data" / "training_loop_reference.npz"
 
@@ -26,8 +27,8 @@ META_OPTIMIZER = l2o.default_meta_optimizer()  # one object: the calls share a c
 TRAINING = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
 
 TARGET = l2hmc.targets.strongly_correlated_gaussian()
-HMC_CONFIG = l2hmc.L2HMCConfig(dim=2, num_steps=2, hidden=4)
-HMC_TRAINING = l2hmc.TrainingConfig(num_chains=8)
+HMC_CONFIG = paper_config(dim=2, num_steps=2, hidden=4)
+HMC_TRAINING = paper_training(num_chains=8)
 
 
 def _bits(tree) -> bytes:
@@ -48,9 +49,9 @@ def _meta_train(**kwargs):
 
 
 def _train(**kwargs):
-  kwargs = {"init_state": l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16),
+  kwargs = {"init_state": l2hmc.init_training(jax.random.key(16), TARGET, HMC_CONFIG, HMC_TRAINING),
             "num_iterations": 6, "progress": None, **kwargs}
-  return l2hmc.train(TARGET, HMC_CONFIG, HMC_TRAINING, **kwargs)
+  return l2hmc.train(jax.random.key(0), TARGET, HMC_CONFIG, HMC_TRAINING, **kwargs)
 
 
 def _leaves_like(tree, data: bytes) -> list[np.ndarray]:
@@ -121,7 +122,7 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
     run, losses_of, num = _meta_train, (lambda info: info.losses), 4
   else:
     step = jax.jit(l2hmc.build_training_step(TARGET, HMC_CONFIG, HMC_TRAINING))
-    state = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)
+    state = l2hmc.init_training(jax.random.key(16), TARGET, HMC_CONFIG, HMC_TRAINING)
     run, losses_of, num = _train, (lambda info: info.loss[None]), 6
   # the initial states are committed to the default device, as the library's loops place
   # them: the loop's jit shares their compilation (the step is one object per configuration)
@@ -167,7 +168,7 @@ def test_progress_bar_by_default_and_print(capsys):
 @pytest.mark.system  # six L2HMC training runs with checkpoints (~16 s): CI's second command
 def test_starting_point_is_init_state_or_checkpoint_never_silently_both(tmp_path):
   directory = tmp_path / "run"
-  start = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=16)
+  start = l2hmc.init_training(jax.random.key(16), TARGET, HMC_CONFIG, HMC_TRAINING)
   half = _train(num_iterations=3, init_state=start, checkpoint_dir=directory)
   assert checkpoint.latest_step(directory) == 3
   full = _train(init_state=start)
@@ -177,7 +178,7 @@ def test_starting_point_is_init_state_or_checkpoint_never_silently_both(tmp_path
   for other in (None, full.state):
     assert _bits(_train(init_state=other, checkpoint_dir=directory).state) == _bits(full.state)
   # another starting state with this directory is a conflict
-  other = l2hmc.init_training(TARGET, HMC_CONFIG, HMC_TRAINING, seed=17)
+  other = l2hmc.init_training(jax.random.key(17), TARGET, HMC_CONFIG, HMC_TRAINING)
   with pytest.raises(ValueError, match="did not start from the given init_state"):
     _train(init_state=other, checkpoint_dir=directory)
   with pytest.raises(ValueError, match="did not start from the given init_state"):

@@ -33,6 +33,7 @@ import pytest
 import scipy.signal
 
 from metaoptax import l2hmc
+from tests.l2hmc.paper import paper_config, paper_training
 
 blackjax = pytest.importorskip("blackjax")
 
@@ -41,7 +42,7 @@ NUM_STEPS = 5
 
 def acting_sampler(target, seed=0):
   """An L2HMC sampler whose networks are far from zero (as after training)."""
-  config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=NUM_STEPS, step_sizes="per_step",
+  config = paper_config(dim=target.dim, num_steps=NUM_STEPS, step_sizes="per_step",
                              init_step_size=0.15)
   params = l2hmc.init_params(jax.random.key(seed), config)
   noise = optax.tree_utils.tree_random_like(jax.random.key(seed + 1), params.networks)
@@ -154,13 +155,13 @@ def test_geyer_ess_agrees_with_blackjax_on_sampler_output(name, hmc_step_size, t
   if hmc_step_size is None:
     sampler = acting_sampler(target)
   else:
-    config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=10, use_networks=False,
+    config = paper_config(dim=target.dim, num_steps=10, use_networks=False,
                                init_step_size=hmc_step_size)
     sampler = l2hmc.l2hmc(target.logdensity_fn, config,
                           l2hmc.init_params(jax.random.key(0), config),
                           l2hmc.make_masks(jax.random.key(1), config))
   positions = jax.random.normal(jax.random.key(5), (16, target.dim))
-  draws, _ = jax.jit(lambda k, x: l2hmc.sample_chains(sampler, k, x, 1000))(
+  draws, _ = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 1000))(
       jax.random.key(6), positions)
   draws = np.asarray(draws, np.float64)
   for samples, tolerance in ((draws, tolerance_x), (draws**2, tolerance_x2)):

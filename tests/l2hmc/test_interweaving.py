@@ -13,6 +13,7 @@ import pytest
 
 from metaoptax import l2hmc
 from metaoptax.l2hmc import interweaving, schools_exact
+from tests.l2hmc.paper import paper_config, paper_training
 
 SCHOOLS = l2hmc.interweaving.Interweaving(location=0, log_scale=1, members=tuple(range(2, 10)))
 
@@ -38,7 +39,7 @@ def test_move_jacobian_and_group_law():
 
 def test_config_is_validated():
   with pytest.raises(ValueError, match="interweaving"):
-    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(
+    l2hmc.init_params(jax.random.key(0), paper_config(
         dim=3, interweaving=l2hmc.interweaving.Interweaving(0, 1, (1, 2))))
 
 
@@ -73,7 +74,7 @@ def _errors(moved):
                          / (exact["sd2"] / np.sqrt(n))])
 
 
-CONFIG = l2hmc.L2HMCConfig(dim=10, num_steps=1, use_networks=False,
+CONFIG = paper_config(dim=10, num_steps=1, use_networks=False,
                            interweaving=SCHOOLS._replace(scales=(2.0, 1.0), num_moves=2))
 
 

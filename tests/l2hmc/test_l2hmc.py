@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from metaoptax import l2hmc
+from tests.l2hmc.paper import paper_config, paper_training
 
 TARGET = l2hmc.targets.strongly_correlated_gaussian()
 
@@ -34,7 +35,7 @@ def _round_trip(step_sizes):
   """A jitted function of the direction (traced: both directions share one
   compilation; float64): the start, the forward run with the networks on and
   off, the backward run from the forward run's end, and both log-determinants."""
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=4, step_sizes=step_sizes)
+  config = paper_config(dim=2, num_steps=4, step_sizes=step_sizes)
   params, masks = perturbed_params(config), l2hmc.make_masks(jax.random.key(1), config)
   x, v = jnp.array([1.0, 2.0]), jnp.array([0.5, -1.0])
 
@@ -64,7 +65,7 @@ def test_forward_then_backward_returns_and_log_dets_cancel(step_sizes, direction
 def _log_dets(per_coordinate):
   """A jitted function of the direction (both share one compilation; float64):
   the leapfrog's log|det J| and that of ``jax.jacfwd``'s Jacobian of the map."""
-  config = l2hmc.L2HMCConfig(dim=3, num_steps=3, step_sizes="per_step",
+  config = paper_config(dim=3, num_steps=3, step_sizes="per_step",
                              per_coordinate=per_coordinate)
   target = l2hmc.targets.gaussian(jnp.diag(jnp.array([1.0, 4.0, 0.25])))
   params, masks = perturbed_params(config), l2hmc.make_masks(jax.random.key(2), config)
@@ -104,7 +105,7 @@ def plain_hmc_step(logdensity_fn, x, v, step_size, num_steps):
 
 def test_networks_off_is_exactly_hmc():
   with jax.enable_x64(True):
-    config = l2hmc.L2HMCConfig(dim=2, num_steps=7, use_networks=False, init_step_size=0.15)
+    config = paper_config(dim=2, num_steps=7, use_networks=False, init_step_size=0.15)
     params = jax.tree.map(lambda a: a.astype(jnp.float64),
                           l2hmc.init_params(jax.random.key(0), config))
     sampler = l2hmc.l2hmc(TARGET.logdensity_fn, config, params,
@@ -131,12 +132,12 @@ def test_random_networks_leave_the_target_invariant():
   chain still samples the target: moments match within Monte Carlo error."""
   covariance = jnp.array([[1.0, 0.6], [0.6, 2.0]])
   target = l2hmc.targets.gaussian(covariance)
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, init_step_size=0.4)
+  config = paper_config(dim=2, num_steps=3, init_step_size=0.4)
   params = jax.tree.map(lambda a: a.astype(jnp.float32), perturbed_params(config, scale=0.1))
   sampler = l2hmc.l2hmc(target.logdensity_fn, config, params,
                         l2hmc.make_masks(jax.random.key(1), config))
   start = jax.random.multivariate_normal(jax.random.key(4), jnp.zeros(2), covariance, (500,))
-  samples, acceptance = jax.jit(lambda k, x: l2hmc.sample_chains(sampler, k, x, 400))(
+  samples, acceptance = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 400))(
       jax.random.key(5), start)
   assert 0.2 < float(acceptance.mean()) < 1.0
   flat = np.asarray(samples).reshape(-1, 2)
@@ -145,7 +146,7 @@ def test_random_networks_leave_the_target_invariant():
 
 
 def test_nonfinite_acceptance_is_rejected():
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=2)
+  config = paper_config(dim=2, num_steps=2)
   params = l2hmc.init_params(jax.random.key(0), config)
   wall = lambda x: jnp.where(x[0] > 0.5, jnp.nan, -0.5 * x @ x)
   sampler = l2hmc.l2hmc(wall, config, params, l2hmc.make_masks(jax.random.key(1), config))
@@ -161,7 +162,7 @@ def test_nonfinite_acceptance_is_rejected():
 
 
 def test_vmap_over_chains_and_jit():
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, step_sizes="per_step")
+  config = paper_config(dim=2, num_steps=3, step_sizes="per_step")
   params = l2hmc.init_params(jax.random.key(0), config)
   sampler = l2hmc.l2hmc(TARGET.logdensity_fn, config, params,
                         l2hmc.make_masks(jax.random.key(1), config))
@@ -194,13 +195,13 @@ def test_ess_estimators_on_ar1(phi):
 @pytest.mark.system  # two L2HMC training runs (12 s; also in CI's floors): CI's second command
 def test_training_improves_jumps_and_is_deterministic():
   """Same seed, different ``log_every`` (progress chunks): bit-identical runs."""
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=4)
-  training = l2hmc.TrainingConfig(num_chains=32)
+  config = paper_config(dim=2, num_steps=4)
+  training = paper_training(num_chains=32)
   kwargs = dict(num_iterations=60, progress=None)
-  start = lambda: l2hmc.init_training(TARGET, config, training, seed=1)
+  start = lambda: l2hmc.init_training(jax.random.key(1), TARGET, config, training)
   reports = []
-  first = l2hmc.train(TARGET, config, training, init_state=start(), log_every=30, **kwargs)
-  second = l2hmc.train(TARGET, config, training, init_state=start(), log_every=7,
+  first = l2hmc.train(jax.random.key(0), TARGET, config, training, init_state=start(), log_every=30, **kwargs)
+  second = l2hmc.train(jax.random.key(0), TARGET, config, training, init_state=start(), log_every=7,
                        **{**kwargs, "progress": reports.append})
   np.testing.assert_array_equal(first.losses, second.losses)
   for a, b in zip(jax.tree.leaves(first.state), jax.tree.leaves(second.state)):
@@ -214,7 +215,7 @@ def test_training_improves_jumps_and_is_deterministic():
   assert first.skipped_updates == 0 and int(first.state.iteration) == 60
   assert first.losses[-10:].mean() < first.losses[:10].mean()
   with pytest.raises(ValueError, match="dim"):
-    l2hmc.train(TARGET, config._replace(dim=3), training, **kwargs)
+    l2hmc.train(jax.random.key(0), TARGET, config._replace(dim=3), training, **kwargs)
   with pytest.raises(ValueError, match="step_sizes"):
     l2hmc.init_params(jax.random.key(0), config._replace(step_sizes="bogus"))
 
@@ -234,13 +235,13 @@ def test_temperature_and_first_order_force_in_training():
   first loss) is unchanged and the updates differ."""
   target = l2hmc.targets.gaussian(jnp.diag(jnp.array([1.0, 2.0])))
   wide = l2hmc.targets.gaussian(jnp.diag(jnp.array([4.0, 8.0])))
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=1, hidden=4)
-  training = l2hmc.TrainingConfig(num_chains=8)
+  config = paper_config(dim=2, num_steps=1, hidden=4)
+  training = paper_training(num_chains=8)
 
   def train(target, **fields):
     run = training._replace(**fields)
-    return l2hmc.train(target, config, run, num_iterations=4, log_every=4, progress=None,
-                       init_state=l2hmc.init_training(target, config, run, seed=2))
+    return l2hmc.train(jax.random.key(0), target, config, run, num_iterations=4, log_every=4, progress=None,
+                       init_state=l2hmc.init_training(jax.random.key(2), target, config, run))
 
   exact = train(target, temperature=4.0)
   cut = train(wide, differentiate_force=False)

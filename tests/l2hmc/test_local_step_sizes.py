@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from metaoptax import l2hmc
+from tests.l2hmc.paper import paper_config, paper_training
 
 COVARIANCE = jnp.array([[1.0, 0.6], [0.6, 4.0]])
 GAUSSIAN = l2hmc.targets.gaussian(COVARIANCE)
 
 
 def _config():
-  return l2hmc.L2HMCConfig(dim=2, num_steps=5, use_networks=False, per_coordinate=True,
+  return paper_config(dim=2, num_steps=5, use_networks=False, per_coordinate=True,
                            step_sizes="per_step", local_step_sizes=True)
 
 
@@ -97,12 +98,12 @@ def test_leaves_the_target_invariant(cap):
 
 def test_needs_per_coordinate_step_sizes():
   with pytest.raises(ValueError, match="per_coordinate"):
-    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, local_step_sizes=True))
+    l2hmc.init_params(jax.random.key(0), paper_config(dim=2, local_step_sizes=True))
 
 
 def test_scale_move_needs_local_step_sizes():
   with pytest.raises(ValueError, match="scale_move"):
-    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, scale_move=1.0))
+    l2hmc.init_params(jax.random.key(0), paper_config(dim=2, scale_move=1.0))
 
 
 @pytest.mark.parametrize("size", [0.1, 3.0])
@@ -136,10 +137,10 @@ def test_fitted_step_sizes_follow_the_funnels_scale():
   (|beta_j| < 1e-3 |beta_v|). (The log-square fit gave 0.02-0.64 over seeds on the 10-d
   funnel.)"""
   target = l2hmc.posteriors.neals_funnel(dim=4)
-  config = l2hmc.L2HMCConfig(dim=4, num_steps=3, use_networks=False, per_coordinate=True,
+  config = paper_config(dim=4, num_steps=3, use_networks=False, per_coordinate=True,
                              local_step_sizes=True)
-  training = l2hmc.TrainingConfig(num_chains=8, warmup_iterations=24)
-  state = l2hmc.init_training(target, config, training, seed=3)
+  training = paper_training(num_chains=8, warmup_iterations=24)
+  state = l2hmc.init_training(jax.random.key(3), target, config, training)
   local, sigma_v = state.params.local, float(state.whitening.scale[0])
   per_v = np.asarray(local.exponent[1:]) * float(local.slope[0]) / sigma_v
   np.testing.assert_allclose(per_v, 0.5, rtol=1e-3)
@@ -150,7 +151,7 @@ def test_fitted_step_sizes_follow_the_funnels_scale():
 
 def test_curvature_slopes_vanish_on_a_gaussian():
   """Constant curvature: every slope 0 (1e-5), so the fit leaves plain HMC (c ~ 0)."""
-  found = jax.jit(lambda x, k: l2hmc.warmup(GAUSSIAN.logdensity_fn, x, k, num_steps=3,
+  found = jax.jit(lambda x, k: l2hmc.warmup(k, GAUSSIAN.logdensity_fn, x, num_steps=3,
                                             num_iterations=40, slopes="curvature"))(
                                                 GAUSSIAN.sample(jax.random.key(0), 16),
                                                 jax.random.key(1))
@@ -161,9 +162,9 @@ def test_curvature_slopes_vanish_on_a_gaussian():
 
 def test_rejects_an_unknown_fit():
   with pytest.raises(ValueError, match="slopes"):
-    l2hmc.warmup(GAUSSIAN.logdensity_fn, jnp.zeros((4, 2)), jax.random.key(0), slopes="x")
+    l2hmc.warmup(jax.random.key(0), GAUSSIAN.logdensity_fn, jnp.zeros((4, 2)), slopes="x")
   with pytest.raises(ValueError, match="local_fit"):
-    l2hmc.init_training(GAUSSIAN, _config(), l2hmc.TrainingConfig(local_fit="x"))
+    l2hmc.init_training(jax.random.key(0), GAUSSIAN, _config(), paper_training(local_fit="x"))
 
 
 def test_fit_caps_recovers_a_saturating_scale():
@@ -227,7 +228,7 @@ def test_scale_move_leaves_the_funnel_invariant():
   log x_1^2 - v, a log chi^2_1, within 5 s.e.); v moves. Without the Jacobian the mean of v
   fails (measured -0.69)."""
   target = l2hmc.posteriors.neals_funnel(dim=4)
-  config = l2hmc.L2HMCConfig(dim=4, num_steps=1, use_networks=False, per_coordinate=True,
+  config = paper_config(dim=4, num_steps=1, use_networks=False, per_coordinate=True,
                              local_step_sizes=True, scale_move=2.0)
   local = FUNNEL_MODEL._replace(exponent=jnp.array([0.0, 0.45, 0.5, 0.55]),
                                 cap=jnp.array([jnp.inf, 1.0, 1.5, jnp.inf]),

@@ -15,6 +15,7 @@ import pytest
 
 from metaoptax import l2hmc
 from tests.l2hmc.test_l2hmc import run as leapfrog
+from tests.l2hmc.paper import paper_config, paper_training
 
 
 @pytest.mark.parametrize("step_sizes", ["shared", "per_step"])
@@ -23,7 +24,7 @@ def test_networks_off_equals_the_general_path_with_zero_networks(step_sizes, dir
   with jax.enable_x64(True):
     target = l2hmc.targets.gaussian(jnp.array([[1.0, 0.3, 0.0], [0.3, 2.0, 0.2],
                                                [0.0, 0.2, 0.5]]))
-    config = l2hmc.L2HMCConfig(dim=3, num_steps=4, step_sizes=step_sizes)
+    config = paper_config(dim=3, num_steps=4, step_sizes=step_sizes)
     params = jax.tree.map(lambda a: a.astype(jnp.float64),
                           l2hmc.init_params(jax.random.key(0), config))
     n = params.log_step_size_x.shape[0]  # distinct step sizes: the backward order matters

@@ -14,6 +14,7 @@ import pytest
 
 from metaoptax import l2hmc
 from tests.l2hmc.test_l2hmc import perturbed_params, run
+from tests.l2hmc.paper import paper_config, paper_training
 
 GAUSSIAN = l2hmc.targets.gaussian(jnp.diag(jnp.array([0.25, 1.0, 9.0])))
 
@@ -23,7 +24,7 @@ def _round_trip(step_sizes):
   """The parameters and a jitted function of the direction (both directions share
   one compilation; float64): the start, the backward run from the forward run's
   end, and both log-determinants."""
-  config = l2hmc.L2HMCConfig(dim=3, num_steps=4, step_sizes=step_sizes, per_coordinate=True)
+  config = paper_config(dim=3, num_steps=4, step_sizes=step_sizes, per_coordinate=True)
   params, masks = perturbed_params(config), l2hmc.make_masks(jax.random.key(1), config)
   x, v = jnp.array([1.0, 2.0, -0.5]), jnp.array([0.5, -1.0, 0.3])
 
@@ -68,7 +69,7 @@ def test_networks_off_is_hmc_with_a_diagonal_mass_matrix(how):
   the inverse mass matrix diag(sigma^2)."""
   with jax.enable_x64(True):
     sigma, mu, h, k = jnp.array([0.5, 1.0, 3.0]), jnp.array([0.2, -1.0, 4.0]), 0.3, 5
-    config = l2hmc.L2HMCConfig(dim=3, num_steps=k, use_networks=False,
+    config = paper_config(dim=3, num_steps=k, use_networks=False,
                                per_coordinate=how == "per_coordinate")
     step_size = h * sigma if how == "per_coordinate" else h
     whitening = l2hmc.Whitening(mu, sigma) if how == "whitening" else None
@@ -98,13 +99,13 @@ def test_networks_off_is_hmc_with_a_diagonal_mass_matrix(how):
 def test_random_networks_with_whitening_and_per_coordinate_leave_the_target_invariant():
   covariance = jnp.array([[0.04, 0.0], [0.0, 25.0]])
   target = l2hmc.targets.gaussian(covariance, mean=jnp.array([1.0, -3.0]))
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, init_step_size=0.4, per_coordinate=True)
+  config = paper_config(dim=2, num_steps=3, init_step_size=0.4, per_coordinate=True)
   params = jax.tree.map(lambda a: a.astype(jnp.float32), perturbed_params(config, scale=0.1))
   whitening = l2hmc.Whitening(jnp.array([0.8, -2.0]), jnp.array([0.25, 4.0]))
   sampler = l2hmc.l2hmc(target.logdensity_fn, config, params,
                         l2hmc.make_masks(jax.random.key(1), config), whitening)
   start = target.sample(jax.random.key(4), 500)
-  samples, acceptance = jax.jit(lambda k, x: l2hmc.sample_chains(sampler, k, x, 400))(
+  samples, acceptance = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 400))(
       jax.random.key(5), start)
   assert 0.2 < float(acceptance.mean()) < 1.0
   flat = np.asarray(samples).reshape(-1, 2)
@@ -115,7 +116,7 @@ def test_random_networks_with_whitening_and_per_coordinate_leave_the_target_inva
 def test_warmup_finds_the_scales_and_the_acceptance():
   variances = jnp.array([0.01, 1.0, 100.0, 4.0])
   target = l2hmc.targets.gaussian(jnp.diag(variances), mean=jnp.array([0.0, 1.0, -5.0, 2.0]))
-  found = jax.jit(lambda x, k: l2hmc.warmup(target.logdensity_fn, x, k, num_steps=5,
+  found = jax.jit(lambda x, k: l2hmc.warmup(k, target.logdensity_fn, x, num_steps=5,
                                             num_iterations=300))(
       jax.random.normal(jax.random.key(0), (128, 4)), jax.random.key(1))
   np.testing.assert_allclose(found.whitening.scale, jnp.sqrt(variances), rtol=0.1)
@@ -131,14 +132,14 @@ def test_warmup_scale_far_from_the_origin_in_float32():
   mean = jnp.array([1e4, -1e4])
   target = l2hmc.targets.gaussian(jnp.eye(2), mean=mean)
   start = mean + jax.random.normal(jax.random.key(0), (128, 2))
-  found = jax.jit(lambda x, k: l2hmc.warmup(target.logdensity_fn, x, k, num_steps=5,
+  found = jax.jit(lambda x, k: l2hmc.warmup(k, target.logdensity_fn, x, num_steps=5,
                                             num_iterations=300))(start, jax.random.key(1))
   np.testing.assert_allclose(found.whitening.scale, 1.0, rtol=0.1)
   np.testing.assert_allclose(found.whitening.location, mean, atol=0.1)
 
 
 def test_init_params_step_size_checks():
-  config = l2hmc.L2HMCConfig(dim=3, per_coordinate=True)
+  config = paper_config(dim=3, per_coordinate=True)
   params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.array([0.1, 0.2, 0.3]))
   np.testing.assert_allclose(jnp.exp(params.log_step_size_v[0]), [0.1, 0.2, 0.3], rtol=1e-6)
   with pytest.raises(ValueError, match="shape"):
@@ -173,17 +174,17 @@ def test_objectives_on_a_reflection():
 def test_training_with_a_warmup_is_finite():
   """The warm-up path under one objective (each objective's value is checked above)."""
   objective = "esjd_squares"
-  config = l2hmc.L2HMCConfig(dim=3, num_steps=3, hidden=8, per_coordinate=True,
+  config = paper_config(dim=3, num_steps=3, hidden=8, per_coordinate=True,
                              step_sizes="per_step")
-  training = l2hmc.TrainingConfig(num_chains=32, aux_weight=0.0, objective=objective,
+  training = paper_training(num_chains=32, aux_weight=0.0, objective=objective,
                                   warmup_iterations=40)
-  result = l2hmc.train(GAUSSIAN, config, training, num_iterations=30, progress=None)
+  result = l2hmc.train(jax.random.key(0), GAUSSIAN, config, training, num_iterations=30, progress=None)
   assert result.skipped_updates == 0 and np.all(np.isfinite(result.losses))
   assert result.whitening is not None
   np.testing.assert_allclose(result.whitening.scale, [0.5, 1.0, 3.0], rtol=0.35)
   assert result.params.log_step_size_x.shape == (3, 3)
   with pytest.raises(ValueError, match="objective"):
-    l2hmc.TrainingConfig(objective="nope") and l2hmc.init_training(
+    paper_training(objective="nope") and l2hmc.init_training(jax.random.key(0), 
         GAUSSIAN, config, training._replace(objective="nope"))
 
 
@@ -217,11 +218,11 @@ def test_training_drops_diverging_chains_instead_of_skipping_updates():
   with ``drop_nonfinite_chains`` no update is skipped and the loss stays finite."""
   wall = lambda x: jnp.where(x[0] > 1.5, jnp.nan, -0.5 * x @ x)
   target = l2hmc.targets.Target("walled", 2, wall, None, None)
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, hidden=8, init_step_size=0.5)
+  config = paper_config(dim=2, num_steps=3, hidden=8, init_step_size=0.5)
   skipped = {}
   for drop in (False, True):
-    training = l2hmc.TrainingConfig(num_chains=64, aux_weight=0.0, drop_nonfinite_chains=drop)
-    result = l2hmc.train(target, config, training, num_iterations=10, progress=None)
+    training = paper_training(num_chains=64, aux_weight=0.0, drop_nonfinite_chains=drop)
+    result = l2hmc.train(jax.random.key(0), target, config, training, num_iterations=10, progress=None)
     skipped[drop] = result.skipped_updates
     if drop:
       assert np.all(np.isfinite(result.losses))

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from metaoptax import l2hmc
+from tests.l2hmc.paper import paper_config, paper_training
 
 DIM = 3
 
@@ -33,7 +34,7 @@ def _rough(x):
 def _trajectory(step_sizes, num_steps=3, direction=1):
   """``(x, v) -> (x', v')``: K position-Verlet steps on ``_rough``, per-coordinate step sizes
   (``step_sizes``: one pair, or one per step) that differ between x and v."""
-  config = l2hmc.L2HMCConfig(dim=DIM, num_steps=num_steps, use_networks=False, hidden=1,
+  config = paper_config(dim=DIM, num_steps=num_steps, use_networks=False, hidden=1,
                              step_sizes=step_sizes, per_coordinate=True,
                              integrator="position_verlet")
   rng = np.random.default_rng(0)
@@ -86,7 +87,7 @@ def test_rotation_step_sizes_turn_a_gaussian_exactly():
       eps_x, eps_v = l2hmc.rotation_step_sizes(jnp.float64(h), num_steps, "position_verlet")
       np.testing.assert_allclose([eps_x, eps_v], [2 * math.tan(theta / 2), math.sin(theta)],
                                  rtol=1e-14)
-      config = l2hmc.L2HMCConfig(dim=3, num_steps=num_steps, use_networks=False,
+      config = paper_config(dim=3, num_steps=num_steps, use_networks=False,
                                  integrator="position_verlet")
       params = l2hmc.L2HMCParams({}, jnp.log(eps_x)[None], jnp.log(eps_v)[None])
       x_k, v_k, logdensity, _, _ = l2hmc.leapfrog(config, params, jnp.zeros((num_steps, 3)),
@@ -99,7 +100,7 @@ def test_rotation_step_sizes_turn_a_gaussian_exactly():
     # K = 1 at the cap, velocity Verlet's pair (eps_x = 1, eps_v = 2) under position Verlet
     swapped = l2hmc.rotation_step_sizes(jnp.float64(3.0), 1)
     x_1, v_1, logdensity, _, _ = l2hmc.leapfrog(
-        l2hmc.L2HMCConfig(dim=3, num_steps=1, use_networks=False, integrator="position_verlet"),
+        paper_config(dim=3, num_steps=1, use_networks=False, integrator="position_verlet"),
         l2hmc.L2HMCParams({}, jnp.log(swapped[0])[None], jnp.log(swapped[1])[None]),
         jnp.zeros((1, 3)), gaussian, z, v, gaussian(z), -z, 1)
     assert abs(float(-logdensity + 0.5 * v_1 @ v_1 - 0.5 * (z @ z + v @ v))) > 0.1
@@ -119,7 +120,7 @@ def test_sampler_with_the_reflection_keeps_a_gaussian():
   position-Verlet sampler (K = 2, reflection through the origin: not a symmetry of the
   target, so its Metropolis step rejects some; step sizes that accept ~70 %): mean and
   covariance within 5 standard errors of the exact ones."""
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=2, use_networks=False, hidden=1,
+  config = paper_config(dim=2, num_steps=2, use_networks=False, hidden=1,
                              step_sizes="per_step", per_coordinate=True, reflection=True,
                              integrator="position_verlet")
   params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.array([0.9, 0.7]))
@@ -181,7 +182,7 @@ def _counted(logdensity_fn, counts):
 ])
 def test_gradients_per_transition(integrator, num_steps, reflection, gradients, values):
   counts = {"value": 0, "gradient": 0}
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=num_steps, use_networks=False, hidden=1,
+  config = paper_config(dim=2, num_steps=num_steps, use_networks=False, hidden=1,
                              reflection=reflection, integrator=integrator)
   params = l2hmc.init_params(jax.random.key(0), config, step_size=0.5)
   sampler = l2hmc.l2hmc(_counted(_gaussian, counts), config, params,
@@ -199,7 +200,7 @@ def test_gradients_per_transition(integrator, num_steps, reflection, gradients, 
 
 
 def test_position_verlet_with_the_networks_is_refused():
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=2, use_networks=True,
+  config = paper_config(dim=2, num_steps=2, use_networks=True,
                              integrator="position_verlet")
   with pytest.raises(ValueError, match="use_networks=False"):
     l2hmc.init_params(jax.random.key(0), config)

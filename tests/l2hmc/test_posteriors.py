@@ -9,6 +9,7 @@ import pytest
 from scipy import special, stats
 
 from metaoptax.l2hmc import posteriors
+from tests.l2hmc.paper import paper_config, paper_training
 
 # float32 log densities of magnitude |log p| against float64 oracles
 RTOL, ATOL = 2e-6, 1e-4
@@ -116,15 +117,15 @@ def test_a_sampler_trained_on_one_subsample_runs_on_others():
   whitening)."""
   from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top
   source = posteriors.breast_cancer(60, seed=0)
-  config = l2hmc.L2HMCConfig(dim=31, num_steps=3, use_networks=False, per_coordinate=True,
+  config = paper_config(dim=31, num_steps=3, use_networks=False, per_coordinate=True,
                              step_sizes="per_step")
-  training = l2hmc.TrainingConfig(num_chains=8, aux_weight=0.0, warmup_iterations=16,
+  training = paper_training(num_chains=8, aux_weight=0.0, warmup_iterations=16,
                                   objective="esjd_coordinates", drop_nonfinite_chains=True)
   # the warmed-up starting state stands for a trained one (compiling training is slow)
-  result = l2hmc.init_training(source, config, training)
+  result = l2hmc.init_training(jax.random.key(0), source, config, training)
   assert result.whitening is not None
   warmup = jax.jit(lambda logdensity_fn, x: l2hmc.warmup(
-      logdensity_fn, x, jax.random.key(1), num_steps=3, num_iterations=16), static_argnums=0)
+      jax.random.key(1), logdensity_fn, x, num_steps=3, num_iterations=16), static_argnums=0)
   for target in (posteriors.breast_cancer(),):  # another subsample runs the same code
     rewarmed = warmup(target.logdensity_fn, result.chains.position)
 
@@ -132,7 +133,8 @@ def test_a_sampler_trained_on_one_subsample_runs_on_others():
     def draws_with(whitening):  # one compilation for both whitenings (same shapes)
       sampler = l2hmc.l2hmc(target.logdensity_fn, config, result.params, result.masks,
                             whitening)
-      return l2hmc.sample_chains(sampler, jax.random.key(2), rewarmed.positions, 4)
+      return l2hmc.sample_chains(jax.random.key(2), sampler,
+                                 jax.vmap(sampler.init)(rewarmed.positions), 4)
 
     for whitening in (result.whitening, rewarmed.whitening):
       draws, acceptance = draws_with(whitening)

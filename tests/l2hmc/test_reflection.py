@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from metaoptax import l2hmc
+from tests.l2hmc.paper import paper_config, paper_training
 
 WEIGHTS, MEANS, VARIANCE = jnp.array([0.3, 0.7]), jnp.array([[-2.0, 0.0], [2.0, 0.0]]), 0.1
 
@@ -35,7 +36,7 @@ def _draws(key, n):
 
 
 def test_reflection_crosses_at_the_metropolis_rate_and_keeps_the_weights():
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=3, use_networks=False, reflection=True)
+  config = paper_config(dim=2, num_steps=3, use_networks=False, reflection=True)
   params = l2hmc.init_params(jax.random.key(0), config, step_size=0.1)
   sampler = l2hmc.l2hmc(_logdensity, config, params, l2hmc.make_masks(jax.random.key(1),
                                                                       config))
@@ -64,7 +65,7 @@ def test_reflection_crosses_at_the_metropolis_rate_and_keeps_the_weights():
 def test_reflection_is_through_the_whitening_location():
   """With a whitening of location mu, x -> 2 mu - x: the mixture shifted by mu crosses alike."""
   shift = jnp.array([5.0, -3.0])
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=1, use_networks=False, reflection=True)
+  config = paper_config(dim=2, num_steps=1, use_networks=False, reflection=True)
   params = l2hmc.init_params(jax.random.key(0), config, step_size=1e-4)
   whitening = l2hmc.whitening.Whitening(shift, jnp.ones(2))
   sampler = l2hmc.l2hmc(lambda x: _logdensity(x - shift), config, params,
@@ -85,7 +86,7 @@ def test_rotation_step_sizes_turn_a_gaussian_exactly():
     for num_steps, h in ((1, 3.0), (2, 0.5), (3, 10.0)):  # capped, below the cap, capped
       eps_x, eps_v = l2hmc.rotation_step_sizes(jnp.float64(h), num_steps)
       theta = min(2 * math.asin(min(h / 2, 1.0)), math.pi / 2 / num_steps)
-      config = l2hmc.L2HMCConfig(dim=3, num_steps=num_steps, use_networks=False)
+      config = paper_config(dim=3, num_steps=num_steps, use_networks=False)
       params = l2hmc.L2HMCParams({}, jnp.log(eps_x)[None], jnp.log(eps_v)[None])
       x_k, v_k, logdensity, _, _ = l2hmc.leapfrog(
           config, params, jnp.zeros((num_steps, 3)), lambda q: -0.5 * q @ q, z, v,
@@ -97,7 +98,7 @@ def test_rotation_step_sizes_turn_a_gaussian_exactly():
                                  atol=1e-12)
     equal = jnp.log(jnp.float64(math.sqrt(2.0)))[None]  # K = 1, theta = pi/2, equal steps
     x_1, v_1, logdensity, _, _ = l2hmc.leapfrog(
-        l2hmc.L2HMCConfig(dim=3, num_steps=1, use_networks=False),
+        paper_config(dim=3, num_steps=1, use_networks=False),
         l2hmc.L2HMCParams({}, equal, equal), jnp.zeros((1, 3)), lambda q: -0.5 * q @ q, z, v,
         -0.5 * z @ z, -z, 1)
     np.testing.assert_allclose(x_1, math.sqrt(2.0) * v, atol=1e-12)
@@ -116,7 +117,7 @@ def test_within_chain_scale_and_midpoint_of_an_uneven_split():
   target = l2hmc.targets.mixture_of_gaussians()
   start = jnp.stack([jnp.where(jnp.arange(32) < 20, 2.0, -2.0), jnp.zeros(32)], 1)
   start = start + math.sqrt(0.1) * jax.random.normal(jax.random.key(0), (32, 2))
-  found = jax.jit(lambda x, k: l2hmc.warmup(target.logdensity_fn, x, k, num_steps=5,
+  found = jax.jit(lambda x, k: l2hmc.warmup(k, target.logdensity_fn, x, num_steps=5,
                                             num_iterations=300, scales="within",
                                             location="midpoint"))(start, jax.random.key(1))
   np.testing.assert_allclose(found.whitening.scale, [math.sqrt(0.1)] * 2, rtol=0.15)
@@ -131,10 +132,10 @@ def test_init_training_starts_the_reflection_sampler_at_an_exact_rotation():
   quarter-period angle over K (K = 1: eps_x <= 1), and the whitening's location (the
   reflection's centre) is near the mixture's centre (within 0.15 of 0)."""
   target = l2hmc.targets.mixture_of_gaussians()
-  config = l2hmc.L2HMCConfig(dim=2, num_steps=1, use_networks=False, hidden=1,
+  config = paper_config(dim=2, num_steps=1, use_networks=False, hidden=1,
                              step_sizes="per_step", per_coordinate=True, reflection=True)
-  state = l2hmc.init_training(target, config, l2hmc.TrainingConfig(
-      num_chains=16, objective="squares_coordinates", warmup_iterations=100), seed=0)
+  state = l2hmc.init_training(jax.random.key(0), target, config, paper_training(
+      num_chains=16, objective="squares_coordinates", warmup_iterations=100))
   eps_x = np.exp(np.asarray(state.params.log_step_size_x))
   eps_v = np.exp(np.asarray(state.params.log_step_size_v))
   np.testing.assert_allclose(eps_v, 2 * np.tan(np.arcsin(eps_x) / 2), rtol=1e-5)

@@ -40,7 +40,7 @@ def test_no_moving_chain_keeps_every_chain():
 def test_warmup_from_a_far_chain_ends_in_the_bulk():
   target = l2hmc.targets.gaussian(jnp.diag(jnp.array([0.01, 0.01])))
   positions = jnp.zeros((16, 2)).at[0].set(jnp.array([60.0, -60.0]))  # |grad| ~ 6e3
-  found = l2hmc.warmup(target.logdensity_fn, positions, jax.random.key(0), num_steps=3,
+  found = l2hmc.warmup(jax.random.key(0), target.logdensity_fn, positions, num_steps=3,
                        num_iterations=60)
   assert float(jnp.max(jnp.abs(found.positions))) < 1.0
   np.testing.assert_allclose(found.whitening.scale, [0.1, 0.1], rtol=0.3)

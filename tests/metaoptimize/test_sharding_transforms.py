@@ -346,7 +346,8 @@ def _worker():  # pylint: disable=too-many-statements
     mesh = make_mesh(kind)
     axis = "x" if kind == "flat" else ("data", "model")
     target = l2hmc.targets.strongly_correlated_gaussian()
-    config = l2hmc.L2HMCConfig(dim=2, num_steps=3, hidden=8)
+    config = l2hmc.L2HMCConfig(dim=2, num_steps=3, hidden=8, step_sizes="shared",
+                               use_networks=True, per_coordinate=False, jitter=0.0)
     sampler = l2hmc.l2hmc(target.logdensity_fn, config, l2hmc.init_params(k1, config),
                           l2hmc.make_masks(k2, config))
     positions = jax.random.normal(k3, (16, 2))

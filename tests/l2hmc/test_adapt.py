@@ -1,0 +1,148 @@
+"""``l2hmc.adapt``: one call from a log density to a checked sampler, pytree positions, the
+warnings of a run that has not converged, and the jitter's exactness."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from metaoptax import l2hmc
+
+pytestmark = pytest.mark.slow
+
+SD_B = 3.0
+
+
+def _logdensity(p):
+  return -0.5 * jnp.sum(p["w"] ** 2) - 0.5 * (p["b"] / SD_B) ** 2
+
+
+def _positions(key, chains=32):
+  k_w, k_b = jax.random.split(key)
+  return {"w": jax.random.normal(k_w, (chains, 2, 2)), "b": jax.random.normal(k_b, (chains,))}
+
+
+@pytest.fixture(scope="module")
+def adapted():
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", l2hmc.ConvergenceWarning)  # a converged run: no warning
+    return l2hmc.adapt(_logdensity, progress=None).run(jax.random.key(0),
+                                                        _positions(jax.random.key(1)),
+                                                        num_steps=600)
+
+
+def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapted):
+  (states, sampler), info = adapted
+  assert states.position["w"].shape == (32, 2, 2) and states.position["b"].shape == (32,)
+  assert states.logdensity_grad["w"].shape == (32, 2, 2)
+  assert info.converged and info.messages == () and info.rhat < 1.05
+  assert 0.1 < info.acceptance < 0.99 and info.finite == 1.0
+  assert info.rhat_per_coordinate.shape == (5 + 1,)
+  # gradients: the warm-up's transitions (at least the nominal 240), training's 240 and the
+  # check's 120, K = 10 each
+  assert info.num_gradient_evaluations >= (240 + 240 + 120) * 10
+  draws, acceptance = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
+      jax.random.key(2), states)
+  assert draws["w"].shape == (500, 32, 2, 2) and acceptance.shape == (500, 32)
+  # N(0, I) and N(0, 3^2): 16,000 draws, autocorrelated; tolerances ~5 Monte Carlo errors
+  np.testing.assert_allclose(np.mean(draws["w"]), 0.0, atol=0.08)
+  np.testing.assert_allclose(np.std(draws["w"]), 1.0, rtol=0.08)
+  np.testing.assert_allclose(np.mean(draws["b"]), 0.0, atol=0.4)
+  np.testing.assert_allclose(np.std(draws["b"]), SD_B, rtol=0.12)
+
+
+def test_the_sampler_runs_in_blackjax_run_inference_algorithm(adapted):
+  blackjax = pytest.importorskip("blackjax")
+  (states, sampler), _ = adapted
+  one = jax.tree.map(lambda a: a[0], states)
+  final, history = blackjax.util.run_inference_algorithm(
+      jax.random.key(3), sampler, 20, initial_state=one,
+      transform=lambda state, info: (state.position, info.acceptance_rate))
+  assert final.position["w"].shape == (2, 2) and history[0]["w"].shape == (20, 2, 2)
+
+
+def test_a_target_far_from_the_starts_with_too_short_an_adaptation_warns():
+  far = lambda x: -0.5 * jnp.sum(((x - 300.0) / 0.1) ** 2)  # 3,000 sds from N(0, 1) starts
+  positions = jax.random.normal(jax.random.key(0), (8, 3))
+  with pytest.warns(l2hmc.ConvergenceWarning, match="not converged"):
+    _, info = l2hmc.adapt(far, progress=None).run(jax.random.key(1), positions, num_steps=100)
+  assert not info.converged and info.rhat > 1.05 and info.messages
+
+
+def test_the_warm_up_finds_a_typical_set_far_from_the_starts_before_the_whitening():
+  mean, sd = 8.0, 0.5  # 16 posterior sds from the N(0, 1) starts
+  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - mean) / sd) ** 2)
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  found = jax.jit(lambda k, x: l2hmc.warmup(k, logdensity_fn, x, num_iterations=200))(
+      jax.random.key(1), positions)
+  assert float(found.burn_in_rhat) < 1.1  # the burn-in ended with the chains in agreement
+  np.testing.assert_allclose(found.whitening.location, mean, atol=0.25 * sd)
+  np.testing.assert_allclose(found.whitening.scale, sd, rtol=0.3)
+  assert int(found.num_transitions) >= 200
+
+
+def test_the_burn_in_repeats_until_the_chains_agree():
+  # the same far target with a burn-in window of 25 transitions: one is not enough
+  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  run = jax.jit(lambda k, x, n: l2hmc.warmup(k, logdensity_fn, x, num_iterations=100,
+                                             max_burn_in_windows=n), static_argnums=2)
+  once, repeated = run(jax.random.key(1), positions, 1), run(jax.random.key(1), positions, 8)
+  assert int(once.num_transitions) == 100
+  assert int(repeated.num_transitions) > 100
+  assert float(repeated.burn_in_rhat) < float(once.burn_in_rhat)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(num_steps=50), "num_steps"),
+    (dict(num_steps=True), "num_steps"),
+    (dict(positions={"a": jnp.zeros((4, 2)), "b": jnp.zeros((3,))}), "leading"),
+    (dict(positions=jnp.zeros((1, 2))), "at least 2 chains"),
+    (dict(positions={"a": jnp.zeros(())}), "leading axis"),
+])
+def test_bad_input_raises_at_run(bad, match):
+  kwargs = {"positions": jnp.zeros((4, 2)), "num_steps": 100, **bad}
+  with pytest.raises(ValueError, match=match):
+    l2hmc.adapt(lambda x: -jnp.sum(x**2), progress=None).run(jax.random.key(0), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_rhat=1.0), "max_rhat"), (dict(min_acceptance=0.5, max_acceptance=0.4),
+                                       "acceptance")])
+def test_bad_settings_raise_at_construction(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    l2hmc.adapt(lambda x: -jnp.sum(x**2), **kwargs)
+
+
+def test_jitter_must_be_in_zero_one():
+  with pytest.raises(ValueError, match="jitter"):
+    l2hmc.init_params(jax.random.key(0), l2hmc.L2HMCConfig(dim=2, jitter=1.0))
+
+
+def test_a_jittered_proposal_is_the_proposal_with_scaled_step_sizes():
+  # the jitter u multiplies every step size: propose(step_scale=u) equals propose with
+  # log step sizes + log u (rtol 1e-6, float32)
+  config = l2hmc.L2HMCConfig(dim=3, num_steps=4)
+  params = l2hmc.init_params(jax.random.key(0), config, step_size=jnp.asarray([0.2, 0.3, 0.4]))
+  masks = l2hmc.make_masks(jax.random.key(1), config)
+  logdensity_fn = lambda x: -0.5 * jnp.sum(x**2 * jnp.arange(1.0, 4.0))
+  state = l2hmc.init(jnp.asarray([0.3, -0.2, 0.5]), logdensity_fn)
+  momentum = jnp.asarray([0.1, 0.7, -0.4])
+  u = 1.37
+  scaled = params._replace(log_step_size_x=params.log_step_size_x + jnp.log(u),
+                           log_step_size_v=params.log_step_size_v + jnp.log(u))
+  for direction in (1, -1):
+    jittered = l2hmc.propose(config, params, masks, logdensity_fn, state, momentum, direction,
+                             step_scale=jnp.asarray(u))
+    expected = l2hmc.propose(config, scaled, masks, logdensity_fn, state, momentum, direction)
+    np.testing.assert_allclose(jittered[0].position, expected[0].position, rtol=1e-6)
+    np.testing.assert_allclose(jittered[1], expected[1], rtol=1e-6)
+
+
+def test_the_jittered_kernel_draws_its_scales_in_range():
+  config = l2hmc.L2HMCConfig(dim=2, jitter=0.5)
+  u = l2hmc.draw_step_scale(jax.random.key(0), config, (10_000,))
+  assert 0.5 <= float(u.min()) < 0.52 and 1.48 < float(u.max()) <= 1.5
+  assert l2hmc.draw_step_scale(jax.random.key(0), config._replace(jitter=0.0)) is None

@@ -50,6 +50,12 @@ import optax
 import _report
 from metaoptax import l2o
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2o_teleport.md", "l2o_ellipse_loss.png", "l2o_ellipse_paths.png",
+           "l2o_rosenbrock_loss.png", "l2o_mlp_loss.png",)
+
+
 #: name -> (heads, extra L2OConfig fields) of the learned optimizers on the ellipse family.
 ELLIPSE_VARIANTS = {
     "vanilla L2O": (("update",), {"hidden": 64}),

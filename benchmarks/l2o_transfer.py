@@ -69,6 +69,15 @@ from suite_tasks import digits
 from suite_tasks import mnist1d
 from suite_tasks import runner
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2o_transfer.md", "l2o_transfer.json", "l2o_transfer.png",
+           # --learned-only --step-size climb --drop-in, with --meta-gradient pes and with
+           # back-propagation (its l2o_transfer_learned_only.md and .json, renamed)
+           "l2o_transfer_drop_in_pes.md", "l2o_transfer_drop_in_pes.json",
+           "l2o_transfer_drop_in_backprop.md", "l2o_transfer_drop_in_backprop.json",)
+
+
 ADAM_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 SEEDS = 3
 STEPS = 5000

@@ -74,6 +74,13 @@ from suite_tasks import mnist1d  # pylint: disable=g-import-not-at-top,wrong-imp
 from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks.runner import Method  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("lr_free/lr_free.md", "lr_free/lr_free_*.png",
+           # the lr_free.json of each run, renamed, listed in runs.txt and read by --combine
+           "lr_free/run_*.json", "lr_free/runs.txt",)
+
+
 OUT = HERE / "out" / "lr_free"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 CHECKPOINTS = 20  # records per run: every 5 % of the budget

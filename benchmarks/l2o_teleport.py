@@ -553,7 +553,7 @@ def main(argv=None):
   parser.add_argument("--rosenbrock-tasks-per-step", type=int, default=32)
   parser.add_argument("--log-loss", type=int, default=0,
                       help="1: meta-train on log f (the recipe before issue 30); 0: on f, the "
-                           "library's default (benchmarks/results/l2o_defaults.md)")
+                           "library's default (docs/design-decisions.md)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")

@@ -154,7 +154,7 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   ]
   if noise_floor:
     # wide networks on few examples and small minibatches: at step 2,000 of Adam 8e-3 they
-    # sit at a noise floor that a decay lowers (results/l2o_noise_floor.md)
+    # sit at a noise floor that a decay lowers (docs/design-decisions.md)
     classifiers[1] = l2o.tasks.mlp_minibatch(digits_train, (64, 96, 96, 10), "relu", examples=512,
                                              batch=16, label_smoothing=smooth(0.0))
     classifiers[2] = l2o.tasks.mlp_minibatch(digits_train, (64, 128, 10), "tanh", examples=256,
@@ -626,7 +626,7 @@ def main(argv=None):
   parser.add_argument("--time-repeats", type=int, default=11)
   parser.add_argument("--checkpoint-dir", type=pathlib.Path, default=None,
                       help="keep the meta-training state of every task batch there (orbax; "
-                           "read by l2o_transfer_select.py); a rerun resumes from it")
+                           "for a later selection); a rerun resumes from it")
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out/, git-ignored)")
   parser.add_argument("--results", action="store_true",

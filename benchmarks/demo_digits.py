@@ -42,6 +42,11 @@ from suite_tasks import digits
 from suite_tasks import methods
 from suite_tasks import runner
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("demo_digits.md", "demo_digits.png",)
+
+
 GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 STARTS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
 SEEDS = 3
@@ -213,7 +218,9 @@ def main(argv=None):
   seconds = (sum(l.seconds for l in grid_logs), sum(l.seconds for l in start_logs))
   args.out.mkdir(parents=True, exist_ok=True)
   md, png = args.out / "demo_digits.md", args.out / "demo_digits.png"
-  _report.write_table(table(problem, grid_logs, start_logs, best, steps, chunk, seconds), md)
+  lines = table(problem, grid_logs, start_logs, best, steps, chunk, seconds)
+  lines.append(f"\nCommit `{_report.git_commit(short=True)}`.")
+  _report.write_table(lines, md)
   plot(problem, grid_logs, start_logs, best, png)
   print(f"wrote {md}\nwrote {png}")
   print(f"total {time.perf_counter() - start:.0f} s (data, compilation and training)")

@@ -50,6 +50,11 @@ from metaoptax import l2o
 from suite_tasks import digits
 from suite_tasks import runner
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2o_digits.md", "l2o_digits.png",)
+
+
 #: name -> (heads, extra L2OConfig fields) of the learned optimizers.
 VARIANTS = {
     "vanilla L2O": (("update",), {}),

@@ -50,6 +50,12 @@ import optax
 import _report
 from metaoptax import l2o
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2o_teleport.md", "l2o_ellipse_loss.png", "l2o_ellipse_paths.png",
+           "l2o_rosenbrock_loss.png", "l2o_mlp_loss.png",)
+
+
 #: name -> (heads, extra L2OConfig fields) of the learned optimizers on the ellipse family.
 ELLIPSE_VARIANTS = {
     "vanilla L2O": (("update",), {"hidden": 64}),
@@ -547,7 +553,7 @@ def main(argv=None):
   parser.add_argument("--rosenbrock-tasks-per-step", type=int, default=32)
   parser.add_argument("--log-loss", type=int, default=0,
                       help="1: meta-train on log f (the recipe before issue 30); 0: on f, the "
-                           "library's default (benchmarks/results/l2o_defaults.md)")
+                           "library's default (docs/design-decisions.md)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")

@@ -69,6 +69,15 @@ from suite_tasks import digits
 from suite_tasks import mnist1d
 from suite_tasks import runner
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2o_transfer.md", "l2o_transfer.json", "l2o_transfer.png",
+           # --learned-only --step-size climb --drop-in, with --meta-gradient pes and with
+           # back-propagation (its l2o_transfer_learned_only.md and .json, renamed)
+           "l2o_transfer_drop_in_pes.md", "l2o_transfer_drop_in_pes.json",
+           "l2o_transfer_drop_in_backprop.md", "l2o_transfer_drop_in_backprop.json",)
+
+
 ADAM_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 SEEDS = 3
 STEPS = 5000
@@ -145,7 +154,7 @@ def training_families(digits_train, mnist1d_train, examples=512, label_smoothing
   ]
   if noise_floor:
     # wide networks on few examples and small minibatches: at step 2,000 of Adam 8e-3 they
-    # sit at a noise floor that a decay lowers (results/l2o_noise_floor.md)
+    # sit at a noise floor that a decay lowers (docs/design-decisions.md)
     classifiers[1] = l2o.tasks.mlp_minibatch(digits_train, (64, 96, 96, 10), "relu", examples=512,
                                              batch=16, label_smoothing=smooth(0.0))
     classifiers[2] = l2o.tasks.mlp_minibatch(digits_train, (64, 128, 10), "tanh", examples=256,
@@ -617,7 +626,7 @@ def main(argv=None):
   parser.add_argument("--time-repeats", type=int, default=11)
   parser.add_argument("--checkpoint-dir", type=pathlib.Path, default=None,
                       help="keep the meta-training state of every task batch there (orbax; "
-                           "read by l2o_transfer_select.py); a rerun resumes from it")
+                           "for a later selection); a rerun resumes from it")
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out/, git-ignored)")
   parser.add_argument("--results", action="store_true",

@@ -58,6 +58,13 @@ from suite_tasks import blockwise  # pylint: disable=g-import-not-at-top,wrong-i
 from suite_tasks import models  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks import mnist1d  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("learned_hyperparams/learned_hyperparams.md",
+           "learned_hyperparams/learned_hyperparams.json",
+           "learned_hyperparams/learned_hyperparams_*.png",)
+
+
 SEEDS = 3
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 HELD_OUT = 400

@@ -41,6 +41,12 @@ from metaoptax.step_size import drop_ins  # pylint: disable=g-import-not-at-top,
 
 from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("lion_sgd_drop_ins/lion_sgd_drop_ins.md", "lion_sgd_drop_ins/lion_sgd_drop_ins.json",
+           "lion_sgd_drop_ins/lion_sgd_drop_ins_*.png",)
+
+
 TASKS = ("digits", "mnist1d")
 STEPS = {"digits": 12_000, "mnist1d": 10_000}
 LION_GRID = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)

@@ -74,6 +74,13 @@ from suite_tasks import mnist1d  # pylint: disable=g-import-not-at-top,wrong-imp
 from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
 from suite_tasks.runner import Method  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("lr_free/lr_free.md", "lr_free/lr_free_*.png",
+           # the lr_free.json of each run, renamed, listed in runs.txt and read by --combine
+           "lr_free/run_*.json", "lr_free/runs.txt",)
+
+
 OUT = HERE / "out" / "lr_free"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 CHECKPOINTS = 20  # records per run: every 5 % of the budget
@@ -388,7 +395,7 @@ def _validation_gated(rho: float = 0.99, margin: float = 0.01, patience: int = 1
   the step size goes back to where the climb ended (or, with ``restore=False``, stays
   where it is) and is held there for the rest of the run ("climb x2, hold", the best
   design on the networks that overfit:
-  a larger step generalizes better there, `lr_free_weight_decay.py`), while on data that
+  a larger step generalizes better there, docs/design-decisions.md), while on data that
   do not overfit (the character model, the transformer on the whole standard library)
   the validation loss keeps falling and the default anneals as before. A non-finite
   validation loss is ignored. ``design``: settings of :func:`_design` other than the former
@@ -465,7 +472,7 @@ def _range_test(climb: float = 0.05, stop: float = 2.0, factor: float = 1.0,
   (or is not finite), the run goes back to the average :math:`x` and Adam's second
   moment of the step with the lowest average loss, and holds ``factor`` times that
   step's rate for the rest of the run, schedule-free's average (restarted at the
-  rollback) doing the annealing. ``lr_free_rate_signals.py`` measured the rate of the
+  rollback) doing the annealing. A range test (docs/design-decisions.md) measured the rate of the
   lowest average loss of such a range test (climb 0.05) within 0.6-2.1x of schedule-free's
   tuned rate at 10 % of every CPU task's budget. The schedule-free step, with
   :math:`d_t = g_t / (\sqrt{\hat\nu_t} + \epsilon) + \lambda y_t` and rate :math:`\gamma_t`:
@@ -590,7 +597,7 @@ DESIGNS = {
         b1=0.5, climb_backoff=0.5, meta_step_size=0.0), lambda s, p: _interpolated_eval(
             s, p, b1=0.5)),
     # a criterion other than the greedy meta-gradient's turn: schedule-free's rate where
-    # a range test's training loss is lowest (lr_free_rate_signals.py), held after it
+    # a range test's training loss is lowest (docs/design-decisions.md), held after it
     "schedule-free, range test, hold": (_range_test, lambda s, p: s.x,
                                          dict(needs_obj=True, step_sizes_of=_range_test_rate)),
     # Adam's moments weighted by the step size (prodigy's d_t weights): the climb's

@@ -23,6 +23,14 @@ import optax
 import _report
 import metaoptax
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("step_time.md", "step_time.png",
+           # --only "metaoptax.adamw(" (the README's row), on CPU and on an H100
+           "step_time_adamw.md", "step_time_adamw.png",
+           "step_time_adamw_h100.md", "step_time_adamw_h100.png",)
+
+
 TARGETS = {"Hessian-free": 1.10, "exact 2x2": 2.5, "averaged": 1.15,
            # learned hyperparameters: (1.10 + 0.05 k) for k of them
            "learn k=1": 1.15, "learn k=2": 1.20, "learn k=3": 1.25}

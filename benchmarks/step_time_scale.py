@@ -33,6 +33,13 @@ import _report
 import metaoptax
 from step_time import init_mlp, loss_fn, make_step, nbytes
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("step_time_scale.md", "step_time_scale.png",
+           # on an H100:
+           "step_time_scale_h100.md", "step_time_scale_h100.png")
+
+
 #: Hidden width W of a 1024-W-W-10 MLP for each size (1024 W + W^2 + 11 W + 10 params).
 WIDTHS = {"0.1M": 90, "1M": 580, "10M": 2660, "100M": 9480}
 BATCH = 128

@@ -35,7 +35,7 @@ from metaoptax.step_size import step_sizes
 from metaoptax.step_size import xu_idbd
 from metaoptax.step_size import __all__ as _STEP_SIZE_ALL
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 _LAZY_SUBPACKAGES = ("checkpoint", "l2hmc", "l2o", "teleport")
 

@@ -91,8 +91,8 @@ class StepConfig:
       # Written as a division, XLA (which does not duplicate a division into a
       # second consumer) writes Delta once and the Hessian-free trace update and
       # the new params read it, instead of writing d and recomputing Delta in two
-      # kernels: one params-sized pass less per step (docs/benchmarks.md,
-      # "Implementation choices"). The sign sits in the divisor: XLA simplifies
+      # kernels: one params-sized pass less per step (docs/design-decisions.md).
+      # The sign sits in the divisor: XLA simplifies
       # -d / (1 / a) to the product -d * a when a is weight-wise, and a donated
       # step then also copies the params. The exact step's memory traffic is the same.
       return d / (-1 / a.astype(w.dtype))

@@ -202,7 +202,7 @@ def stabilize(trace: ExactTrace, beta: MetaParams, radius: Any) -> ExactTrace:
   step size's sensitivity to its own past keeps its sign and outweighs its
   effect on the others. A smaller ``r`` keeps the trace bounded too but shortens
   the horizon more, and the learned step size decays too early (the short-horizon
-  bias of truncated meta-gradients); ``r = 0.9`` (docs/benchmarks.md).
+  bias of truncated meta-gradients); ``r = 0.9`` (docs/design-decisions.md).
 
   Why. :math:`Y^\beta_t = d\beta_t/d\beta_\tau` (discounted over :math:`\tau`)
   is the sensitivity of the meta-parameters to their own past; the 2x2 block

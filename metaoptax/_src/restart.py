@@ -7,10 +7,9 @@ moment :math:`v` is an average over the last :math:`\sim 1/(1-b_2) = 1000`
 steps, so the climb's large early gradients dominate :math:`v` for hundreds of
 steps after it and shrink every step :math:`\hat m / \sqrt{\hat v}` once the loss
 and its gradients have fallen. A warm-up of ``optax.adamw`` by a schedule does
-the same: on ``benchmarks/lr_free.py``'s digits MLP an exponential ramp from 1e-6
-to 0.0086 over 92 steps left the train loss at 0.0086 (above its floor) at step
-500, against 0.0034 for a constant 0.0086 from step 0; restarting Adam's moments
-when the ramp ended gave 0.0030.
+the same: after an exponential ramp of the learning rate the loss stays above that of
+a constant rate from step 0 until Adam's moments forget the ramp, and restarting them
+when the ramp ends closes the gap (docs/design-decisions.md).
 
 ``metaoptimize(..., climb_memory=k)`` acts at the step after the one at which the
 climb ends (:attr:`ClimbState.ended`):
@@ -18,8 +17,7 @@ climb ends (:attr:`ClimbState.ended`):
 * ``k = 0``: the base state restarts from ``base.init``; the base direction goes on
   as one started at the climbed step size from the current weights. Adam's fresh
   moments then take sign-like first steps (:math:`|\hat m/\sqrt{\hat v}| = 1` on
-  every weight), a shock at the climbed step size (3.33 against 3.17 bits/char on
-  the character transformer at 10 % of its budget).
+  every weight), a shock at the climbed step size (docs/design-decisions.md).
 * ``k > 0`` (a base holding one ``optax.ScaleByAdamState``): Adam's moments keep
   their bias-corrected values :math:`\hat m, \hat v` but count as ``k`` steps: the
   count :math:`n` becomes ``k`` and
@@ -32,9 +30,8 @@ climb ends (:attr:`ClimbState.ended`):
   so the direction is continuous, and the climb's gradients weigh as ``k`` of the
   gradients that follow in :math:`\hat v` (the ``t``-th step after it gives them
   :math:`(1-b_2^k)\,b_2^t / (1 - b_2^{k+t})`, about :math:`k/(k+t)`) instead of the
-  ~100 of the climb. :func:`metaoptax.adamw` uses ``k = 3`` (chosen on the
-  validation splits of ``benchmarks/lr_free.py``; it is the largest of 3, 10 and 30
-  that reaches tuned AdamW's step-300 loss by step 500 from every start).
+  ~100 of the climb. :func:`metaoptax.adamw` uses ``k = 3`` (chosen on validation
+  splits: docs/design-decisions.md).
 
 The meta optimizer's state (warm since the first step) and the trace are kept. The
 change selects (``k = 0``) or scales (``k > 0``) the step's *input*: XLA fuses it into

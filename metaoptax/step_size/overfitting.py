@@ -3,8 +3,7 @@ r"""A held-out loss decides whether the learned step size anneals: the overfitti
 :func:`metaoptax.adamw` anneals :math:`\alpha` after its climb by the meta-gradient
 of the *training* loss. On a network that overfits that is the wrong direction: the
 held-out loss rises while the training loss still falls, and there a larger step
-generalizes better (``benchmarks/lr_free_weight_decay.py``: schedule-free's tuned rate
-on the MNIST-1D MLP is ~8x the climbed one). :func:`overfitting_gate` wraps a
+generalizes better. :func:`overfitting_gate` wraps a
 meta-optimized optimizer with a climb and reads a ``validation_loss`` at every
 ``update``. It keeps two bias-corrected exponential averages of it,
 
@@ -25,13 +24,9 @@ bit. A non-finite ``validation_loss`` leaves both averages as they are (pass
 The trend (fast against slow) and not the lowest value so far: noise biases a
 running minimum low, and on the character model a gate against it closed on two
 seeds of three while the validation loss still fell. The patience of 100 steps: a
-rise that lasts, not a spike. Measured on the validation splits of
-``benchmarks/lr_free.py`` (3 seeds, five tasks, four budgets), ``overfitting_gate``
-around :func:`metaoptax.adamw` ranks first of the 38 designs of the ablation; it holds
-on the two MLPs that overfit and late in the convnet's run, and is
-:func:`metaoptax.adamw` on digits and the character model. Its settings were chosen
-there against the slower ~100- and ~500-step averages with a patience of 250 steps (the
-same counts of cells, a better mean rank; docs/benchmarks.md).
+rise that lasts, not a spike. The averages' horizons and the patience were chosen on
+validation splits (docs/design-decisions.md; the measurements are in
+docs/benchmarks.md).
 
 It reads a held-out loss at every step, which ``optax.adamw``'s contract does not
 give, so it is an opt-in rather than the drop-in's default.

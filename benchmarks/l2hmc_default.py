@@ -1,0 +1,229 @@
+"""The default sampler, with no per-target argument, against NUTS and ChEES-HMC.
+
+``metaoptax.l2hmc.adapt(logdensity_fn).run(key, positions, num_steps)`` (the default recipe:
+networks off, per-step and per-coordinate step sizes with a jittered trajectory, the
+warm-up that finds the typical set, training, then a check) against blackjax's NUTS with
+window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
+(``sampler_baselines.nuts``, ``sampler_baselines.chees_hmc``), from the same starts:
+
+* **posteriordb** (``_posteriordb``): the tuning half (``--suite tuning``, what the default
+  is chosen on) or the held-out half (``--suite held_out``, run once, at the end), started
+  from Stan's inits (uniform(-2, 2) on the unconstrained scale); references: posteriordb's
+  gold-standard means and sds (constrained scale, Stan's names);
+* **the eight** earlier targets (``--suite eight``: the funnel, eight schools centered and
+  non-centered, the breast-cancer regression, the mixture, the correlated Gaussian, the
+  rough well, the 50-d ill-conditioned Gaussian), started from a standard normal;
+  references: the committed ones of ``l2hmc_posteriors.py`` (exact where known, else a long
+  NUTS run).
+
+Per target and seed: ESS per gradient (Geyer, min over coordinates) of x and x² of the
+draws, the gradients of the adaptation (warm-up and training for L2HMC, window adaptation
+for NUTS, the ChEES adaptation) reported beside, ESS per second of sampling, split R-hat,
+the largest error of a mean in reference sds and of an sd relative to the reference, and
+whether the run warned (L2HMC: ``info.converged``). A run is **silently wrong** where it
+misses R-hat < 1.01, every mean within 0.1 sd or every sd within 10 % and did not warn.
+
+    python benchmarks/l2hmc_default.py --suite tuning --quick        # smoke run
+    python benchmarks/l2hmc_default.py --suite tuning --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _posteriordb  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
+OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
+SUITES = ("tuning", "held_out", "eight")
+EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
+         "correlated", "rough_well", "ill_conditioned")
+CHAINS = 32
+#: the targets of issue 50 on every target: R-hat, bias of the means (reference sds) and sds
+MAX_RHAT, MAX_MEAN_ERROR, MAX_SD_ERROR = 1.01, 0.1, 0.1
+
+
+class Problem:
+  """A log density on a flat vector, the chains' starts, and reference moments of
+  ``summary(draws)`` (a dict of named scalars per draw)."""
+
+  def __init__(self, name, logdensity_fn, starts, summary, mean, sd):
+    self.name, self.logdensity_fn, self.starts = name, logdensity_fn, starts
+    self.summary, self.mean, self.sd = summary, mean, sd
+
+
+def _posteriordb_problem(name) -> Problem:
+  posterior = _posteriordb.load(name)
+  return Problem(name, posterior.logdensity_fn, posterior.initial_positions,
+                 posterior.constrain, posterior.reference_mean, posterior.reference_sd)
+
+
+def _eight_problem(name) -> Problem:
+  import l2hmc_posteriors  # pylint: disable=g-import-not-at-top
+  target = l2hmc_posteriors.targets()[name]
+  files = ("l2hmc_posteriors.json", "l2hmc_posteriors_toys.json")
+  reference = next(json.loads((HERE / "results" / f).read_text())[name]["reference"]
+                   for f in files if name in json.loads((HERE / "results" / f).read_text()))
+  names = [f"x[{i}]" for i in range(target.dim)]
+  summary = lambda x: {n: x[i] for i, n in enumerate(names)}
+  starts = lambda key, chains: jax.random.normal(key, (chains, target.dim))
+  return Problem(name, target.logdensity_fn, starts, summary,
+                 dict(zip(names, reference["mean"])), dict(zip(names, reference["sd"])))
+
+
+def problems(suite: str) -> list[Problem]:
+  if suite == "eight":
+    return [_eight_problem(name) for name in EIGHT]
+  names = _posteriordb.NAMES_TUNING if suite == "tuning" else _posteriordb.NAMES_HELD_OUT
+  return [_posteriordb_problem(name) for name in names]
+
+
+def moments_errors(problem: Problem, draws) -> dict:
+  """The largest |mean - reference| in reference sds and |sd / reference - 1|."""
+  summarized = jax.jit(jax.vmap(jax.vmap(problem.summary)))(jnp.asarray(draws))
+  mean_errors, sd_errors = [], []
+  for name, ref_mean in problem.mean.items():
+    values = np.asarray(summarized[name], np.float64)
+    ref_sd = max(problem.sd[name], 1e-12)
+    mean_errors.append(abs(values.mean() - ref_mean) / ref_sd)
+    sd_errors.append(abs(values.std() / ref_sd - 1.0))
+  return dict(mean_error=float(np.max(mean_errors)), sd_error=float(np.max(sd_errors)))
+
+
+def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int) -> dict:
+  k_adapt, k_run = jax.random.split(key)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", l2hmc.ConvergenceWarning)
+    (states, sampler), info = l2hmc.adapt(problem.logdensity_fn, progress=None).run(
+        k_adapt, positions, num_steps=num_steps)
+  run = lambda k, s: l2hmc.sample_chains(k, sampler, s, num_samples)
+  (draws, acceptance), seconds = _sampler_metrics.compiled_and_timed(run, k_run, states)
+  grads = l2hmc.gradient_evaluations(l2hmc.L2HMCConfig())
+  return dict(draws=np.asarray(draws), grads_per_transition=float(grads),
+              warmup_grads=float(info.num_gradient_evaluations), seconds=seconds,
+              acceptance=float(np.mean(acceptance)), warned=bool(caught),
+              adaptation_rhat=info.rhat, messages=list(info.messages))
+
+
+def score(problem: Problem, run: dict) -> dict:
+  found = _sampler_metrics.score(run["draws"], run["grads_per_transition"], run["seconds"])
+  found.update(moments_errors(problem, run["draws"]))
+  found["warmup_grads"] = float(np.mean(run["warmup_grads"]))
+  found["warned"] = bool(run.get("warned", False))
+  found["acceptance"] = run["acceptance"]
+  right = (max(found["rhat_x"], found["rhat_x2"]) < MAX_RHAT
+           and found["mean_error"] < MAX_MEAN_ERROR and found["sd_error"] < MAX_SD_ERROR)
+  found["right"] = bool(right)
+  found["silently_wrong"] = bool(not right and not found["warned"])
+  for key in ("adaptation_rhat", "messages"):
+    if key in run:
+      found[key] = run[key]
+  return found
+
+
+def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_chees,
+               num_samples) -> dict:
+  rows = {"l2hmc": [], "nuts": [], "chees": []}
+  for seed in seeds:
+    k_start, k_l2hmc, k_nuts, k_chees = jax.random.split(jax.random.key(seed), 4)
+    positions = problem.starts(k_start, CHAINS)
+    rows["l2hmc"].append(score(problem, run_l2hmc(problem, k_l2hmc, positions, num_steps,
+                                                  num_samples)))
+    rows["nuts"].append(score(problem, sampler_baselines.nuts(
+        problem.logdensity_fn, k_nuts, positions, num_warmup_nuts, num_samples)))
+    rows["chees"].append(score(problem, sampler_baselines.chees_hmc(
+        problem.logdensity_fn, k_chees, positions, num_warmup_chees, num_samples)))
+  return rows
+
+
+def _mean(rows, key):
+  return float(np.mean([row[key] for row in rows]))
+
+
+def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
+  lines = [f"# The default L2HMC sampler against NUTS and ChEES-HMC: {suite}", "",
+           f"`python benchmarks/l2hmc_default.py --suite {suite}` at `{commit}`; settings: "
+           + ", ".join(f"{k}={v}" for k, v in settings.items()) + ". Means over seeds; R-hat "
+           "and the moments' errors: the worst seed. ESS/grad: Geyer's ESS (min over "
+           "coordinates) per gradient of sampling; adaptation gradients per chain beside.", "",
+           "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
+           "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, rows in results.items():
+    nuts_x, nuts_x2 = _mean(rows["nuts"], "ess_per_grad_x"), _mean(rows["nuts"],
+                                                                    "ess_per_grad_x2")
+    for sampler in ("l2hmc", "nuts", "chees"):
+      r = rows[sampler]
+      ratio = (f"{_mean(r, 'ess_per_grad_x') / nuts_x:.2f} / "
+               f"{_mean(r, 'ess_per_grad_x2') / nuts_x2:.2f}")
+      ess_per_second = float(np.mean([1.0 / row["seconds_per_ess_x"] for row in r]))
+      lines.append(
+          f"| {name} | {sampler} | {_mean(r, 'ess_per_grad_x'):.3g} | "
+          f"{_mean(r, 'ess_per_grad_x2'):.3g} | {ratio} | {ess_per_second:.3g} | "
+          f"{_mean(r, 'warmup_grads'):.3g} | "
+          f"{max(max(row['rhat_x'], row['rhat_x2']) for row in r):.3f} | "
+          f"{max(row['mean_error'] for row in r):.3f} | "
+          f"{max(row['sd_error'] for row in r):.3f} | "
+          f"{sum(row['warned'] for row in r)}/{len(r)} | "
+          f"{sum(row['silently_wrong'] for row in r)}/{len(r)} |")
+  return lines
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--suite", choices=SUITES, default="tuning")
+  parser.add_argument("--names", nargs="*", help="a subset of the suite's targets")
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--num-steps", type=int, default=1000, help="adapt's transitions")
+  parser.add_argument("--nuts-warmup", type=int, default=1000)
+  parser.add_argument("--chees-warmup", type=int, default=500)
+  parser.add_argument("--samples", type=int, default=1000)
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--out", type=pathlib.Path, default=OUT)
+  args = parser.parse_args(argv)
+  if args.quick:
+    args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
+        1, 100, 50, 50, 20)
+  chosen = [p for p in problems(args.suite) if not args.names or p.name in args.names]
+  if args.quick:
+    chosen = chosen[:1]
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=HERE, check=False).stdout.strip() or "unknown"
+  settings = dict(chains=CHAINS, seeds=args.seeds, num_steps=args.num_steps,
+                  nuts_warmup=args.nuts_warmup, chees_warmup=args.chees_warmup,
+                  samples=args.samples)
+  args.out.mkdir(parents=True, exist_ok=True)
+  stem = f"l2hmc_default_{args.suite}"
+  path = args.out / f"{stem}.json"
+  results = {}  # a rerun of some targets with the same settings keeps the others' rows
+  if path.exists() and json.loads(path.read_text()).get("settings") == settings:
+    results = json.loads(path.read_text())["results"]
+  for problem in tqdm(chosen, desc=f"l2hmc_default {args.suite}"):
+    rows = run_target(problem, range(args.seeds), args.num_steps, args.nuts_warmup,
+                      args.chees_warmup, args.samples)
+    results[problem.name] = rows
+    path.write_text(json.dumps(dict(commit=commit, settings=settings, quick=args.quick,
+                                    results=results), indent=1))
+    (args.out / f"{stem}.md").write_text(
+        "\n".join(report(results, args.suite, commit, settings)) + "\n")
+  print((args.out / f"{stem}.md").read_text())
+
+
+if __name__ == "__main__":
+  main()

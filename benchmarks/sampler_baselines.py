@@ -25,7 +25,10 @@ time per effective sample.
     python benchmarks/sampler_baselines.py --out benchmarks/results   # the committed table
 
 ``run_baselines(target, key, ...)`` returns one target's figures for other
-benchmarks (``l2hmc_ess.py`` sets L2HMC beside them).
+benchmarks (``l2hmc_ess.py`` sets L2HMC beside them). On any log density and the
+chains' start positions ``(chains, dim)``: ``nuts(...)`` (as above) and
+``chees_hmc(...)``, ChEES-HMC (Hoffman, Radul and Sountsov 2021) as blackjax's own tests
+set it up; both also return the gradients their warm-up spent per chain.
 """
 
 from __future__ import annotations

@@ -25,7 +25,10 @@ time per effective sample.
     python benchmarks/sampler_baselines.py --out benchmarks/results   # the committed table
 
 ``run_baselines(target, key, ...)`` returns one target's figures for other
-benchmarks (``l2hmc_ess.py`` sets L2HMC beside them).
+benchmarks (``l2hmc_ess.py`` sets L2HMC beside them). On any log density and the
+chains' start positions ``(chains, dim)``: ``nuts(...)`` (as above) and
+``chees_hmc(...)``, ChEES-HMC (Hoffman, Radul and Sountsov 2021) as blackjax's own tests
+set it up; both also return the gradients their warm-up spent per chain.
 """
 
 from __future__ import annotations
@@ -55,27 +58,54 @@ HMC_GRID = (0.02, 0.03, 0.045, 0.07, 0.1, 0.15, 0.22, 0.33, 0.5, 0.75)
 
 
 def sample_nuts(target, key, chains: int, adaptation: int, samples: int) -> dict:
-  """NUTS after ``window_adaptation`` (diagonal mass matrix), one adaptation per chain.
-
-  Returns draws ``(samples, chains, dim)``, gradient evaluations per transition,
-  the sampling's seconds, the mean acceptance and the adapted step sizes.
-  """
-  import blackjax  # pylint: disable=g-import-not-at-top
+  """:func:`nuts` on a ``Target``, its chains started by ``_sampler_metrics.start_positions``."""
   k_start, k_adapt, k_run = jax.random.split(key, 3)
   positions = _sampler_metrics.start_positions(target, k_start, chains)
+  return _nuts(target.logdensity_fn, k_adapt, k_run, positions, adaptation, samples)
+
+
+def nuts(logdensity_fn, key, positions, num_warmup: int, num_samples: int) -> dict:
+  """NUTS after ``window_adaptation`` (diagonal mass matrix), one adaptation per chain.
+
+  Every chain adapts its own step size and mass matrix from its own start (the
+  adaptations vmapped), then draws ``num_samples`` with them.
+
+  Args:
+    logdensity_fn: a flat ``(dim,)`` position -> log density.
+    key: PRNG key.
+    positions: the chains' starts, ``(chains, dim)``.
+    num_warmup: window-adaptation steps.
+    num_samples: transitions after the adaptation.
+
+  Returns:
+    ``draws`` ``(num_samples, chains, dim)``; ``grads_per_transition`` (the mean of
+    ``info.num_integration_steps``); ``warmup_grads`` ``(chains,)`` (the sum of the
+    integration steps during the adaptation); ``seconds`` (the sampling, compiled,
+    after the adaptation); ``acceptance``; ``divergent`` (the share of divergent
+    transitions); ``step_size`` ``(chains,)``.
+  """
+  k_adapt, k_run = jax.random.split(key)
+  return _nuts(logdensity_fn, k_adapt, k_run, jnp.asarray(positions), num_warmup, num_samples)
+
+
+def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: int) -> dict:
+  import blackjax  # pylint: disable=g-import-not-at-top
+  chains = positions.shape[0]
 
   def adapt(key, position):
     warmup = blackjax.window_adaptation(
-        blackjax.nuts, target.logdensity_fn, is_mass_matrix_diagonal=True,
-        adaptation_info_fn=blackjax.adaptation.base.get_filter_adapt_info_fn())
-    (state, parameters), _ = warmup.run(key, position, num_steps=adaptation)
-    return state, parameters
+        blackjax.nuts, logdensity_fn, is_mass_matrix_diagonal=True,
+        adaptation_info_fn=blackjax.adaptation.base.get_filter_adapt_info_fn(
+            info_keys={"num_integration_steps"}))
+    (state, parameters), info = warmup.run(key, position, num_steps=adaptation)
+    return state, parameters, jnp.sum(info.info.num_integration_steps)
 
-  states, parameters = jax.jit(jax.vmap(adapt))(jax.random.split(k_adapt, chains), positions)
+  states, parameters, warmup_grads = jax.jit(jax.vmap(adapt))(
+      jax.random.split(k_adapt, chains), positions)
 
   def run(keys, states, parameters):
     def chain(key, state, parameters):
-      step = blackjax.nuts(target.logdensity_fn, **parameters).step
+      step = blackjax.nuts(logdensity_fn, **parameters).step
 
       def one(state, key):
         state, info = step(key, state)
@@ -89,9 +119,74 @@ def sample_nuts(target, key, chains: int, adaptation: int, samples: int) -> dict
   (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
       run, jax.random.split(k_run, chains), states, parameters)
   return dict(draws=np.swapaxes(np.asarray(draws), 0, 1),
-              grads_per_transition=float(np.mean(steps)), seconds=seconds,
+              grads_per_transition=float(np.mean(steps)), warmup_grads=np.asarray(warmup_grads),
+              seconds=seconds, acceptance=float(np.mean(acceptance)),
+              divergent=float(np.mean(divergent)), step_size=np.asarray(parameters["step_size"]))
+
+
+def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
+              step_size: float = 0.1, learning_rate: float = 0.5,
+              mass_matrix_estimation: str | None = None) -> dict:
+  """ChEES-HMC: jittered HMC whose step size and trajectory length are tuned across chains.
+
+  Hoffman, Radul and Sountsov (2021), "An adaptive MCMC scheme for setting trajectory
+  lengths in Hamiltonian Monte Carlo" (AISTATS, proceedings.mlr.press/v130/hoffman21a):
+  the trajectory length follows the gradient of the ChEES criterion (the change in
+  the chains' centred squared distance) with Adam, the step size dual averaging
+  toward blackjax's target acceptance, over all chains at once. Set up as blackjax's
+  own tests do: ``chees_adaptation(logdensity_fn, chains).run(key, positions,
+  step_size=0.1, optim=optax.adam(0.5, b1=0.0, b2=0.95), num_steps=num_warmup)``, then
+  ``dynamic_hmc(logdensity_fn, **parameters)`` for every chain with the same parameters.
+
+  Args:
+    logdensity_fn: a flat ``(dim,)`` position -> log density.
+    key: PRNG key.
+    positions: the chains' starts, ``(chains, dim)`` (the ensemble the adaptation uses).
+    num_warmup: adaptation steps.
+    num_samples: transitions after the adaptation.
+    step_size: the adaptation's initial step size.
+    learning_rate: Adam's learning rate on the log trajectory length.
+    mass_matrix_estimation: ``None`` (identity, as blackjax's tests) or ``"diagonal"``.
+
+  Returns:
+    ``draws`` ``(num_samples, chains, dim)``; ``grads_per_transition`` (the mean of
+    ``info.num_integration_steps``); ``warmup_grads`` ``(chains,)`` (the sum of the
+    integration steps during the adaptation); ``seconds`` (the sampling, compiled,
+    after the adaptation); ``acceptance``; ``divergent``; the adapted ``step_size``
+    and ``num_leapfrog_steps`` (the mean before jitter).
+  """
+  import blackjax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  positions = jnp.asarray(positions)
+  chains = positions.shape[0]
+  k_adapt, k_run = jax.random.split(key)
+  warmup = blackjax.chees_adaptation(
+      logdensity_fn, chains, mass_matrix_estimation=mass_matrix_estimation,
+      adaptation_info_fn=blackjax.adaptation.base.get_filter_adapt_info_fn(
+          info_keys={"num_integration_steps"}))
+  # Not under jit: ``parameters`` holds the jitter's functions (the adaptation's scan is
+  # compiled all the same).
+  (states, parameters), info = warmup.run(
+      k_adapt, positions, step_size=step_size, optim=optax.adam(learning_rate, b1=0.0, b2=0.95),
+      num_steps=num_warmup, max_sampling_steps=num_samples)
+  warmup_grads = jnp.sum(info.info.num_integration_steps, axis=0)
+  step = blackjax.dynamic_hmc(logdensity_fn, **parameters).step
+
+  def run(key, states):
+    def one(states, key):
+      states, info = jax.vmap(step)(jax.random.split(key, chains), states)
+      return states, (states.position, info.num_integration_steps, info.acceptance_rate,
+                      info.is_divergent)
+
+    return jax.lax.scan(one, states, jax.random.split(key, num_samples))[1]
+
+  (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
+      run, k_run, states)
+  return dict(draws=np.asarray(draws), grads_per_transition=float(np.mean(steps)),
+              warmup_grads=np.asarray(warmup_grads), seconds=seconds,
               acceptance=float(np.mean(acceptance)), divergent=float(np.mean(divergent)),
-              step_size=np.asarray(parameters["step_size"]))
+              step_size=float(parameters["step_size"]),
+              num_leapfrog_steps=float(parameters["integration_steps_params"][0]))
 
 
 def sample_hmc(target, key, chains: int, burn_in: int, samples: int, num_steps: int,

@@ -1,0 +1,186 @@
+r"""The posteriordb suite's log densities against posteriordb's gold-standard moments.
+
+Each posterior of ``_posteriordb.NAMES`` is sampled with blackjax NUTS after
+``window_adaptation`` (diagonal mass matrix), every chain adapted from its own Stan
+initial point (``sampler_baselines.nuts``). Each constrained parameter's mean and
+standard deviation are compared with those of posteriordb's reference draws (10 Stan
+chains, 10,000 draws):
+
+* mean: :math:`|\bar x - \mu_{\mathrm{ref}}| \le 4\sqrt{\mathrm{MCSE}^2 + \mathrm{MCSE}_{\mathrm{ref}}^2}`,
+  or within 0.05 reference sds; :math:`\mathrm{MCSE} = s/\sqrt{\mathrm{ESS}}`, the ESS by
+  Geyer's estimator over all chains (``metaoptax.l2hmc.ess.geyer_ess``), the reference's
+  from its bulk ESS;
+* sd: within 10 % of the reference's, or within 4 of its MCSE, the delta method on
+  the variance: :math:`\mathrm{MCSE}(s) = \mathrm{sd}((x - \bar x)^2) / (2 s \sqrt{\mathrm{ESS}((x - \bar x)^2)})`.
+
+A wrong transform, Jacobian or prior moves a mean or a scale by far more. The table
+reports, per posterior, the largest mean error in reference sds, the sd ratio furthest
+from 1, the split R-hat, NUTS's gradients per transition and the wall time.
+
+    python benchmarks/posteriordb_check.py                           # all 15
+    python benchmarks/posteriordb_check.py --quick --names kidiq-kidscore_momhsiq
+    python benchmarks/posteriordb_check.py --out benchmarks/results  # the committed files
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import jax
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _posteriordb  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+OUT = HERE / "out" / "posteriordb_check"  # git-ignored; the committed files: --out results
+MCSE_BOUND = 4.0  # the pass bound, in Monte Carlo standard errors
+MEAN_SLACK = 0.05  # a mean within this many reference sds passes whatever its MCSE
+SD_TOLERANCE = 0.10  # an sd within this relative error passes whatever its MCSE
+
+
+def effective_sample_size(draws) -> float:
+  """Geyer's ESS of ``(samples, chains)`` draws of one scalar, as a count."""
+  draws = np.asarray(draws, np.float64)
+  return l2hmc.ess.geyer_ess(draws[..., None]) * draws.size
+
+
+def compare(draws, reference: dict) -> dict:
+  """One parameter's ``(samples, chains)`` draws against its reference entry."""
+  draws = np.asarray(draws, np.float64)
+  mean, sd = float(draws.mean()), float(draws.std(ddof=1))
+  ess = effective_sample_size(draws)
+  squares = (draws - mean) ** 2
+  mcse_mean = sd / np.sqrt(ess)
+  mcse_sd = float(squares.std(ddof=1) / np.sqrt(effective_sample_size(squares))
+                  / (2 * max(sd, 1e-300)))
+  ref_mean, ref_sd = reference["mean"], reference["sd"]
+  mcse_ref = ref_sd / np.sqrt(reference["ess_bulk"])
+  error = abs(mean - ref_mean)
+  mean_ok = error <= MCSE_BOUND * np.hypot(mcse_mean, mcse_ref) or error <= MEAN_SLACK * ref_sd
+  sd_ok = abs(sd / ref_sd - 1) <= SD_TOLERANCE or abs(sd - ref_sd) <= MCSE_BOUND * mcse_sd
+  return dict(mean=mean, sd=sd, ref_mean=ref_mean, ref_sd=ref_sd, ess=float(ess),
+              mcse_mean=float(mcse_mean), mcse_sd=mcse_sd,
+              mean_error_in_ref_sd=float(error / ref_sd),
+              mean_error_in_mcse=float(error / np.hypot(mcse_mean, mcse_ref)),
+              sd_ratio=float(sd / ref_sd), mean_ok=bool(mean_ok), sd_ok=bool(sd_ok))
+
+
+def check(name: str, key, chains: int, warmup: int, samples: int) -> dict:
+  """NUTS on posterior ``name`` and every parameter's comparison with the reference."""
+  start = time.perf_counter()
+  posterior = _posteriordb.load(name)
+  reference = _posteriordb.read_reference(name)["parameters"]
+  k_init, k_nuts = jax.random.split(key)
+  run = sampler_baselines.nuts(posterior.logdensity_fn, k_nuts,
+                               posterior.initial_positions(k_init, chains), warmup, samples)
+  draws = run["draws"]  # (samples, chains, dim)
+  flat = draws.reshape(-1, posterior.dim)
+  constrained = jax.jit(jax.vmap(posterior.constrain))(flat)
+  parameters = {}
+  for parameter in posterior.parameter_names:
+    values = np.asarray(constrained[parameter]).reshape(draws.shape[:2])
+    parameters[parameter] = compare(values, reference[parameter])
+    parameters[parameter]["rhat"] = _sampler_metrics.split_rhat(values[..., None])
+  worst_sd = max(parameters.values(), key=lambda p: abs(np.log(p["sd_ratio"])))
+  return dict(
+      name=name, split=posterior.split, dim=posterior.dim,
+      passed=all(p["mean_ok"] and p["sd_ok"] for p in parameters.values()),
+      max_mean_error_in_ref_sd=max(p["mean_error_in_ref_sd"] for p in parameters.values()),
+      max_mean_error_in_mcse=max(p["mean_error_in_mcse"] for p in parameters.values()),
+      worst_sd_ratio=worst_sd["sd_ratio"],
+      min_ess=min(p["ess"] for p in parameters.values()),
+      max_rhat=max(p["rhat"] for p in parameters.values()),
+      grads_per_transition=run["grads_per_transition"],
+      warmup_grads_per_chain=float(np.mean(run["warmup_grads"])),
+      acceptance=run["acceptance"], divergent=run["divergent"],
+      sampling_seconds=run["seconds"], seconds=time.perf_counter() - start,
+      parameters=parameters)
+
+
+def report(records: list[dict], settings: dict) -> list[str]:
+  """Markdown: the settings and one row per posterior."""
+  lines = [
+      "# posteriordb: the suite's log densities against the reference moments\n",
+      f"blackjax NUTS, `window_adaptation` (diagonal mass matrix) on each of "
+      f"{settings['chains']} chains from Stan's uniform(-2, 2) initial points, "
+      f"{settings['warmup']} adaptation steps, {settings['samples']} draws per chain; seed "
+      f"{settings['seed']}; blackjax {settings['blackjax']}, commit `{settings['commit']}`"
+      f"{' (--quick)' if settings['quick'] else ''}. Reference: posteriordb's 10 Stan chains "
+      "(10,000 draws). A parameter passes when its mean is within 4 MCSE of the reference's "
+      "(NUTS's and the reference's combined) or 0.05 reference sds, and its sd within 10 % or "
+      "4 MCSE. Mean error: the largest |mean - reference| over the parameters, in reference "
+      "sds (and in MCSE); sd ratio: the one furthest from 1; R-hat: split, the largest; "
+      "seconds: the whole run (compilation, adaptation, sampling).", "",
+      "| posterior | split | dim | mean error (ref sd) | mean error (MCSE) | sd ratio | "
+      "min ESS | R-hat | divergent | grads/transition | warm-up grads/chain | seconds | pass |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in records:
+    lines.append(
+        f"| {r['name']} | {r['split']} | {r['dim']} | {r['max_mean_error_in_ref_sd']:.3f} |"
+        f" {r['max_mean_error_in_mcse']:.2f} | {r['worst_sd_ratio']:.3f} | {r['min_ess']:.0f} |"
+        f" {r['max_rhat']:.3f} | {r['divergent']:.4f} | {r['grads_per_transition']:.1f} |"
+        f" {r['warmup_grads_per_chain']:.0f} | {r['seconds']:.0f} |"
+        f" {'pass' if r['passed'] else 'FAIL'} |")
+  failing = [(r["name"], p, v) for r in records for p, v in r["parameters"].items()
+             if not (v["mean_ok"] and v["sd_ok"])]
+  if failing:
+    lines += ["", "Failing parameters:", "",
+              "| posterior | parameter | mean | reference mean | MCSE | sd | reference sd |",
+              "|---|---|---|---|---|---|---|"]
+    for name, parameter, v in failing:
+      lines.append(f"| {name} | {parameter} | {v['mean']:.4g} | {v['ref_mean']:.4g} |"
+                   f" {v['mcse_mean']:.2g} | {v['sd']:.4g} | {v['ref_sd']:.4g} |")
+  return lines
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--names", nargs="+", default=list(_posteriordb.NAMES),
+                      choices=_posteriordb.NAMES)
+  parser.add_argument("--chains", type=int, default=8)
+  parser.add_argument("--warmup", type=int, default=1000, help="window-adaptation steps")
+  parser.add_argument("--samples", type=int, default=1000, help="draws per chain")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--quick", action="store_true",
+                      help="4 chains, 300 adaptation steps, 300 draws: a smoke run")
+  parser.add_argument("--out", type=pathlib.Path, default=OUT)
+  args = parser.parse_args(argv)
+  import blackjax  # pylint: disable=g-import-not-at-top
+  import tqdm  # pylint: disable=g-import-not-at-top
+  chains, warmup, samples = args.chains, args.warmup, args.samples
+  if args.quick:
+    chains, warmup, samples = 4, 300, 300
+  settings = dict(chains=chains, warmup=warmup, samples=samples, seed=args.seed,
+                  quick=args.quick, blackjax=blackjax.__version__,
+                  commit=_report.git_commit(short=True))
+  records = []
+  bar = tqdm.tqdm(args.names, desc="posteriordb NUTS check", dynamic_ncols=True)
+  for name in bar:
+    bar.set_postfix_str(name)
+    record = check(name, jax.random.fold_in(jax.random.key(args.seed), _posteriordb.NAMES.index(name)),
+                   chains, warmup,
+                   samples)
+    records.append(record)
+    tqdm.tqdm.write(f"{name}: {'pass' if record['passed'] else 'FAIL'}, mean error "
+                    f"{record['max_mean_error_in_ref_sd']:.3f} ref sd, sd ratio "
+                    f"{record['worst_sd_ratio']:.3f}, R-hat {record['max_rhat']:.3f} "
+                    f"({record['seconds']:.0f} s)")
+  args.out.mkdir(parents=True, exist_ok=True)
+  (args.out / "posteriordb_check.json").write_text(
+      json.dumps(dict(settings=settings, records=records), indent=1) + "\n")
+  _report.write_table(report(records, settings), str(args.out / "posteriordb_check.md"))
+  return records
+
+
+if __name__ == "__main__":
+  main()

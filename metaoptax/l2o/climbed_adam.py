@@ -167,7 +167,7 @@ def climbed_scaled_adam(network_params, config: ClimbedAdamConfig = ClimbedAdamC
     >>> opt = l2o.climbed_scaled_adam(config.init_network(jax.random.key(0)), config)
     >>> params = {"w": jnp.ones(3)}
     >>> updates, state = opt.update({"w": jnp.ones(3)}, opt.init(params), params)
-    >>> print(f"{float(metaoptax.step_sizes(state)[0]):.2g}")  # climbing from 1e-6
+    >>> print(f"{float(metaoptax.step_sizes(state)):.2g}")  # climbing from 1e-6
     1.1e-06
 
   References:

@@ -49,7 +49,7 @@ def test_round_trip_of_a_metaoptimize_state_keys_scalars_and_empty_leaves(tmp_pa
 def test_empty_tree_and_overwrite(tmp_path):
   checkpoint.save(tmp_path / "c", ())
   assert checkpoint.restore(tmp_path / "c", ()) == ()
-  with pytest.raises(ValueError, match="exists"):
+  with pytest.raises(ValueError, match=r"already exists.*overwrite=True"):
     checkpoint.save(tmp_path / "c", {"a": jnp.ones(2)})
   checkpoint.save(tmp_path / "c", {"a": jnp.ones(2)}, overwrite=True)
   _assert_identical(checkpoint.restore(tmp_path / "c", {"a": jnp.zeros(2)}), {"a": jnp.ones(2)})

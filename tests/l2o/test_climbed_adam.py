@@ -44,7 +44,7 @@ def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
     params = optax.apply_updates(params, u)
   np.testing.assert_allclose(metaoptax.step_sizes(state), metaoptax.step_sizes(ref_state),
                              rtol=1e-6)
-  assert float(metaoptax.step_sizes(state)[0]) > 1e-5  # the climb did run
+  assert float(metaoptax.step_sizes(state)) > 1e-5  # the climb did run
   if average is not None:
     for a, b in zip(jax.tree.leaves(metaoptax.averaged_params(state)),
                     jax.tree.leaves(metaoptax.averaged_params(ref_state))):
@@ -64,7 +64,7 @@ def test_steps_are_bounded_multiples_of_the_found_step_size():
   ratios = []
   for t in range(10):
     grads = _grads(jax.random.key(200 + t), params)
-    alpha = float(metaoptax.step_sizes(state)[0])
+    alpha = float(metaoptax.step_sizes(state))
     u, state = update(grads, state, params)
     direction, adam_state = adam_update(grads, adam_state, params)
     for a, d in zip(jax.tree.leaves(u), jax.tree.leaves(direction)):
@@ -94,7 +94,7 @@ def test_engine_step_is_the_transformation():
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(p)):
       np.testing.assert_array_equal(a, b)
   assert int(state.count) == 3
-  assert float(info["step_size"]) == pytest.approx(float(metaoptax.step_sizes(opt_state)[0]))
+  assert float(info["step_size"]) == pytest.approx(float(metaoptax.step_sizes(opt_state)))
   assert info["log_scale"].shape == (3,) and np.all(info["log_scale"] > 0)
 
 

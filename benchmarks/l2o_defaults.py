@@ -38,8 +38,8 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 
 def median_at(optimizer, sampler, num_tasks):
-  losses = np.asarray(l2o.evaluate(optimizer, l2o.tasks.ellipse(sampler=sampler),
-                                   jax.random.key(4242), num_tasks, STEPS))[:, AT]
+  losses = np.asarray(l2o.evaluate(jax.random.key(4242), l2o.tasks.ellipse(sampler=sampler),
+                                   optimizer, num_tasks, STEPS))[:, AT]
   return float(np.median(np.where(np.isfinite(losses), losses, np.inf)))
 
 
@@ -60,16 +60,15 @@ def main(argv=None):
   config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1)
   rows = []
   for log_loss, sampler in itertools.product((False, True), l2o.tasks.ELLIPSE_SAMPLERS):
-    training = l2o.MetaTrainingConfig(tasks_per_step=64, horizon=20, unroll=10,
-                                      log_loss=log_loss)
+    training = l2o.TrainingConfig(tasks_per_step=64, horizon=20, unroll=10,
+                                  log_loss=log_loss)
     print(f"log_loss={log_loss}, sampler={sampler}", flush=True)
     per_seed, seconds, skipped = [], 0.0, 0
     for seed in range(args.seeds):
-      result = l2o.meta_train(config, l2o.tasks.ellipse(sampler=sampler), training,
-                              num_iterations=args.iterations,
-                              init_state=l2o.init_meta_training(config, seed=seed),
-                              log_every=max(1, args.iterations // 10))
-      opt = l2o.learned_optimizer(result.params, config)
+      result = l2o.train(jax.random.key(seed), l2o.tasks.ellipse(sampler=sampler), config,
+                         training, num_iterations=args.iterations,
+                         log_every=max(1, args.iterations // 10))
+      opt = config.transformation(result.params)
       per_seed.append([median_at(opt, s, args.num_tasks) for s in EVALUATION.values()])
       seconds, skipped = seconds + result.seconds, skipped + result.skipped_updates
     rows.append((log_loss, sampler, np.asarray(per_seed), seconds, skipped))

@@ -73,7 +73,7 @@ def main(argv=None):
   for kind, family in families():
     medians = {}
     for name, opt in optimizers().items():
-      losses = np.asarray(l2o.evaluate(opt, family, jax.random.key(777), args.tasks, HORIZON))
+      losses = np.asarray(l2o.evaluate(jax.random.key(777), family, opt, args.tasks, HORIZON))
       medians[name] = (float(np.median(losses[:, CUT])), float(np.median(losses[:, HORIZON])))
     constant = medians[names[0]][1]
     pays = min(medians[names[1]][1], medians[names[2]][1]) < constant

@@ -170,28 +170,29 @@ def loss_weights(kind, unroll):
   raise ValueError(f"--loss-weights must be uniform or ramp, got {kind!r}")
 
 
-def meta_train(families, args, config):
-  training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
-                                    loss_weights=loss_weights(args.loss_weights, args.unroll),
-                                    truncation_weights=loss_weights(
+def train_network(families, args, config):
+  training = l2o.TrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
+                                unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
+                                loss_weights=loss_weights(args.loss_weights, args.unroll),
+                                truncation_weights=loss_weights(
                                         args.run_weights, args.horizon // args.unroll),
-                                    pes=None if args.meta_gradient == "backprop" else l2o.pes.PES(
+                                pes=None if args.meta_gradient == "backprop" else l2o.pes.PES(
                                         args.pes_pairs, args.pes_sigma, args.pes_perturb or None))
   updates = args.meta_iterations * (args.horizon // args.unroll)
-  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates,
+  meta_optimizer = l2o.default_optimizer(args.meta_lr, decay_updates=updates,
                                                 max_norm=args.meta_clip)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
                               steps=args.validation_steps or args.horizon,
                               every=args.validate_every)
-  result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
-                          meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer,
-                              params=args.init_network and load_network(config,
-                                                                        args.init_network)),
-                          log_every=max(1, args.meta_iterations // 50), validation=validation,
-                          checkpoint_dir=args.checkpoint_dir,
-                          checkpoint_every=1 if args.checkpoint_dir else 0)
+  start = l2o.init_training(
+      jax.random.key(args.meta_seed), families, config, training, optimizer=meta_optimizer,
+      params=args.init_network and load_network(config, args.init_network))
+  result = l2o.train(jax.random.key(args.meta_seed), families, config, training,
+                     num_iterations=args.meta_iterations, optimizer=meta_optimizer,
+                     init_state=start, log_every=max(1, args.meta_iterations // 50),
+                     validation=validation,
+                     checkpoint_dir=args.checkpoint_dir,
+                     checkpoint_every=1 if args.checkpoint_dir else 0)
   return training, result
 
 
@@ -596,10 +597,10 @@ def main(argv=None):
                       help="meta-loss weights within a truncation")
   parser.add_argument("--run-weights", default="uniform", choices=("uniform", "ramp"),
                       help="meta-loss weights of the truncations of a run (ramp: the end of "
-                           "the run counts most, MetaTrainingConfig.truncation_weights)")
+                           "the run counts most, TrainingConfig.truncation_weights)")
   parser.add_argument("--meta-gradient", default="backprop", choices=("backprop", "pes"),
                       help="back-propagation through each truncation, or persistent evolution "
-                           "strategies across the run's truncations (MetaTrainingConfig.pes)")
+                           "strategies across the run's truncations (TrainingConfig.pes)")
   parser.add_argument("--pes-pairs", type=int, default=8,
                       help="antithetic pairs of particles per task (--meta-gradient pes)")
   parser.add_argument("--pes-sigma", type=float, default=0.01,
@@ -660,7 +661,7 @@ def main(argv=None):
     config = config._replace(budget=float(args.horizon), cosine_decay=args.cosine_decay)
     trained = l2o.VariedBudget(config, float(min(args.budget_low, args.horizon)),
                                float(args.horizon))
-  training, result = meta_train(families, args, trained)
+  training, result = train_network(families, args, trained)
   network = result.params
   if args.meta_only:
     args.out.mkdir(parents=True, exist_ok=True)

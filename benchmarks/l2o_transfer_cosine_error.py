@@ -44,7 +44,7 @@ def held_out_errors(families, rates, budgets, num_tasks, key, progress):
   with progress(total=len(families) * len(budgets), desc="cosine Adam, held-out error") as bar:
     for family in families:
       errors[family.name] = {}
-      tasks, params, _ = l2o.sample_problems(l2o.L2OConfig(), family, key, num_tasks)
+      tasks, params, _ = l2o.sample_problems(key, family, l2o.L2OConfig(), num_tasks)
       for budget in budgets:
         run = lambda rate, budget=budget: l2o.evaluation.trajectory_losses(
             optax.adam(optax.cosine_decay_schedule(rate, budget)), family, tasks, params,

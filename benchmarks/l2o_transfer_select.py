@@ -109,13 +109,15 @@ DEFAULT = {
 
 
 def meta_optimizer(args):
-  return l2o.default_meta_optimizer(args.meta_lr,
-                                    decay_updates=args.meta_iterations * (args.horizon // args.unroll))
+  return l2o.default_optimizer(args.meta_lr,
+                               decay_updates=args.meta_iterations * (args.horizon // args.unroll))
 
 
 def load_networks(args, seed, batches):
   """``{batch: network weights}`` of the kept states of run ``seed`` (0: the initialization)."""
-  like = l2o.init_meta_training(l2o_transfer.CONFIG, seed=seed, meta_optimizer=meta_optimizer(args))
+  # the state's structure: any of the training families gives it (the regression needs no data)
+  like = l2o.init_training(jax.random.key(seed), l2o.tasks.mlp_regression(),
+                           l2o_transfer.CONFIG, optimizer=meta_optimizer(args))
   if args.networks:  # the selected weights that l2o_transfer.py saves, as one "batch"
     saved = np.load(args.networks.format(seed=seed))
     net = jax.tree_util.tree_map_with_path(
@@ -143,7 +145,7 @@ def rate_traces(stacked, problem, steps):
   @jax.jit
   @jax.vmap
   def run(network):
-    opt = l2o.scaled_adam(network, l2o_transfer.CONFIG)
+    opt = l2o_transfer.CONFIG.transformation(network)
 
     def body(carry, key):
       p, s = carry
@@ -176,7 +178,7 @@ def candidates_method(candidates):
   stacked = stack(list(candidates.values()))
   pick = lambda h: jax.tree.map(lambda x: x[jnp.asarray(h, jnp.int32)], stacked)
   return runner.Method("candidates", "l2o",
-                       lambda h: l2o.scaled_adam(pick(h), l2o_transfer.CONFIG),
+                       lambda h: l2o_transfer.CONFIG.transformation(pick(h)),
                        values=tuple(float(i) for i in range(len(candidates))),
                        names=tuple((str(name), "") for name in candidates))
 

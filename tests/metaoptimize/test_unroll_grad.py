@@ -15,7 +15,7 @@ import pytest
 
 import metaoptax
 from metaoptax import l2o
-from metaoptax.l2o import meta_training
+from metaoptax.l2o import training
 from tests.conftest import H, HYPER, RTOL, check_against_fd, metaoptimize_from, unroll
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -80,8 +80,8 @@ def test_l2o_truncated_meta_gradient(heads):
   config = l2o.L2OConfig(heads=heads, hidden=4, layers=1, group_dim=1)
   family = l2o.tasks.ellipse()
   net = jax.tree.map(lambda x: x.astype(jnp.float64),
-                     l2o.init_network(jax.random.key(0), config))
-  tasks, params, states = meta_training.sample_problems(config, family, jax.random.key(1), 3)
+                     config.init_network(jax.random.key(0)))
+  tasks, params, states = meta_training.sample_problems(jax.random.key(1), family, config, 3)
   states = jax.tree.map(
       lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x, states)
 

@@ -385,8 +385,10 @@ def climbed(scaling, drop_in=False):
   ``metaoptax.adamw()``'s weight decay and average: at initialization it is then
   ``metaoptax.adamw(climb_memory=None, meta_step_size=1e-3)``, the drop-in of issue 30's
   thirteenth attempt."""
-  return l2o.ClimbedAdamConfig(scaling, **(
-      dict(weight_decay=DROP_IN_WEIGHT_DECAY, average=DROP_IN_AVERAGE) if drop_in else {}))
+  if drop_in:
+    return l2o.ClimbedAdamConfig(scaling, weight_decay=DROP_IN_WEIGHT_DECAY,
+                                 average=DROP_IN_AVERAGE)
+  return l2o.ClimbedAdamConfig(scaling, weight_decay=0.0, average=None)
 
 
 def scaling_of(config):

@@ -15,7 +15,7 @@ import pytest
 
 import metaoptax
 from metaoptax import l2o
-from metaoptax.l2o import training
+from metaoptax.l2o import training as l2o_training
 from tests.conftest import H, HYPER, RTOL, check_against_fd, metaoptimize_from, unroll
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -81,12 +81,12 @@ def test_l2o_truncated_meta_gradient(heads):
   family = l2o.tasks.ellipse()
   net = jax.tree.map(lambda x: x.astype(jnp.float64),
                      config.init_network(jax.random.key(0)))
-  tasks, params, states = meta_training.sample_problems(jax.random.key(1), family, config, 3)
+  tasks, params, states = l2o.sample_problems(jax.random.key(1), family, config, 3)
   states = jax.tree.map(
       lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x, states)
 
   def meta_loss(net):
-    losses, _ = jax.vmap(lambda t, p, s: meta_training._unroll(
+    losses, _ = jax.vmap(lambda t, p, s: l2o_training._unroll(
         config, family, net, t, p, s, 5, True, False))(tasks, params, states)
     return jnp.mean(losses)
 

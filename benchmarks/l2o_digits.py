@@ -1,6 +1,6 @@
 """A learned optimizer meta-trained on small MLP tasks, applied to the digits MLP, vs tuned Adam.
 
-1. Meta-training (Algorithm 1 of Chen et al. 2022, as ``metaoptax.l2o.meta_train``):
+1. Meta-training (Algorithm 1 of Chen et al. 2022, as ``metaoptax.l2o.train``):
    coordinate-wise LSTM optimizers, vanilla L2O (the step itself) and
    LSTM(lr, momentum) (a step size and a momentum coefficient per coordinate),
    each once per seed on ``l2o.tasks.mlp_classifier`` (a 64-32-10 ReLU MLP, each
@@ -8,7 +8,7 @@
    images are never seen), 100-step trajectories in truncations of 10, log
    meta-loss, diverged tasks masked and restarted (``mask_diverged_tasks``).
 2. Application: each trained network, as an optax transformation
-   (``l2o.learned_optimizer``), trains the benchmark suite's digits classifier
+   (``config.transformation``), trains the benchmark suite's digits classifier
    (``suite_tasks/digits.py``: MLP 64-128-128-10, a fresh minibatch of 128 per
    step, label smoothing 0.1; 11x the parameters and 10x the steps of its
    training tasks) for 1,000 steps; seed ``k`` pairs network ``k`` with the
@@ -60,7 +60,7 @@ SEEDS = 3
 STEPS = 1000
 CHECKPOINTS = (0.1, 0.25, 0.5, 1.0)  # shares of the budget in the table: steps 100 ... 1000
 OUT = pathlib.Path(__file__).resolve().parent / "out"
-#: One meta-optimizer (Adam 1e-3, clipped) for every network: ``meta_train`` then
+#: One meta-optimizer (Adam 1e-3, clipped) for every network: ``l2o.train`` then
 #: reuses the compiled meta step of a variant across seeds.
 META_OPTIMIZER = l2o.default_optimizer()
 

@@ -87,7 +87,7 @@ def best_of_grid(make, grid, family, key, steps, eval_step, num_tasks=200):
 
 
 #: One default meta-optimizer (Adam 1e-3, clipped) for every run without a schedule:
-#: ``meta_train`` then reuses a compiled meta step across training seeds.
+#: ``l2o.train`` then reuses a compiled meta step across training seeds.
 META_OPTIMIZER = l2o.default_optimizer()
 
 
@@ -232,7 +232,7 @@ def speed_benchmark(args):
   interleaved so that every way sees the same machine load:
 
   * ``call``: one jitted ``meta_step(state)`` per task batch from a host loop
-    (as ``meta_train`` runs it);
+    (as ``l2o.train`` runs it);
   * ``donated``: the same with the state's buffers donated to the call;
   * ``scan``: ``speed_iterations`` task batches in one jitted ``lax.scan`` (no host
     dispatch between them).

@@ -1,6 +1,6 @@
 """A learned optimizer meta-trained on small MLPs, applied to networks it has never seen.
 
-1. Meta-training (``metaoptax.l2o.meta_train``) of ``l2o.scaled_adam``: Adam whose
+1. Meta-training (``metaoptax.l2o.train``) of ``l2o.ScaledAdamConfig``: Adam whose
    step is scaled, per tensor, by a bounded learned factor ``exp(S± tanh(.))``
    (``CONFIG``: exactly Adam 3e-3 at initialization, factors from 1e-3 to e^1.5, the
    gradient-noise features of ``slow_b1=0.99``). The training distribution
@@ -28,7 +28,7 @@ read the run's fraction done and its budget, ``ScaledAdamConfig(budget=T)``; eac
 meta-training task draws its budget log-uniformly in ``[--budget-low, --horizon]`` and its
 run ends there, ``l2o.VariedBudget``; evaluated with the budget of each column, 1,000 and
 5,000), ``--step-size climb`` (the eighth attempt: the base step size found
-per run by MetaOptimize's climb, ``l2o.climbed_scaled_adam``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
+per run by MetaOptimize's climb, ``l2o.ClimbedAdamConfig``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
 (the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
 none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
 smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the
@@ -402,7 +402,7 @@ def recipe(config, args):
   scaled, config = config, scaling_of(config)
   low, high = config.log_scale_bounds
   drop_in = climbed and scaled.average is not None
-  return (("base step size found by MetaOptimize's climb (l2o.climbed_scaled_adam, nominal "
+  return (("base step size found by MetaOptimize's climb (l2o.ClimbedAdamConfig, nominal "
            f"rate {config.learning_rate:g} in feature 4"
            + (f"; weight decay {scaled.weight_decay:g} and the average of the weights "
               f"({scaled.average:g} of the steps), evaluated: metaoptax.adamw(climb_memory="
@@ -548,9 +548,9 @@ def main(argv=None):
   parser.add_argument("--meta-seed", type=int, default=0,
                       help="seed of the network's initialization and of the task batches")
   parser.add_argument("--step-size", default="fixed", choices=("fixed", "climb"),
-                      help="the base step size: --learning-rate (l2o.scaled_adam), or found per "
+                      help="the base step size: --learning-rate (l2o.ScaledAdamConfig), or found per "
                            "run by MetaOptimize's climb under the learned multipliers (the "
-                           "eighth attempt, l2o.climbed_scaled_adam)")
+                           "eighth attempt, l2o.ClimbedAdamConfig)")
   parser.add_argument("--drop-in", action="store_true",
                       help=f"with --step-size climb: the drop-in's weight decay "
                            f"({DROP_IN_WEIGHT_DECAY:g}) and average of the weights "

@@ -1,4 +1,4 @@
-"""The rates that ``l2o.climbed_scaled_adam`` takes on the unseen networks: the climbed
+"""The rates that ``l2o.ClimbedAdamConfig`` takes on the unseen networks: the climbed
 scale and the learned multipliers (issue 30, the eighth attempt).
 
 Reads the weights that ``l2o_transfer.py --learned-only --step-size climb --meta-seed K
@@ -85,7 +85,7 @@ def main(argv=None):
                              "rates": [r[t - 1].tolist() for t in STEPS]}
   seconds = time.perf_counter() - start
   commit = _report.git_commit(short=True)
-  lines = ["# The climbed step size and the learned rates of `l2o.climbed_scaled_adam` on the "
+  lines = ["# The climbed step size and the learned rates of `l2o.ClimbedAdamConfig` on the "
            "unseen networks", "",
            f"measured at commit `{commit}`, jax {jax.__version__} "
            f"(`l2o_transfer_climb_rates.py`, {seconds / 60:.1f} min on 2 shared CPU cores); the "

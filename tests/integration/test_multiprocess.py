@@ -374,7 +374,7 @@ def _one_device(task_mesh, l2o_result, l2hmc_result) -> dict:
   family, config, training = _l2o_problem()
   one = _l2o(None, None)
   step = jax.jit(l2o.build_training_step(family, config, training, mesh=task_mesh,
-                                         data_axis="tasks"))  # meta_train's compiled step
+                                         data_axis="tasks"))  # train's compiled step
   task_losses = step(l2o_result.state)[1].task_losses
   hmc = _l2hmc(None)
   many = l2hmc_result.state

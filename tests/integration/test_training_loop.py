@@ -93,7 +93,7 @@ def _assert_state_close(tree, data: bytes) -> None:
 
 @pytest.mark.system  # every driver's run, twice
 def test_same_run_as_the_drivers_before_the_shared_loop():
-  """The fixture holds the losses and final states of ``meta_train`` and
+  """The fixture holds the losses and final states of ``l2o.train`` and
   ``l2hmc.train`` as they were before they shared one loop (same settings,
   given then as flat keyword arguments and ``seed=``), written on another
   machine: compared at RTOL/ATOL, not bit for bit."""

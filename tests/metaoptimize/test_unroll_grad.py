@@ -71,7 +71,7 @@ def test_idbd():
 
 @pytest.mark.parametrize("heads", [("update",), ("learning_rate", "momentum", "teleport")])
 def test_l2o_truncated_meta_gradient(heads):
-  """The meta-gradient of meta_train's truncated unroll (lax.scan, vmap over
+  """The meta-gradient of l2o.train's truncated unroll (lax.scan, vmap over
   tasks) w.r.t. the network, along 3 random directions, vs central differences.
 
   ``second_order=True`` (the exact gradient of the truncated meta-loss); the

@@ -355,3 +355,20 @@ def test_progress_summary_is_robust_to_a_diverging_task():
   loss, metrics = _summarize(infos)
   np.testing.assert_allclose(loss, (0.45 + 0.5) / 2)  # NaN counts as the worst
   assert metrics == {"worst_task": np.inf}
+
+
+def test_a_task_family_needs_only_its_four_functions():
+  """``TaskFamily(name, sample_task, init_params, loss)``: no group action needed, unless
+  the configuration has a teleport head; evaluation passes ``act=None``."""
+  family = l2o.TaskFamily("quadratic", lambda key: {"c": jax.random.normal(key, (3,))},
+                          lambda key, task: jnp.zeros(3),
+                          lambda task, x: jnp.sum((x - task["c"]) ** 2))
+  assert family.act is None and family.group_dim == 0 and family.minibatch_loss is None
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  state = l2o.init_training(jax.random.key(0), family, config)
+  assert int(state.meta_step) == 0
+  losses = l2o.evaluate(jax.random.key(1), family, config.transformation(state.params), 2, 3)
+  assert losses.shape == (2, 4) and bool(jnp.all(losses[:, -1] < losses[:, 0]))
+  with pytest.raises(ValueError, match="'teleport' head needs the family's group action"):
+    l2o.init_training(jax.random.key(0), family,
+                      l2o.L2OConfig(heads=("learning_rate", "teleport"), group_dim=1))

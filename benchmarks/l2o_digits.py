@@ -1,6 +1,6 @@
 """A learned optimizer meta-trained on small MLP tasks, applied to the digits MLP, vs tuned Adam.
 
-1. Meta-training (Algorithm 1 of Chen et al. 2022, as ``metaoptax.l2o.meta_train``):
+1. Meta-training (Algorithm 1 of Chen et al. 2022, as ``metaoptax.l2o.train``):
    coordinate-wise LSTM optimizers, vanilla L2O (the step itself) and
    LSTM(lr, momentum) (a step size and a momentum coefficient per coordinate),
    each once per seed on ``l2o.tasks.mlp_classifier`` (a 64-32-10 ReLU MLP, each
@@ -8,7 +8,7 @@
    images are never seen), 100-step trajectories in truncations of 10, log
    meta-loss, diverged tasks masked and restarted (``mask_diverged_tasks``).
 2. Application: each trained network, as an optax transformation
-   (``l2o.learned_optimizer``), trains the benchmark suite's digits classifier
+   (``config.transformation``), trains the benchmark suite's digits classifier
    (``suite_tasks/digits.py``: MLP 64-128-128-10, a fresh minibatch of 128 per
    step, label smoothing 0.1; 11x the parameters and 10x the steps of its
    training tasks) for 1,000 steps; seed ``k`` pairs network ``k`` with the
@@ -65,22 +65,21 @@ SEEDS = 3
 STEPS = 1000
 CHECKPOINTS = (0.1, 0.25, 0.5, 1.0)  # shares of the budget in the table: steps 100 ... 1000
 OUT = pathlib.Path(__file__).resolve().parent / "out"
-#: One meta-optimizer (Adam 1e-3, clipped) for every network: ``meta_train`` then
+#: One meta-optimizer (Adam 1e-3, clipped) for every network: ``l2o.train`` then
 #: reuses the compiled meta step of a variant across seeds.
-META_OPTIMIZER = l2o.default_meta_optimizer()
+META_OPTIMIZER = l2o.default_optimizer()
 
 
 def meta_train_variant(name, heads, extra, family, args, seed):
   """One learned optimizer: ``(config, training, result)`` of its meta-training on ``family``."""
   config = l2o.L2OConfig(heads=heads, **extra)
-  training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True,
-                                    mask_diverged_tasks=True)
+  training = l2o.TrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
+                                unroll=args.unroll, log_loss=True,
+                                mask_diverged_tasks=True)
   print(f"meta-training {name} (seed {seed}) on {family.name}", flush=True)
-  result = l2o.meta_train(config, family, training, num_iterations=args.meta_iterations,
-                          meta_optimizer=META_OPTIMIZER, init_state=l2o.init_meta_training(
-                              config, seed=seed, meta_optimizer=META_OPTIMIZER),
-                          log_every=max(1, args.meta_iterations // 20))
+  result = l2o.train(jax.random.key(seed), family, config, training,
+                     num_iterations=args.meta_iterations, optimizer=META_OPTIMIZER,
+                     log_every=max(1, args.meta_iterations // 20))
   return config, training, result
 
 
@@ -90,7 +89,7 @@ def learned_method(name, config, networks) -> runner.Method:
 
   def make(index):
     net = jax.tree.map(lambda leaf: leaf[index.astype(jnp.int32)], stacked)
-    return l2o.learned_optimizer(net, config)
+    return config.transformation(net)
 
   return runner.Method(name, "l2o", make, values=tuple(float(k) for k in range(len(networks))))
 
@@ -177,7 +176,7 @@ def in_distribution(family, methods, horizon, num_tasks=20):
   for name, optimizers in methods.items():
     results[name] = []
     for optimizer in optimizers:
-      losses = np.asarray(l2o.evaluate(optimizer, family, key, num_tasks, 3 * horizon))
+      losses = np.asarray(l2o.evaluate(key, family, optimizer, num_tasks, 3 * horizon))
       losses = np.where(np.isfinite(losses), losses, np.inf)
       results[name].append((np.median(losses[:, horizon]), np.median(losses[:, -1])))
   return results
@@ -258,7 +257,7 @@ def main(argv=None):
     (log,) = runner.train(problem, learned_method(name, config, networks),
                           seed_per_value=True, **kw)
     learned.append(log)
-    in_methods[name] = [l2o.learned_optimizer(net, config) for net in networks]
+    in_methods[name] = [config.transformation(net) for net in networks]
   print("in distribution: unseen tasks of the training family", flush=True)
   in_results = in_distribution(family, in_methods, args.horizon)
   best = best_adam(adam_logs)

@@ -87,14 +87,14 @@ def finite_median(losses):
 
 def best_of_grid(make, grid, family, key, steps, eval_step, num_tasks=200):
   """Best learning rate by median loss at ``eval_step`` on validation tasks."""
-  scores = {lr: finite_median(np.asarray(l2o.evaluate(make(lr), family, key, num_tasks,
+  scores = {lr: finite_median(np.asarray(l2o.evaluate(key, family, make(lr), num_tasks,
                                                      steps))[:, eval_step]) for lr in grid}
   return min(scores, key=scores.get), scores
 
 
 #: One default meta-optimizer (Adam 1e-3, clipped) for every run without a schedule:
-#: ``meta_train`` then reuses a compiled meta step across training seeds.
-META_OPTIMIZER = l2o.default_meta_optimizer()
+#: ``l2o.train`` then reuses a compiled meta step across training seeds.
+META_OPTIMIZER = l2o.default_optimizer()
 
 
 def train_variant(name, heads, family, args, seed=None, *, meta_optimizer=None,
@@ -103,27 +103,27 @@ def train_variant(name, heads, family, args, seed=None, *, meta_optimizer=None,
   seed = args.seed if seed is None else seed
   num_iterations = args.meta_steps if num_iterations is None else num_iterations
   print(f"  meta-training {name} (seed {seed}) ...", flush=True)
-  training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=bool(args.log_loss),
-                                    mask_diverged_tasks=True)
-  params = None if warm_start is None else l2o.init_network(
-      jax.random.key(seed), config, warm_start=warm_start)
+  training = l2o.TrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
+                                unroll=args.unroll, log_loss=bool(args.log_loss),
+                                mask_diverged_tasks=True)
+  params = None if warm_start is None else config.init_network(jax.random.key(seed),
+                                                               warm_start=warm_start)
   meta_optimizer = META_OPTIMIZER if meta_optimizer is None else meta_optimizer
-  result = l2o.meta_train(
-      config, family, training, num_iterations=num_iterations, meta_optimizer=meta_optimizer,
-      init_state=l2o.init_meta_training(config, meta_optimizer=meta_optimizer, seed=seed,
-                                        params=params),
-      validation=validation, log_every=max(1, num_iterations // 5),
-      progress=lambda report: print(f"    {report}", flush=True))
+  start = l2o.init_training(jax.random.key(seed), family, config, training,
+                            optimizer=meta_optimizer, params=params)
+  result = l2o.train(jax.random.key(seed), family, config, training,
+                     num_iterations=num_iterations, optimizer=meta_optimizer, init_state=start,
+                     validation=validation, log_every=max(1, num_iterations // 5),
+                     progress=lambda report: print(f"    {report}", flush=True))
   return config, result
 
 
 def ellipse_schedule(args, num_iterations, learning_rate):
   """Adam with a warm-up and a cosine decay over the run's meta updates."""
   updates = num_iterations * (args.horizon // args.unroll)
-  return l2o.default_meta_optimizer(learning_rate, decay_updates=updates,
-                                    warmup_updates=min(args.warmup_updates, updates // 2),
-                                    final_learning_rate=args.final_meta_lr)
+  return l2o.default_optimizer(learning_rate, decay_updates=updates,
+                               warmup_updates=min(args.warmup_updates, updates // 2),
+                               final_learning_rate=args.final_meta_lr)
 
 
 def ellipse_benchmark(args, out):
@@ -140,7 +140,7 @@ def ellipse_benchmark(args, out):
       lr, _ = best_of_grid(make, grid, family, valid_key, STEPS, AT)
       tuned[label, method] = lr
       curves[label][f"{method} (lr {lr})"] = np.asarray(
-          l2o.evaluate(make(lr), family, test_key, 200, STEPS))[None]
+          l2o.evaluate(test_key, family, make(lr), 200, STEPS))[None]
   trained, training_rows = {}, []
   # held-out tasks of the training distribution (never the 200 evaluation tasks) choose
   # the weights of each run
@@ -172,10 +172,9 @@ def ellipse_benchmark(args, out):
       selected[name, seed] = result.params
       trained.setdefault(name, (config, result.params))
       training_rows.append((name, seed, result))
-      optimizer = l2o.learned_optimizer(result.params, config)
+      optimizer = config.transformation(result.params)
       for label, family in families.items():
-        per_seed[label].append(np.asarray(l2o.evaluate(optimizer, family, test_key, 200,
-                                                       STEPS)))
+        per_seed[label].append(np.asarray(l2o.evaluate(test_key, family, optimizer, 200, STEPS)))
     for label in families:
       curves[label][name] = np.stack(per_seed[label])
   tables = [ellipse_table(label, curves[label], seeds) for label in families]
@@ -239,23 +238,23 @@ def speed_benchmark(args):
   interleaved so that every way sees the same machine load:
 
   * ``call``: one jitted ``meta_step(state)`` per task batch from a host loop
-    (as ``meta_train`` runs it);
+    (as ``l2o.train`` runs it);
   * ``donated``: the same with the state's buffers donated to the call;
   * ``scan``: ``speed_iterations`` task batches in one jitted ``lax.scan`` (no host
     dispatch between them).
   """
   family = l2o.tasks.ellipse()
-  training = l2o.MetaTrainingConfig(tasks_per_step=1, horizon=20, unroll=5, log_loss=True)
+  training = l2o.TrainingConfig(tasks_per_step=1, horizon=20, unroll=5, log_loss=True)
   n, per_batch = args.speed_iterations, training.horizon // training.unroll
   runs, times = {}, {}
   for name, heads in (("vanilla L2O", ("update",)),
                       ("LSTM(lr, tele)", ("learning_rate", "teleport"))):
     config = l2o.L2OConfig(heads=heads, group_dim=1, hidden=100, layers=2)
-    meta_step = l2o.build_meta_step(config, family, training)
+    meta_step = l2o.build_training_step(family, config, training)
     step, donated = jax.jit(meta_step), jax.jit(meta_step, donate_argnums=0)
     many = jax.jit(lambda s, meta_step=meta_step: jax.lax.scan(
         lambda c, _: meta_step(c), s, None, length=n))
-    state = l2o.init_meta_training(config, seed=0)
+    state = l2o.init_training(jax.random.key(0), family, config, training)
 
     def call(state, step=step):
       for _ in range(n):
@@ -301,13 +300,13 @@ def mlp_benchmark(args, out):
   gd_lr, _ = best_of_grid(optax.sgd, [1e-4, 3e-4, 1e-3, 3e-3], family, valid_key, steps, at)
   curves, rows = {}, []
   curves[f"GD (lr {gd_lr})"] = np.asarray(
-      l2o.evaluate(optax.sgd(gd_lr), family, test_key, 20, steps))
+      l2o.evaluate(test_key, family, optax.sgd(gd_lr), 20, steps))
   rows.append((f"GD (lr {gd_lr})", curves[f"GD (lr {gd_lr})"], None))
   for name, heads in MLP_VARIANTS.items():
     config, result = train_variant(name, heads, family, args._replace_mlp(),
                                    lr_scale=gd_lr, teleport_scale=1.0)
-    curves[name] = np.asarray(l2o.evaluate(l2o.learned_optimizer(result.params, config),
-                                           family, test_key, 20, steps))
+    curves[name] = np.asarray(l2o.evaluate(test_key, family, config.transformation(result.params),
+                                           20, steps))
     rows.append((name, curves[name], result))
   table = table_markdown(f"Two-layer MLP regression (20x20, LeakyReLU), 20 unseen tasks", rows,
                          at)
@@ -396,7 +395,7 @@ def learned_path(config, net, family, task, x, steps):
   state, xs = l2o.optimizer.init_state(config, x), [x]
   act = lambda th, p: family.act(task, th, p)
   for _ in range(steps):
-    x, state, _ = l2o.step(net, config, state, x, jax.grad(family.loss, argnums=1)(task, x), act)
+    x, state, _ = config.step(net, state, x, jax.grad(family.loss, argnums=1)(task, x), act)
     xs.append(x)
   return np.asarray(jnp.stack(xs))
 
@@ -423,7 +422,7 @@ def rosenbrock_benchmark(args, out):
                                ("Adam", optax.adam, [0.01, 0.03, 0.1, 0.3, 1.0])):
       lr, _ = best_of_grid(make, grid, family, valid_key, STEPS, AT)
       methods[f"{method} (lr {lr})"] = np.asarray(
-          l2o.evaluate(make(lr), family, test_key, 200, STEPS))[None]
+          l2o.evaluate(test_key, family, make(lr), 200, STEPS))[None]
     for name, (heads, extra) in ROSENBROCK_VARIANTS.items():
       if "teleport" in heads:  # 2-D: the teleport head reads both coordinates in place
         extra = {"teleport_pooling": "concat", "num_coordinates": 2, **extra}
@@ -432,8 +431,8 @@ def rosenbrock_benchmark(args, out):
         config, result = train_variant(f"{name}, Rosenbrock {label}", heads, family, budget,
                                        seed, **extra)
         training_rows.append((f"{name}, {label}", seed, result))
-        per_seed.append(np.asarray(l2o.evaluate(l2o.learned_optimizer(result.params, config),
-                                                family, test_key, 200, STEPS)))
+        per_seed.append(np.asarray(l2o.evaluate(test_key, family,
+                                                config.transformation(result.params), 200, STEPS)))
       methods[name] = np.stack(per_seed)
     tables.append(per_seed_table(
         f"Rosenbrock family, {label}: 200 unseen tasks, loss at step {AT}", methods, seeds, AT))

@@ -1,6 +1,6 @@
 """A learned optimizer meta-trained on small MLPs, applied to networks it has never seen.
 
-1. Meta-training (``metaoptax.l2o.meta_train``) of ``l2o.scaled_adam``: Adam whose
+1. Meta-training (``metaoptax.l2o.train``) of ``l2o.ScaledAdamConfig``: Adam whose
    step is scaled, per tensor, by a bounded learned factor ``exp(S± tanh(.))``
    (``CONFIG``: exactly Adam 3e-3 at initialization, factors from 1e-3 to e^1.5, the
    gradient-noise features of ``slow_b1=0.99``). The training distribution
@@ -28,7 +28,7 @@ read the run's fraction done and its budget, ``ScaledAdamConfig(budget=T)``; eac
 meta-training task draws its budget log-uniformly in ``[--budget-low, --horizon]`` and its
 run ends there, ``l2o.VariedBudget``; evaluated with the budget of each column, 1,000 and
 5,000), ``--step-size climb`` (the eighth attempt: the base step size found
-per run by MetaOptimize's climb, ``l2o.climbed_scaled_adam``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
+per run by MetaOptimize's climb, ``l2o.ClimbedAdamConfig``), ``--learning-rate``, ``--max-log-scale``, ``--min-log-scale``
 (the multiplier's range; 0: symmetric), ``--slow-b1`` (the gradient-noise features; 0:
 none), ``--examples`` (per task), ``--label-smoothing`` (every training classifier
 smoothed, meta-loss above its floor, so that the tasks have a noise floor; -1: only the
@@ -179,28 +179,29 @@ def loss_weights(kind, unroll):
   raise ValueError(f"--loss-weights must be uniform or ramp, got {kind!r}")
 
 
-def meta_train(families, args, config):
-  training = l2o.MetaTrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
-                                    unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
-                                    loss_weights=loss_weights(args.loss_weights, args.unroll),
-                                    truncation_weights=loss_weights(
+def train_network(families, args, config):
+  training = l2o.TrainingConfig(tasks_per_step=args.tasks_per_step, horizon=args.horizon,
+                                unroll=args.unroll, log_loss=True, mask_diverged_tasks=True,
+                                loss_weights=loss_weights(args.loss_weights, args.unroll),
+                                truncation_weights=loss_weights(
                                         args.run_weights, args.horizon // args.unroll),
-                                    pes=None if args.meta_gradient == "backprop" else l2o.pes.PES(
+                                pes=None if args.meta_gradient == "backprop" else l2o.pes.PES(
                                         args.pes_pairs, args.pes_sigma, args.pes_perturb or None))
   updates = args.meta_iterations * (args.horizon // args.unroll)
-  meta_optimizer = l2o.default_meta_optimizer(args.meta_lr, decay_updates=updates,
+  meta_optimizer = l2o.default_optimizer(args.meta_lr, decay_updates=updates,
                                                 max_norm=args.meta_clip)
   validation = l2o.Validation(families, jax.random.key(777), num_tasks=args.validation_tasks,
                               steps=args.validation_steps or args.horizon,
                               every=args.validate_every)
-  result = l2o.meta_train(config, families, training, num_iterations=args.meta_iterations,
-                          meta_optimizer=meta_optimizer, init_state=l2o.init_meta_training(
-                              config, seed=args.meta_seed, meta_optimizer=meta_optimizer,
-                              params=args.init_network and load_network(config,
-                                                                        args.init_network)),
-                          log_every=max(1, args.meta_iterations // 50), validation=validation,
-                          checkpoint_dir=args.checkpoint_dir,
-                          checkpoint_every=1 if args.checkpoint_dir else 0)
+  start = l2o.init_training(
+      jax.random.key(args.meta_seed), families, config, training, optimizer=meta_optimizer,
+      params=args.init_network and load_network(config, args.init_network))
+  result = l2o.train(jax.random.key(args.meta_seed), families, config, training,
+                     num_iterations=args.meta_iterations, optimizer=meta_optimizer,
+                     init_state=start, log_every=max(1, args.meta_iterations // 50),
+                     validation=validation,
+                     checkpoint_dir=args.checkpoint_dir,
+                     checkpoint_every=1 if args.checkpoint_dir else 0)
   return training, result
 
 
@@ -393,8 +394,10 @@ def climbed(scaling, drop_in=False):
   ``metaoptax.adamw()``'s weight decay and average: at initialization it is then
   ``metaoptax.adamw(climb_memory=None, meta_step_size=1e-3)``, the drop-in of issue 30's
   thirteenth attempt."""
-  return l2o.ClimbedAdamConfig(scaling, **(
-      dict(weight_decay=DROP_IN_WEIGHT_DECAY, average=DROP_IN_AVERAGE) if drop_in else {}))
+  if drop_in:
+    return l2o.ClimbedAdamConfig(scaling, weight_decay=DROP_IN_WEIGHT_DECAY,
+                                 average=DROP_IN_AVERAGE)
+  return l2o.ClimbedAdamConfig(scaling, weight_decay=0.0, average=None)
 
 
 def scaling_of(config):
@@ -408,7 +411,7 @@ def recipe(config, args):
   scaled, config = config, scaling_of(config)
   low, high = config.log_scale_bounds
   drop_in = climbed and scaled.average is not None
-  return (("base step size found by MetaOptimize's climb (l2o.climbed_scaled_adam, nominal "
+  return (("base step size found by MetaOptimize's climb (l2o.ClimbedAdamConfig, nominal "
            f"rate {config.learning_rate:g} in feature 4"
            + (f"; weight decay {scaled.weight_decay:g} and the average of the weights "
               f"({scaled.average:g} of the steps), evaluated: metaoptax.adamw(climb_memory="
@@ -554,9 +557,9 @@ def main(argv=None):
   parser.add_argument("--meta-seed", type=int, default=0,
                       help="seed of the network's initialization and of the task batches")
   parser.add_argument("--step-size", default="fixed", choices=("fixed", "climb"),
-                      help="the base step size: --learning-rate (l2o.scaled_adam), or found per "
+                      help="the base step size: --learning-rate (l2o.ScaledAdamConfig), or found per "
                            "run by MetaOptimize's climb under the learned multipliers (the "
-                           "eighth attempt, l2o.climbed_scaled_adam)")
+                           "eighth attempt, l2o.ClimbedAdamConfig)")
   parser.add_argument("--drop-in", action="store_true",
                       help=f"with --step-size climb: the drop-in's weight decay "
                            f"({DROP_IN_WEIGHT_DECAY:g}) and average of the weights "
@@ -605,10 +608,10 @@ def main(argv=None):
                       help="meta-loss weights within a truncation")
   parser.add_argument("--run-weights", default="uniform", choices=("uniform", "ramp"),
                       help="meta-loss weights of the truncations of a run (ramp: the end of "
-                           "the run counts most, MetaTrainingConfig.truncation_weights)")
+                           "the run counts most, TrainingConfig.truncation_weights)")
   parser.add_argument("--meta-gradient", default="backprop", choices=("backprop", "pes"),
                       help="back-propagation through each truncation, or persistent evolution "
-                           "strategies across the run's truncations (MetaTrainingConfig.pes)")
+                           "strategies across the run's truncations (TrainingConfig.pes)")
   parser.add_argument("--pes-pairs", type=int, default=8,
                       help="antithetic pairs of particles per task (--meta-gradient pes)")
   parser.add_argument("--pes-sigma", type=float, default=0.01,
@@ -669,7 +672,7 @@ def main(argv=None):
     config = config._replace(budget=float(args.horizon), cosine_decay=args.cosine_decay)
     trained = l2o.VariedBudget(config, float(min(args.budget_low, args.horizon)),
                                float(args.horizon))
-  training, result = meta_train(families, args, trained)
+  training, result = train_network(families, args, trained)
   network = result.params
   if args.meta_only:
     args.out.mkdir(parents=True, exist_ok=True)

@@ -78,6 +78,9 @@ def save(directory: str | os.PathLike, pytree: Any, *, overwrite: bool = False) 
     pytree: any pytree of arrays (``jax.Array``, sharded or not, typed PRNG
       keys, NumPy arrays) and Python or NumPy scalars.
     overwrite: replace an existing checkpoint at ``directory``.
+
+  Raises:
+    ValueError: if ``directory`` exists and ``overwrite`` is False.
   """
   import orbax.checkpoint as ocp  # heavy import, only when checkpointing
 
@@ -95,8 +98,14 @@ def save(directory: str | os.PathLike, pytree: Any, *, overwrite: bool = False) 
     if int(np.prod(shape)) > 0:
       arrays[_name(i)] = leaf
   with ocp.StandardCheckpointer() as checkpointer:
-    checkpointer.save(os.path.abspath(directory), arrays, force=overwrite,
-                      custom_metadata={"metaoptax_checkpoint": _FORMAT, "leaves": layout})
+    try:
+      checkpointer.save(os.path.abspath(directory), arrays, force=overwrite,
+                        custom_metadata={"metaoptax_checkpoint": _FORMAT, "leaves": layout})
+    except ValueError as error:
+      if overwrite or "already exists" not in str(error):
+        raise
+      raise ValueError(f"A checkpoint already exists at {os.fspath(directory)!r}; pass "
+                       "overwrite=True to replace it.") from error
 
 
 def _target(leaf) -> Any:

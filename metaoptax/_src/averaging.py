@@ -90,14 +90,59 @@ def averaged_params(state: Any) -> optax.Params:
 
   Args:
     state: the state of :func:`average_iterates`, or of any optimizer (an
-      ``optax.chain``, a drop-in such as :func:`metaoptax.adamw`) holding exactly one.
+      ``optax.chain``, a drop-in such as :func:`metaoptax.adamw`) holding exactly one;
+      or of an ``optax.multi_transform`` whose every partition holds one (e.g. two
+      drop-ins): their averages, each of its own params, make up the whole tree.
 
   Returns:
     The averaged params (the params' tree, in float32 for lower-precision params).
+
+  Examples:
+    >>> import jax.numpy as jnp, optax, metaoptax
+    >>> opt = optax.multi_transform({"a": metaoptax.adamw(), "b": metaoptax.sgd()},
+    ...                             {"w": "a", "b": "b"})
+    >>> params = {"w": jnp.ones(3), "b": jnp.zeros(())}
+    >>> sorted(metaoptax.averaged_params(opt.init(params)))
+    ['b', 'w']
   """
   found = tree_utils.instances_of(state, AverageState)
-  if len(found) != 1:
-    raise ValueError(f"averaged_params: the state holds {len(found)} AverageState(s); "
-                     "it needs exactly one (metaoptax.average_iterates, or a drop-in "
-                     "built with average=...).")
-  return found[0].average
+  if len(found) == 1 and not _masked_leaves(found[0].average):
+    return found[0].average
+  if len(found) > 1 or found and _masked_leaves(found[0].average):
+    return _merged(state, [f.average for f in found])
+  raise ValueError(f"averaged_params: the state holds {len(found)} AverageState(s); "
+                   "it needs exactly one (metaoptax.average_iterates, or a drop-in "
+                   "built with average=...), or one in each partition of an "
+                   "optax.multi_transform.")
+
+
+def _is_masked(x) -> bool:
+  return isinstance(x, optax.MaskedNode)
+
+
+def _masked_leaves(tree: Any) -> list:
+  return [x for x in jax.tree.leaves(tree, is_leaf=_is_masked) if _is_masked(x)]
+
+
+def _merged(state: Any, averages: list) -> optax.Params:
+  """One params tree from averages of disjoint parts of it (``optax.MaskedNode`` where
+  another partition's average holds the leaf)."""
+  if len(tree_utils.instances_of(state, optax.MultiTransformState)) != 1:
+    raise ValueError(f"averaged_params: the state holds {len(averages)} AverageState(s); "
+                     "it needs exactly one, or one in each partition of an "
+                     "optax.multi_transform.")
+  structures = {jax.tree.structure(a, is_leaf=_is_masked) for a in averages}
+  columns = zip(*[jax.tree.leaves(a, is_leaf=_is_masked) for a in averages])
+  merged = []
+  for column in columns:
+    held = [x for x in column if not _is_masked(x)]
+    if len(held) != 1:
+      raise ValueError(
+          "averaged_params: every leaf needs an average from exactly one partition of the "
+          f"optax.multi_transform, found a leaf with {len(held)} (a partition without "
+          "average_iterates, or two averages of one leaf).")
+    merged.append(held[0])
+  if len(structures) != 1:
+    raise ValueError("averaged_params: the partitions' averages are not of one params tree.")
+  treedef = jax.tree.structure(averages[0], is_leaf=_is_masked)
+  return jax.tree.unflatten(treedef, merged)

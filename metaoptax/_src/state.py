@@ -92,20 +92,37 @@ def _the_state(state: Any) -> MetaOptimizeState:
   return found[0]
 
 
+def _step_sizes_of(s: MetaOptimizeState) -> Any:
+  sizes = jax.tree.map(lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b),
+                       s.meta_params.step_size)
+  if isinstance(sizes, jax.Array) and sizes.shape == (1,):
+    return sizes[0]  # one step size: a scalar
+  return sizes
+
+
 def step_sizes(state: Any) -> Any:
   """Current step sizes ``alpha = sigma(beta)``, one per block.
 
   Args:
     state: a :class:`MetaOptimizeState`, or any optimizer state (e.g. of an
-      ``optax.chain``) that contains exactly one.
+      ``optax.chain``) that contains exactly one, or one in each partition of an
+      ``optax.multi_transform``.
 
   Returns:
-    A beta tree: shape ``(1,)`` for scalar blocks, ``(m,)`` for ``m`` blocks, or a
-    params-shaped tree for weight-wise step sizes.
+    A scalar for one step size (the ``"scalar"`` layout), shape ``(m,)`` for ``m``
+    blocks, or a params-shaped tree for weight-wise step sizes; for an
+    ``optax.multi_transform``, ``{label: ...}`` of those, one per partition that holds
+    a MetaOptimize state.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax, metaoptax
+    >>> opt = optax.multi_transform({"a": metaoptax.adamw(), "b": metaoptax.sgd()},
+    ...                             {"w": "a", "b": "b"})
+    >>> state = opt.init({"w": jnp.ones(3), "b": jnp.zeros(())})
+    >>> sorted(metaoptax.step_sizes(state)), metaoptax.step_sizes(state)["a"].shape
+    (['a', 'b'], ())
   """
-  s = _the_state(state)
-  return jax.tree.map(
-      lambda b: jnp.where(s.log_parametrization, jnp.exp(b), b), s.meta_params.step_size)
+  return tree_utils.per_partition(state, MetaOptimizeState, _step_sizes_of, "step_sizes")
 
 
 def hyperparameters(state: Any) -> dict:
@@ -113,13 +130,16 @@ def hyperparameters(state: Any) -> dict:
 
   Args:
     state: a :class:`MetaOptimizeState`, or any optimizer state that contains
-      exactly one, of a ``metaoptimize(..., learn=names)``.
+      exactly one, of a ``metaoptimize(..., learn=names)``, or one in each partition
+      of an ``optax.multi_transform`` (then ``{label: {name: value}}``).
 
   Returns:
     ``{name: value}`` (scalars), ``{}`` when nothing but the step sizes is learned.
   """
-  hyperparams = _the_state(state).meta_params.hyperparams
-  return {k: learned.to_value(k, phi) for k, phi in hyperparams.items()}
+  return tree_utils.per_partition(
+      state, MetaOptimizeState,
+      lambda s: {k: learned.to_value(k, phi) for k, phi in s.meta_params.hyperparams.items()},
+      "hyperparameters")
 
 
 def sensitivity_trace(state: Any) -> Any:

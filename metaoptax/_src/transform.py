@@ -157,7 +157,7 @@ def metaoptimize(
     >>> grads = {"w": jnp.array([0.1, -0.2, 0.3])}
     >>> updates, state = opt.update(grads, state, params)
     >>> params = optax.apply_updates(params, updates)
-    >>> print(f"{float(metaoptax.step_sizes(state)[0]):.2g}")
+    >>> print(f"{float(metaoptax.step_sizes(state)):.2g}")
     1e-06
 
   References:

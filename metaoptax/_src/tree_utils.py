@@ -4,10 +4,11 @@ complex params."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 
 def wide_dtype(dtype) -> jnp.dtype:
@@ -108,6 +109,23 @@ def instances_of(tree: Any, kind: type) -> list:
   inside an ``optax.chain``'s state), in tree order."""
   is_kind = lambda x: isinstance(x, kind)
   return [x for x in jax.tree.leaves(tree, is_leaf=is_kind) if is_kind(x)]
+
+
+def per_partition(state: Any, kind: type, read: Callable[[Any], Any], name: str) -> Any:
+  """``read`` of the one ``kind`` node of ``state``; or, when ``state`` holds several, each
+  in a partition of one ``optax.multi_transform``, ``{label: ...}`` of the partitions that
+  hold one (the same rule inside each, so nested partitions give nested dicts)."""
+  found = instances_of(state, kind)
+  if len(found) == 1:
+    return read(found[0])
+  partitions = instances_of(state, optax.MultiTransformState)
+  if found and len(partitions) == 1:
+    held = {label: inner for label, inner in partitions[0].inner_states.items()
+            if instances_of(inner, kind)}
+    if sum(len(instances_of(inner, kind)) for inner in held.values()) == len(found):
+      return {label: per_partition(inner, kind, read, name) for label, inner in held.items()}
+  raise ValueError(f"{name}: expected exactly one {kind.__name__} in the optimizer state, or "
+                   f"one in each partition of an optax.multi_transform, found {len(found)}.")
 
 
 def all_finite(tree: Any) -> jax.Array:

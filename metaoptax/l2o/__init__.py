@@ -1,25 +1,62 @@
 """Learned (LSTM) optimizers that can teleport, a learned scaling of Adam that transfers
-to unseen networks, their tasks and meta-training."""
+to unseen networks, their task families and meta-training."""
 
-from metaoptax.l2o import budget, pes, tasks
-from metaoptax.l2o.evaluation import evaluate
-from metaoptax.l2o.meta_training import (MetaStepInfo, MetaTrainingConfig, MetaTrainingResult,
-                                         MetaTrainingState, build_meta_step,
-                                         default_meta_optimizer, init_meta_training, meta_train,
-                                         sample_problems)
-from metaoptax.l2o.network import (HEADS, CoordinateLSTM, L2OConfig, init_network,
-                                   preprocess)
-from metaoptax.l2o.optimizer import L2OState, learned_optimizer, step
-from metaoptax.l2o.learned_adam import (ScaledAdamConfig, ScaledAdamState, TensorLSTM,
-                                       scale_by_learned_adam, scaled_adam, scaled_adam_features)
-from metaoptax.l2o.climbed_adam import ClimbedAdamConfig, ClimbedAdamState, climbed_scaled_adam
+from metaoptax.l2o import budget
+from metaoptax.l2o import pes
+from metaoptax.l2o import tasks
 from metaoptax.l2o.budget import VariedBudget
+from metaoptax.l2o.climbed_adam import ClimbedAdamConfig
+from metaoptax.l2o.climbed_adam import ClimbedAdamState
+from metaoptax.l2o.evaluation import evaluate
+from metaoptax.l2o.learned_adam import ScaledAdamConfig
+from metaoptax.l2o.learned_adam import ScaledAdamState
+from metaoptax.l2o.learned_adam import TensorLSTM
+from metaoptax.l2o.learned_adam import scale_by_learned_adam
+from metaoptax.l2o.learned_adam import scaled_adam_features
+from metaoptax.l2o.network import HEADS
+from metaoptax.l2o.network import CoordinateLSTM
+from metaoptax.l2o.network import L2OConfig
+from metaoptax.l2o.network import preprocess
+from metaoptax.l2o.optimizer import L2OState
+from metaoptax.l2o.problems import sample_problems
+from metaoptax.l2o.tasks import TaskFamily
+from metaoptax.l2o.training import TrainingConfig
+from metaoptax.l2o.training import TrainingInfo
+from metaoptax.l2o.training import TrainingResult
+from metaoptax.l2o.training import TrainingState
+from metaoptax.l2o.training import build_training_step
+from metaoptax.l2o.training import default_optimizer
+from metaoptax.l2o.training import init_training
+from metaoptax.l2o.training import train
 from metaoptax.l2o.validation import Validation
 
-__all__ = ("tasks", "pes", "evaluate", "MetaStepInfo", "MetaTrainingConfig", "MetaTrainingResult",
-           "MetaTrainingState", "build_meta_step", "default_meta_optimizer", "init_meta_training",
-           "meta_train", "sample_problems", "HEADS", "CoordinateLSTM", "L2OConfig", "init_network",
-           "preprocess", "L2OState", "learned_optimizer", "step", "ScaledAdamConfig",
-           "ScaledAdamState", "TensorLSTM", "scaled_adam", "scaled_adam_features",
-           "scale_by_learned_adam", "ClimbedAdamConfig", "ClimbedAdamState",
-           "climbed_scaled_adam", "Validation", "budget", "VariedBudget")
+__all__ = (
+    "budget",
+    "pes",
+    "tasks",
+    "TaskFamily",
+    "train",
+    "init_training",
+    "build_training_step",
+    "default_optimizer",
+    "TrainingConfig",
+    "TrainingState",
+    "TrainingInfo",
+    "TrainingResult",
+    "Validation",
+    "sample_problems",
+    "evaluate",
+    "HEADS",
+    "L2OConfig",
+    "L2OState",
+    "CoordinateLSTM",
+    "preprocess",
+    "ScaledAdamConfig",
+    "ScaledAdamState",
+    "TensorLSTM",
+    "scale_by_learned_adam",
+    "scaled_adam_features",
+    "ClimbedAdamConfig",
+    "ClimbedAdamState",
+    "VariedBudget",
+)

@@ -5,8 +5,7 @@ Method. A step size tuned for a budget of :math:`T` steps depends on :math:`T`: 
 constant rate that is best at 1,000 steps is too large at 5,000, where the best
 schedules hold a rate and decay it as the run nears its end (e.g. the cosine or linear
 decay to zero at :math:`T`). :class:`~metaoptax.l2o.ScaledAdamConfig` with ``budget``
-:math:`T` gives the per-tensor LSTM of :func:`~metaoptax.l2o.scaled_adam` the fraction of
-the run done and the budget,
+:math:`T` gives its per-tensor LSTM the fraction of the run done and the budget,
 
 .. math::
 
@@ -56,8 +55,7 @@ class VariedBudget(NamedTuple):
   """Meta-training configuration of a budget-aware :class:`~metaoptax.l2o.ScaledAdamConfig`:
   each task's budget is drawn log-uniformly in ``[low, high]`` steps and its run ends
   there (module docstring). The same network and optimizer as ``config``: the trained
-  weights go to ``config.transformation`` (or ``scaled_adam(weights, config)``), with the
-  user's budget.
+  weights go to ``config.transformation``, with the user's budget.
 
   Attributes:
     config: the optimizer (``budget`` set: its value is the budget of ``init_state``, the
@@ -69,20 +67,20 @@ class VariedBudget(NamedTuple):
   low: float
   high: float
 
-  def init_network(self, key: jax.Array):
+  def init_network(self, rng_key: jax.Array):
     """The optimizer's initial weights (zero read-out: exactly Adam)."""
     _check(self)
-    return self.config.init_network(key)
+    return self.config.init_network(rng_key)
 
   def init_state(self, params: Any) -> ScaledAdamState:
     """The optimizer's state with ``config.budget``."""
     return self.config.init_state(params)
 
-  def sample_state(self, key: jax.Array, params: Any) -> ScaledAdamState:
+  def sample_state(self, rng_key: jax.Array, params: Any) -> ScaledAdamState:
     """The optimizer's state with a budget drawn log-uniformly in ``[low, high]``
     (:func:`~metaoptax.l2o.sample_problems` calls it for each task)."""
     state = self.config.init_state(params)
-    log_budget = jax.random.uniform(key, (), state.budget.dtype, jnp.log(self.low),
+    log_budget = jax.random.uniform(rng_key, (), state.budget.dtype, jnp.log(self.low),
                                     jnp.log(self.high))
     return state._replace(budget=jnp.round(jnp.exp(log_budget)))
 

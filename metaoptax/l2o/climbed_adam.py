@@ -9,7 +9,7 @@ Method. Tensor :math:`i` takes the step
   \alpha_t = e^{\beta_t},
 
 where :math:`d_t` is Adam's direction and :math:`s_t^{(i)} = S_\pm\tanh(\cdot)` the bounded
-log-multiplier of :func:`~metaoptax.l2o.scaled_adam`'s LSTM
+log-multiplier of :meth:`~metaoptax.l2o.ScaledAdamConfig.transformation`'s LSTM
 (:func:`~metaoptax.l2o.scale_by_learned_adam`), and the scale :math:`\alpha_t` is not a
 constant but is found while the run goes, by MetaOptimize (Sharifnassab et al. 2024)
 with its Hessian-free trace on the whole step :math:`e^{s} d` (the direction that
@@ -30,17 +30,16 @@ scale: e.g. a decay once the run reaches its noise floor, which the greedy
 meta-gradient does not make.
 
 At initialization (zero read-out, :math:`s = 0`) the optimizer is exactly
-``metaoptimize(optax.scale_by_adam(), climb(adam(meta_step_size)), ...)``, i.e.
-:func:`metaoptax.adamw` with ``weight_decay=0``, ``average=None``, ``climb_memory=None``
-(Adam's moments kept as they are when the climb ends) and ``meta_step_size=1e-3``; with
-the config's ``weight_decay`` and ``average`` set to the drop-in's
-(``ClimbedAdamConfig(weight_decay=1e-4, average=0.1)``) it is
-``metaoptax.adamw(climb_memory=None, meta_step_size=1e-3)``, the average of the weights
-included (evaluate :func:`metaoptax.averaged_params` of the state); with any weights
+``metaoptimize(optax.scale_by_adam(), climb(adam(meta_step_size)), ...)`` with the
+drop-in's weight decay and average of the weights, i.e.
+``metaoptax.adamw(climb_memory=None, meta_step_size=1e-3)`` (Adam's moments kept as they
+are when the climb ends), the average included (evaluate
+:func:`metaoptax.averaged_params` of the state); ``ClimbedAdamConfig(weight_decay=0.0,
+average=None)`` drops both; with any weights
 every step is that optimizer's direction times a factor in :math:`[e^{-S_-}, e^{S_+}]`,
 on top of a scale bounded by MetaOptimize's ``step_size_bounds``.
 
-Meta-training (:func:`~metaoptax.l2o.meta_train`, through :meth:`ClimbedAdamConfig.step`)
+Meta-training (:func:`~metaoptax.l2o.train`, through :meth:`ClimbedAdamConfig.step`)
 back-propagates through the whole step, the climb and MetaOptimize's trace included: the
 meta-gradient sees that a multiplier raised during the climb is undone by a smaller
 :math:`\alpha`. The optimizee's gradient is an input, as for every learned optimizer of
@@ -67,12 +66,13 @@ from metaoptax.l2o.learned_adam import ScaledAdamConfig, ScaledAdamState, scale_
 from metaoptax.step_size import presets
 from metaoptax.step_size.climbing import climb
 
-__all__ = ("ClimbedAdamConfig", "ClimbedAdamState", "climbed_scaled_adam")
+__all__ = ("ClimbedAdamConfig", "ClimbedAdamState")
 
 
 class ClimbedAdamConfig(NamedTuple):
-  """Static configuration of :func:`climbed_scaled_adam` (the defaults: those of
-  :func:`metaoptax.adamw`'s step size).
+  """Static configuration of :meth:`ClimbedAdamConfig.transformation` (the defaults: those
+  of :func:`metaoptax.adamw`'s step size, its weight decay and its average, the recipe
+  for networks not seen in meta-training).
 
   Attributes:
     scaling: the learned multipliers (:class:`~metaoptax.l2o.ScaledAdamConfig`; its
@@ -95,13 +95,13 @@ class ClimbedAdamConfig(NamedTuple):
   climb_rate: float = 0.1
   climb_backoff: float = 0.5
   gamma: float = 1.0
-  weight_decay: float = 0.0
-  average: float | None = None
+  weight_decay: float = 1e-4
+  average: float | None = 0.1
 
   # The interface the meta-training engine calls (as for ``ScaledAdamConfig``).
-  def init_network(self, key: jax.Array):
+  def init_network(self, rng_key: jax.Array):
     """Initial network weights: random LSTM, zero read-out (exactly MetaOptimize's Adam)."""
-    return self.scaling.init_network(key)
+    return self.scaling.init_network(rng_key)
 
   def init_state(self, params: Any) -> "ClimbedAdamState":
     """The optimizer's state (:func:`metaoptax.metaoptimize`'s around the multipliers'; its
@@ -123,14 +123,47 @@ class ClimbedAdamConfig(NamedTuple):
         "log_scale": scaled.log_scale, "step_size": jnp.exp(_beta(inner))}
 
   def transformation(self, network_params) -> optax.GradientTransformationExtraArgs:
-    """The trained network as an optax transformation (:func:`climbed_scaled_adam`)."""
-    return climbed_scaled_adam(network_params, self)
+    r"""Adam with a step size found by MetaOptimize's climb and learned per-tensor
+    multipliers of it: :math:`u^{(i)} = -\alpha_t e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat
+    v^{(i)}} + \epsilon)` (module docstring).
+
+    With freshly initialized weights (``config.init_network``) it is
+    ``metaoptax.adamw(weight_decay=config.weight_decay, average=config.average,
+    climb_memory=None, meta_step_size=config.meta_step_size)``; with the default
+    configuration, the average of the weights included: evaluate
+    :func:`metaoptax.averaged_params` of the state. A non-finite gradient is skipped,
+    counted by MetaOptimize's guard (``skip_nonfinite``).
+
+    Args:
+      network_params: the network's weights (``config.init_network(key)`` or
+        ``l2o.train(key, family, config, ...).params``).
+
+    Returns:
+      An ``optax.GradientTransformationExtraArgs``; ``update(grads, state, params)`` needs
+      ``params``. :func:`metaoptax.step_sizes` of the state reads :math:`\alpha_t`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, metaoptax
+      >>> from metaoptax import l2o
+      >>> config = l2o.ClimbedAdamConfig()
+      >>> opt = config.transformation(config.init_network(jax.random.key(0)))
+      >>> params = {"w": jnp.ones(3)}
+      >>> updates, state = opt.update({"w": jnp.ones(3)}, opt.init(params), params)
+      >>> print(f"{float(metaoptax.step_sizes(state)):.2g}")  # climbing from 1e-6
+      1.1e-06
+
+    References:
+      Sharifnassab, Salehkaleybar and Sutton 2024, https://arxiv.org/abs/2402.02342;
+      Kingma and Ba 2015, https://arxiv.org/abs/1412.6980; Metz et al. 2022 (VeLO),
+      https://arxiv.org/abs/2211.09760
+    """
+    return _climbed_scaled_adam(network_params, self)
 
 
 class ClimbedAdamState(NamedTuple):
   """What :meth:`ClimbedAdamConfig.step` carries: the optimizer's state and the steps taken."""
 
-  optimizer: Any  # climbed_scaled_adam's state (MetaOptimize's, around ScaledAdamState)
+  optimizer: Any  # the transformation's state (MetaOptimize's, around ScaledAdamState)
   count: jax.Array  # int32 steps taken (the minibatch index of the task families)
 
 
@@ -140,41 +173,9 @@ def _beta(state) -> jax.Array:
   return jnp.reshape(jax.tree.leaves(meta.meta_params.step_size)[0], ())
 
 
-def climbed_scaled_adam(network_params, config: ClimbedAdamConfig = ClimbedAdamConfig()
-                        ) -> optax.GradientTransformationExtraArgs:
-  r"""Adam with a step size found by MetaOptimize's climb and learned per-tensor
-  multipliers of it: :math:`u^{(i)} = -\alpha_t e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat
-  v^{(i)}} + \epsilon)` (module docstring).
-
-  With freshly initialized weights (``config.init_network``) it is
-  ``metaoptax.adamw(weight_decay=config.weight_decay, average=config.average,
-  climb_memory=None, meta_step_size=config.meta_step_size)``. A
-  non-finite gradient is skipped, counted by MetaOptimize's guard (``skip_nonfinite``).
-
-  Args:
-    network_params: the network's weights (``config.init_network(key)`` or
-      ``meta_train(config, ...).params``).
-    config: the :class:`ClimbedAdamConfig` they belong to.
-
-  Returns:
-    An ``optax.GradientTransformationExtraArgs``; ``update(grads, state, params)`` needs
-    ``params``. :func:`metaoptax.step_sizes` of the state reads :math:`\alpha_t`.
-
-  Examples:
-    >>> import jax, jax.numpy as jnp, metaoptax
-    >>> from metaoptax import l2o
-    >>> config = l2o.ClimbedAdamConfig()
-    >>> opt = l2o.climbed_scaled_adam(config.init_network(jax.random.key(0)), config)
-    >>> params = {"w": jnp.ones(3)}
-    >>> updates, state = opt.update({"w": jnp.ones(3)}, opt.init(params), params)
-    >>> print(f"{float(metaoptax.step_sizes(state)[0]):.2g}")  # climbing from 1e-6
-    1.1e-06
-
-  References:
-    Sharifnassab, Salehkaleybar and Sutton 2024, https://arxiv.org/abs/2402.02342;
-    Kingma and Ba 2015, https://arxiv.org/abs/1412.6980; Metz et al. 2022 (VeLO),
-    https://arxiv.org/abs/2211.09760
-  """
+def _climbed_scaled_adam(network_params, config: ClimbedAdamConfig
+                         ) -> optax.GradientTransformationExtraArgs:
+  """:meth:`ClimbedAdamConfig.transformation`."""
   meta = climb(presets.meta_adam(config.meta_step_size), rate=config.climb_rate,
                backoff=config.climb_backoff)
   opt = metaoptimize(scale_by_learned_adam(network_params, config.scaling), meta,

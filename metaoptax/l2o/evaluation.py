@@ -16,38 +16,38 @@ from metaoptax.l2o.tasks import TaskFamily, gradient
 __all__ = ("evaluate",)
 
 
-def evaluate(optimizer: optax.GradientTransformation, family: TaskFamily, key: jax.Array,
+def evaluate(rng_key: jax.Array, family: TaskFamily, optimizer: optax.GradientTransformation,
              num_tasks: int, steps: int) -> jax.Array:
   """Losses ``(num_tasks, steps + 1)`` of an optax optimizer on unseen tasks of ``family``.
 
-  The same ``key`` gives every optimizer the same tasks and starting points. A
-  trained learned optimizer is ``learned_optimizer(result.params, config)``;
-  each update receives the task's group action as ``act=``, so its teleport
-  head acts (other optimizers ignore it).
+  The same ``rng_key`` gives every optimizer the same tasks and starting points. A
+  trained learned optimizer is ``config.transformation(result.params)``; each update
+  receives the task's group action as ``act=`` (``None`` for a family without one),
+  so its teleport head acts (other optimizers ignore it).
 
   Examples:
     >>> import jax, optax
     >>> from metaoptax import l2o
     >>> family = l2o.tasks.ellipse()
-    >>> losses = l2o.evaluate(optax.adam(0.1), family, jax.random.key(0), 4, 10)
+    >>> losses = l2o.evaluate(jax.random.key(0), family, optax.adam(0.1), 4, 10)
     >>> losses.shape
     (4, 11)
   """
-  tasks, params, _ = sample_problems(L2OConfig(), family, key, num_tasks)
-  return jax.jit(functools.partial(trajectory_losses, optimizer, family, steps=steps))(
+  tasks, params, _ = sample_problems(rng_key, family, L2OConfig(), num_tasks)
+  return jax.jit(functools.partial(trajectory_losses, family, optimizer, steps=steps))(
       tasks, params)
 
 
-def trajectory_losses(optimizer: optax.GradientTransformation, family: TaskFamily, tasks: Any,
+def trajectory_losses(family: TaskFamily, optimizer: optax.GradientTransformation, tasks: Any,
                       params: Any, steps: int) -> jax.Array:
   """Losses ``(num_tasks, steps + 1)`` of ``optimizer`` from ``params`` on ``tasks``
-  (a batch, as :func:`~metaoptax.l2o.problems.sample_problems` draws them); jit-able.
+  (a batch, as :func:`~metaoptax.l2o.sample_problems` draws them); jit-able.
   The optimizer receives :func:`~metaoptax.l2o.tasks.gradient` at each step (the
   minibatch gradient of families that have one); the losses are ``family.loss``."""
   optimizer = optax.with_extra_args_support(optimizer)
 
   def run(task, p):
-    act = functools.partial(family.act, task)
+    act = None if family.act is None else functools.partial(family.act, task)
 
     def body(carry, step):
       x, s = carry
@@ -59,4 +59,3 @@ def trajectory_losses(optimizer: optax.GradientTransformation, family: TaskFamil
     return jnp.concatenate([family.loss(task, p)[None], losses])
 
   return jax.vmap(run)(tasks, params)
-

@@ -93,7 +93,7 @@ import optax
 from metaoptax._src import tree_utils
 
 __all__ = ("ScaledAdamConfig", "ScaledAdamState", "TensorLSTM", "scaled_adam_features",
-           "scaled_adam", "scale_by_learned_adam")
+           "scale_by_learned_adam")
 
 #: Features per tensor (see the module docstring); 3 more with ``slow_b1``, 5 more with
 #: ``budget``.
@@ -149,11 +149,11 @@ class ScaledAdamConfig(NamedTuple):
     return low, self.max_log_scale
 
   # The interface the meta-training engine calls (as for ``L2OConfig``).
-  def init_network(self, key: jax.Array):
+  def init_network(self, rng_key: jax.Array):
     """Initial network weights: random LSTM, zero read-out (exactly Adam)."""
     _check(self)
     carry = _initial_carry(self, 1, jnp.float32)
-    return TensorLSTM(self).init(key, carry, jnp.zeros((1, num_features(self))))
+    return TensorLSTM(self).init(rng_key, carry, jnp.zeros((1, num_features(self))))
 
   def init_state(self, params: Any) -> "ScaledAdamState":
     """Zero moments, LSTM state and multipliers (float32 or wider)."""
@@ -174,12 +174,44 @@ class ScaledAdamConfig(NamedTuple):
     return new_params, state, {"log_scale": log_scale}
 
   def transformation(self, network_params) -> optax.GradientTransformationExtraArgs:
-    """The trained network as an optax transformation (:func:`scaled_adam`)."""
-    return scaled_adam(network_params, self)
+    r"""The learned Adam-scaling optimizer as an optax transformation on any params pytree.
+
+    Steps :math:`u^{(i)} = -\eta\, e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat v^{(i)}} + \epsilon)`
+    with :math:`s^{(i)} = S_\pm \tanh(\cdot)` from a per-tensor LSTM (module docstring).
+    With freshly initialized weights (``config.init_network``) it is
+    ``optax.adam(config.learning_rate, config.b1, config.b2, config.eps)``.
+    A non-finite gradient or step is skipped (zero update, state kept, counted in
+    ``skipped_steps``), as in :meth:`L2OConfig.transformation`.
+
+    Args:
+      network_params: the network's weights (``config.init_network(key)`` or
+        ``l2o.train(key, family, config, ...).params``).
+
+    Returns:
+      An ``optax.GradientTransformationExtraArgs``; ``update(grads, state, params)``
+      needs ``params``; other extra arguments are ignored.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from metaoptax import l2o
+      >>> config = l2o.ScaledAdamConfig()
+      >>> opt = config.transformation(config.init_network(jax.random.key(0)))
+      >>> params = {"w": jnp.ones(3)}
+      >>> updates, _ = opt.update({"w": jnp.ones(3)}, opt.init(params), params)
+      >>> [round(float(u), 6) for u in updates["w"]]  # Adam's first step: -lr * sign(g)
+      [-0.001, -0.001, -0.001]
+
+    References:
+      Kingma and Ba 2015, https://arxiv.org/abs/1412.6980; Andrychowicz et al. 2016,
+      https://arxiv.org/abs/1606.04474; Moudgil et al. 2025 (Celo),
+      https://arxiv.org/abs/2501.12670
+    """
+    return _scaled_adam(network_params, self)
 
 
 class ScaledAdamState(NamedTuple):
-  """State of :func:`scaled_adam`: Adam's moments, the LSTM state and the multipliers."""
+  """State of :meth:`ScaledAdamConfig.transformation`: Adam's moments, the LSTM state and
+  the multipliers."""
 
   mu: Any  # first moment, params-shaped (float32 or wider)
   nu: Any  # second moment, params-shaped
@@ -347,53 +379,21 @@ def _update(network_params, config: ScaledAdamConfig, state: ScaledAdamState, pa
   return updates, state, log_scale
 
 
-def scaled_adam(network_params, config: ScaledAdamConfig = ScaledAdamConfig()
-                ) -> optax.GradientTransformationExtraArgs:
-  r"""The learned Adam-scaling optimizer as an optax transformation on any params pytree.
-
-  Steps :math:`u^{(i)} = -\eta\, e^{s^{(i)}} \hat m^{(i)} / (\sqrt{\hat v^{(i)}} + \epsilon)`
-  with :math:`s^{(i)} = S_\pm \tanh(\cdot)` from a per-tensor LSTM (module docstring).
-  With freshly initialized weights (``config.init_network``) it is
-  ``optax.adam(config.learning_rate, config.b1, config.b2, config.eps)``.
-  A non-finite gradient or step is skipped (zero update, state kept, counted in
-  ``skipped_steps``), as in :func:`~metaoptax.l2o.learned_optimizer`.
-
-  Args:
-    network_params: the network's weights (``config.init_network(key)`` or
-      ``meta_train(config, ...).params``).
-    config: the :class:`ScaledAdamConfig` they belong to.
-
-  Returns:
-    An ``optax.GradientTransformationExtraArgs``; ``update(grads, state, params)``
-    needs ``params``; other extra arguments are ignored.
-
-  Examples:
-    >>> import jax, jax.numpy as jnp, optax
-    >>> from metaoptax import l2o
-    >>> config = l2o.ScaledAdamConfig()
-    >>> opt = l2o.scaled_adam(config.init_network(jax.random.key(0)), config)
-    >>> params = {"w": jnp.ones(3)}
-    >>> updates, _ = opt.update({"w": jnp.ones(3)}, opt.init(params), params)
-    >>> [round(float(u), 6) for u in updates["w"]]  # Adam's first step: -lr * sign(g)
-    [-0.001, -0.001, -0.001]
-
-  References:
-    Kingma and Ba 2015, https://arxiv.org/abs/1412.6980; Andrychowicz et al. 2016,
-    https://arxiv.org/abs/1606.04474; Moudgil et al. 2025 (Celo),
-    https://arxiv.org/abs/2501.12670
-  """
+def _scaled_adam(network_params, config: ScaledAdamConfig) -> optax.GradientTransformationExtraArgs:
+  """:meth:`ScaledAdamConfig.transformation`."""
   _check(config)
 
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args
-    _require_params(params, "scaled_adam")
+    _require_params(params, "ScaledAdamConfig.transformation")
     deltas, new_state, _ = _update(network_params, config, state, params, updates)
     ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)
     new_state = optax.tree_utils.tree_where(ok, new_state, state)
     return tree_utils.zeros_unless(ok, deltas), new_state._replace(
         skipped_steps=state.skipped_steps + (~ok).astype(jnp.int32))
 
-  return optax.GradientTransformationExtraArgs(_init(config, "scaled_adam"), update_fn)
+  return optax.GradientTransformationExtraArgs(_init(config, "ScaledAdamConfig.transformation"),
+                                               update_fn)
 
 
 def _init(config: ScaledAdamConfig, name: str) -> Callable:
@@ -417,8 +417,9 @@ def scale_by_learned_adam(network_params, config: ScaledAdamConfig = ScaledAdamC
   + \epsilon)` per tensor, without the step size or the sign flip (as
   ``optax.scale_by_adam``, for a step-size wrapper such as :func:`metaoptax.metaoptimize`).
 
-  The same network, features and bounds as :func:`scaled_adam`; ``config.learning_rate``
-  only enters feature 4 (the step's size relative to the weights) as a nominal rate. The
+  The same network, features and bounds as :meth:`ScaledAdamConfig.transformation`;
+  ``config.learning_rate`` only enters feature 4 (the step's size relative to the weights)
+  as a nominal rate. The
   params reach the features through ``jax.lax.stop_gradient``: a wrapper that
   differentiates the direction with respect to the weights (MetaOptimize's Hessian-free
   trace, a ``jax.jvp``) sees the multipliers as constants, as it sees Adam's moments. With
@@ -446,7 +447,7 @@ def scale_by_learned_adam(network_params, config: ScaledAdamConfig = ScaledAdamC
   _check(config)
   if config.cosine_decay:
     raise ValueError("scale_by_learned_adam is a direction without a step size; "
-                     "cosine_decay is a schedule of the step size (use scaled_adam).")
+                     "cosine_decay is a schedule of the step size (use config.transformation).")
 
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args

@@ -29,7 +29,7 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
-__all__ = ("HEADS", "L2OConfig", "preprocess", "CoordinateLSTM", "init_network")
+__all__ = ("HEADS", "L2OConfig", "preprocess", "CoordinateLSTM")
 
 #: The output heads a :class:`L2OConfig` can ask for (``L2OConfig.heads``).
 HEADS = ("update", "learning_rate", "momentum", "teleport")
@@ -69,24 +69,59 @@ class L2OConfig(NamedTuple):
   num_coordinates: int = 0
 
   # The interface the meta-training engine calls (as for ``ScaledAdamConfig``).
-  def init_network(self, key: jax.Array):
-    """:func:`init_network` of this configuration."""
-    return init_network(key, self)
+  def init_network(self, rng_key: jax.Array, warm_start=None):
+    r"""Initial network weights (independent of the optimizee's size).
+
+    Args:
+      rng_key: PRNG key of the weights.
+      warm_start: the weights of a trained network whose every layer this
+        configuration also has (same name and shape), e.g. an LSTM(lr, tele) for an
+        LSTM(lr, tele, momentum) of the same sizes: those layers start from it and
+        only the heads it lacks are freshly initialized. With a small
+        ``momentum_init`` the momentum variant then starts as (nearly) the optimizer
+        without momentum, :math:`v_t = \mu v_{t-1} - \alpha_t g_t` with
+        :math:`\mu \approx 0`.
+    """
+    validate(self)
+    n = self.num_coordinates if self.teleport_pooling == "concat" else 1
+    params = CoordinateLSTM(self).init(rng_key, initial_carry(self, n), jnp.zeros((n, 2)))
+    return params if warm_start is None else _warm_started(params, warm_start)
 
   def init_state(self, params):
-    """Zero LSTM state and momentum (:func:`metaoptax.l2o.optimizer.init_state`)."""
+    """Zero LSTM state and momentum, float32 or wider (float64 for float64 params)."""
     from metaoptax.l2o import optimizer  # pylint: disable=g-import-not-at-top
     return optimizer.init_state(self, params)
 
   def step(self, network_params, state, params, grads, act=None):
-    """One learned step (:func:`metaoptax.l2o.step`)."""
+    """One learned step: ``(new_params, new_state, head_outputs)``.
+
+    ``act(theta, params) -> params`` is the task's group action (teleport head). The
+    network reads the gradient, and the step is computed, in float32 or wider (the
+    state's precision); ``new_params`` have the dtypes of ``params``.
+    """
     from metaoptax.l2o import optimizer  # pylint: disable=g-import-not-at-top
     return optimizer.step(network_params, self, state, params, grads, act)
 
   def transformation(self, network_params):
-    """The trained network as an optax transformation (:func:`metaoptax.l2o.learned_optimizer`)."""
+    """The trained network as an optax transformation on any params pytree.
+
+    ``update(grads, state, params, act=None)``: ``act(theta, params)`` enables the
+    teleport head (a group action of the problem); without it the head is unused.
+    A non-finite gradient or step is skipped (zero update, state kept, counted).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from metaoptax import l2o
+      >>> config = l2o.L2OConfig(heads=("learning_rate", "momentum"))
+      >>> opt = config.transformation(config.init_network(jax.random.key(0)))
+      >>> params = {"w": jnp.ones(3)}
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update({"w": jnp.ones(3)}, state, params)
+      >>> updates["w"].shape
+      (3,)
+    """
     from metaoptax.l2o import optimizer  # pylint: disable=g-import-not-at-top
-    return optimizer.learned_optimizer(network_params, self)
+    return optimizer.transformation(network_params, self)
 
 
 def validate(config: L2OConfig) -> None:
@@ -151,23 +186,6 @@ class CoordinateLSTM(nn.Module):
 def initial_carry(config: L2OConfig, num_coordinates: int, dtype=jnp.float32):
   zeros = jnp.zeros((num_coordinates, config.hidden), dtype)
   return tuple((zeros, zeros) for _ in range(config.layers))
-
-
-def init_network(key: jax.Array, config: L2OConfig, warm_start=None):
-  r"""Initial network weights (independent of the optimizee's size).
-
-  ``warm_start``: the weights of a trained network whose every layer this
-  configuration also has (same name and shape), e.g. an LSTM(lr, tele) for an
-  LSTM(lr, tele, momentum) of the same sizes: those layers start from it and
-  only the heads it lacks are freshly initialized. With a small
-  ``momentum_init`` the momentum variant then starts as (nearly) the optimizer
-  without momentum, :math:`v_t = \mu v_{t-1} - \alpha_t g_t` with
-  :math:`\mu \approx 0`.
-  """
-  validate(config)
-  n = config.num_coordinates if config.teleport_pooling == "concat" else 1
-  params = CoordinateLSTM(config).init(key, initial_carry(config, n), jnp.zeros((n, 2)))
-  return params if warm_start is None else _warm_started(params, warm_start)
 
 
 def _warm_started(fresh, trained):

@@ -25,7 +25,7 @@ from metaoptax._src import sharding, tree_utils
 from metaoptax.l2o.network import (CoordinateLSTM, L2OConfig, initial_carry, preprocess,
                                    validate)
 
-__all__ = ("L2OState", "step", "learned_optimizer")
+__all__ = ("L2OState",)
 
 
 class L2OState(NamedTuple):
@@ -47,7 +47,7 @@ def init_state(config: L2OConfig, params: Any) -> L2OState:
 
 def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads: Any,
          act: Callable | None = None):
-  """One learned step: ``(new_params, new_state, head_outputs)``.
+  """:meth:`L2OConfig.step`: ``(new_params, new_state, head_outputs)``.
 
   ``act(theta, params) -> params`` is the task's group action (teleport head).
   The network reads the gradient, and the step is computed, in float32 or wider
@@ -76,35 +76,18 @@ def step(network_params, config: L2OConfig, state: L2OState, params: Any, grads:
   return new_params, L2OState(carry, momentum, state.count + 1, state.skipped_steps), out
 
 
-def learned_optimizer(network_params, config: L2OConfig) -> optax.GradientTransformationExtraArgs:
-  """A trained meta-optimizer as an optax transformation on any params pytree.
-
-  ``update(grads, state, params, act=None)``: ``act(theta, params)`` enables the
-  teleport head (a group action of the problem); without it the head is unused.
-  A non-finite gradient or step is skipped (zero update, state kept, counted).
-
-  Examples:
-    >>> import jax, jax.numpy as jnp, optax
-    >>> from metaoptax import l2o
-    >>> config = l2o.L2OConfig(heads=("learning_rate", "momentum"))
-    >>> net = l2o.init_network(jax.random.key(0), config)
-    >>> opt = l2o.learned_optimizer(net, config)
-    >>> params = {"w": jnp.ones(3)}
-    >>> state = opt.init(params)
-    >>> updates, state = opt.update({"w": jnp.ones(3)}, state, params)
-    >>> updates["w"].shape
-    (3,)
-  """
+def transformation(network_params, config: L2OConfig) -> optax.GradientTransformationExtraArgs:
+  """:meth:`L2OConfig.transformation`: the trained network as an optax transformation."""
   validate(config)
 
   def init_fn(params):
-    tree_utils.check_float_params(params, "learned_optimizer")
+    tree_utils.check_float_params(params, "L2OConfig.transformation")
     return init_state(config, params)
 
   def update_fn(updates, state, params=None, act=None, **extra_args):
     del extra_args
     if params is None:
-      raise ValueError("learned_optimizer needs params: update(grads, state, params).")
+      raise ValueError("L2OConfig.transformation needs params: update(grads, state, params).")
     new_params, new_state, _ = step(network_params, config, state, params, updates, act)
     deltas = jax.tree.map(lambda n, p: (n - p).astype(p.dtype), new_params, params)
     ok = tree_utils.all_finite(updates) & tree_utils.all_finite(deltas)

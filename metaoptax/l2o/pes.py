@@ -49,7 +49,7 @@ __all__ = ("PES", "PESState", "init", "gradient")
 
 
 class PES(NamedTuple):
-  """How :func:`~metaoptax.l2o.meta_train` estimates the meta-gradient with PES.
+  """How :func:`~metaoptax.l2o.train` estimates the meta-gradient with PES.
 
   Attributes:
     pairs: antithetic pairs of particles per task (``2 * pairs`` particles).
@@ -83,30 +83,30 @@ def init(theta: Any, states: Any) -> PESState:
                                                            jnp.result_type(t)), theta))
 
 
-def perturbations(key: jax.Array, theta: Any, count: int, sigma: float, mask: Any = None):
+def perturbations(rng_key: jax.Array, theta: Any, count: int, sigma: float, mask: Any = None):
   """``count`` antithetic perturbations of ``theta`` (leading axis; ``2p + 1`` is minus
   ``2p``), :math:`\\mathcal N(0, \\sigma^2)` entries, zero on the leaves where ``mask``
   (a pytree of bools like ``theta``; ``None``: all) is False."""
   leaves, treedef = jax.tree.flatten(theta)
   masks = [True] * len(leaves) if mask is None else treedef.flatten_up_to(mask)
   out = []
-  for k, leaf, keep in zip(jax.random.split(key, len(leaves)), leaves, masks):
+  for k, leaf, keep in zip(jax.random.split(rng_key, len(leaves)), leaves, masks):
     half = sigma * jax.random.normal(k, (count // 2,) + jnp.shape(leaf), jnp.result_type(leaf))
     pair = jnp.stack([half, -half], axis=1).reshape((count,) + jnp.shape(leaf))
     out.append(pair if keep else jnp.zeros_like(pair))
   return jax.tree.unflatten(treedef, out)
 
 
-def gradient(truncation: Callable[[Any, Any], tuple[jax.Array, Any]], theta: Any,
-             pes_state: PESState, key: jax.Array, sigma: float, mask: Any = None
+def gradient(rng_key: jax.Array, truncation: Callable[[Any, Any], tuple[jax.Array, Any]],
+             theta: Any, pes_state: PESState, sigma: float, mask: Any = None
              ) -> tuple[Any, jax.Array, PESState, jax.Array]:
   """One truncation of every particle and the PES estimate of its loss's gradient.
 
   Args:
+    rng_key: PRNG key of this truncation's perturbations.
     truncation: ``(theta, state) -> (loss, new_state)`` of one particle (vmapped here).
     theta: the parameters (a pytree of arrays).
     pes_state: the particles (:func:`init`, or the previous call's).
-    key: PRNG key of this truncation's perturbations.
     sigma: :math:`\\sigma`.
     mask: perturb only the leaves of ``theta`` where this pytree of bools is True
       (the others get a zero gradient); ``None``: all.
@@ -117,7 +117,7 @@ def gradient(truncation: Callable[[Any, Any], tuple[jax.Array, Any]], theta: Any
     the truncation, and which pairs had finite losses (the others contribute zero).
   """
   count = jax.tree.leaves(pes_state.accumulated)[0].shape[0]
-  eps = perturbations(key, theta, count, sigma, mask)
+  eps = perturbations(rng_key, theta, count, sigma, mask)
   accumulated = jax.tree.map(jnp.add, pes_state.accumulated, eps)
   perturbed = jax.tree.map(lambda t, e: t + e, theta, eps)
   losses, states = jax.vmap(truncation)(perturbed, pes_state.states)

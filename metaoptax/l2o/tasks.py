@@ -1,8 +1,9 @@
 r"""Task families for learned optimizers, each with its symmetry group.
 
-A family samples task instances (pytrees of arrays, so ``jax.vmap`` batches
-them) and starting points, evaluates the loss, and acts on the parameters by
-its symmetry group: ``act(task, theta, params)`` keeps the loss unchanged.
+A family (:class:`TaskFamily`) samples task instances (pytrees of arrays, so
+``jax.vmap`` batches them) and starting points, evaluates the loss, and may act on
+the parameters by a symmetry group: ``act(task, theta, params)`` keeps the loss
+unchanged.
 
 * :func:`ellipse` - generalized Booth: :math:`f(x) = \|A x + b\|^2`, SO(2)
   conjugated by :math:`h(x) = Ax + b` (``group_dim = 1``).
@@ -10,8 +11,7 @@ its symmetry group: ``act(task, theta, params)`` keeps the loss unchanged.
   :math:`h = (c\,y + d_1 x^2 + d_2 x + d_3,\ a x + b)`.
 * :func:`mlp_regression` - :math:`\tfrac12\|Y - W_2 \sigma(W_1 X)\|^2` (LeakyReLU),
   acted on by :math:`g = I + T` on the layer pair (``group_dim`` = width²).
-* :func:`mlp_classifier` - an MLP on minibatches of a classification set
-  (by default scikit-learn's bundled digits).
+* :func:`mlp_classifier` - an MLP on minibatches of a classification set.
 * :func:`mlp_minibatch` - an MLP of any depth, width and activation trained with
   stochastic minibatches of a random subset of a classification set.
 
@@ -37,16 +37,31 @@ __all__ = ("TaskFamily", "gradient", "ELLIPSE_SAMPLERS", "ellipse", "rosenbrock"
 
 
 class TaskFamily(NamedTuple):
-  """A distribution of optimization problems with a symmetry group."""
+  """A distribution of optimization problems, optionally with a symmetry group.
+
+  Every function is pure and jit-able; a task is a pytree of arrays (``jax.vmap``
+  batches them). Only the first four fields are needed: a family without ``act``
+  has no group action (a ``"teleport"`` head cannot train on it).
+
+  Attributes:
+    name: the family's name (progress reports, errors).
+    sample_task: ``rng_key -> task``.
+    init_params: ``(rng_key, task) -> params``, the starting point.
+    loss: ``(task, params) -> scalar``, what meta-training and evaluation score.
+    act: ``(task, theta, params) -> params``, the symmetry group's action, which
+      keeps ``loss`` unchanged; ``None``: no group.
+    group_dim: the size of ``theta`` (0 without a group).
+    minibatch_loss: ``(task, params, step) -> scalar``, the stochastic objective whose
+      gradient the optimizer receives at ``step`` (a minibatch); ``None``: the gradient
+      of ``loss`` (deterministic).
+  """
 
   name: str
-  sample_task: Callable[[jax.Array], Any]  # key -> task (pytree of arrays)
-  init_params: Callable[[jax.Array, Any], Any]  # key, task -> params
-  loss: Callable[[Any, Any], jax.Array]  # task, params -> scalar
-  act: Callable[[Any, jax.Array, Any], Any]  # task, theta, params -> params
-  group_dim: int  # size of theta
-  # task, params, step -> scalar: the stochastic objective whose gradient the optimizer
-  # receives at ``step`` (a minibatch); None: the gradient of ``loss`` (deterministic)
+  sample_task: Callable[[jax.Array], Any]
+  init_params: Callable[[jax.Array, Any], Any]
+  loss: Callable[[Any, Any], jax.Array]
+  act: Callable[[Any, jax.Array, Any], Any] | None = None
+  group_dim: int = 0
   minibatch_loss: Callable[[Any, Any, jax.Array], jax.Array] | None = None
 
 
@@ -231,32 +246,24 @@ def mlp_regression(width: int = 20, examples: int = 20, teleport_scale: float = 
   return TaskFamily("mlp_regression", sample_task, init_params, loss, act, width * width)
 
 
-def mlp_classifier(hidden: int = 32, batch: int = 128, data: tuple | None = None) -> TaskFamily:
+def mlp_classifier(data: tuple, hidden: int = 32, batch: int = 128) -> TaskFamily:
   """An MLP (inputs-hidden-classes, ReLU, He init) on minibatches of a classification set.
 
-  A task is a minibatch of ``batch`` examples drawn without replacement; the
-  group action is the identity (no teleportation: ``group_dim = 0``).
+  A task is a minibatch of ``batch`` examples drawn without replacement; no group
+  action (no teleportation).
 
   Args:
-    hidden: width of the hidden layer.
-    batch: examples per task.
     data: ``(inputs, labels)`` to draw the minibatches from, inputs
       ``(examples, features)`` (already standardized) and integer labels
       ``0 .. classes - 1``; e.g. a training split, so that meta-training never
-      sees the test images. Default: every image of scikit-learn's bundled
-      digits, each feature standardized.
+      sees the test examples.
+    hidden: width of the hidden layer.
+    batch: examples per task.
   """
-  if data is None:
-    from sklearn.datasets import load_digits  # bundled with scikit-learn
-
-    digits = load_digits()
-    x = jnp.asarray(digits.data, jnp.float32)
-    x, y = (x - x.mean(0)) / (x.std(0) + 1e-6), jnp.asarray(digits.target)
-  else:
-    x, y = jnp.asarray(data[0], jnp.float32), jnp.asarray(data[1])
-    if x.ndim != 2 or y.shape != x.shape[:1]:
-      raise ValueError(f"data must be (inputs (examples, features), labels (examples,)), got "
-                       f"shapes {x.shape} and {y.shape}.")
+  x, y = jnp.asarray(data[0], jnp.float32), jnp.asarray(data[1])
+  if x.ndim != 2 or y.shape != x.shape[:1]:
+    raise ValueError(f"data must be (inputs (examples, features), labels (examples,)), got "
+                     f"shapes {x.shape} and {y.shape}.")
   if not 0 < batch <= x.shape[0]:
     raise ValueError(f"batch must be in [1, {x.shape[0]}] (the examples), got {batch}.")
   features, classes = x.shape[1], int(jnp.max(y)) + 1
@@ -275,8 +282,7 @@ def mlp_classifier(hidden: int = 32, batch: int = 128, data: tuple | None = None
     logits = h @ p["w2"].T + p["b2"]
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), task["y"][:, None], 1))
 
-  return TaskFamily("mlp_classifier", sample_task, init_params, loss,
-                    lambda task, theta, p: p, 0)
+  return TaskFamily("mlp_classifier", sample_task, init_params, loss)
 
 
 #: Activations of :func:`mlp_minibatch`.
@@ -297,7 +303,7 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
   ``sizes[0] - ... - sizes[-1]`` (inputs to classes), ``activation`` between them,
   He initialization for ReLU and GELU, Glorot for tanh, zero biases. Cross-entropy
   with ``label_smoothing`` (targets :math:`(1-\varepsilon)\,\mathrm{onehot} +
-  \varepsilon / K`). No symmetry group (``group_dim = 0``). With ``held_out`` :math:`> 0`
+  \varepsilon / K`). No symmetry group. With ``held_out`` :math:`> 0`
   a task draws that many more examples, disjoint from the ``examples`` it trains on, and
   ``loss`` is the cross-entropy on them: a meta-loss of generalization, what a user
   scores, while the optimizer still receives training minibatches only. With
@@ -379,4 +385,4 @@ def mlp_minibatch(data: tuple, sizes: tuple[int, ...], activation: str = "relu",
 
   default = f"mlp_{'-'.join(map(str, sizes))}_{activation}"
   return TaskFamily(name or default, sample_task, init_params, loss,
-                    lambda task, theta, p: p, 0, minibatch_loss)
+                    minibatch_loss=minibatch_loss)

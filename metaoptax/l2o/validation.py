@@ -27,11 +27,11 @@ __all__ = ("Validation",)
 
 
 class Validation(NamedTuple):
-  """Held-out tasks that score the network during :func:`~metaoptax.l2o.meta_train`.
+  """Held-out tasks that score the network during :func:`~metaoptax.l2o.train`.
 
   The score is the median over ``num_tasks`` tasks of the loss after ``at``
   steps of the learned optimizer (a non-finite loss counts as ``+inf``), the
-  same losses as ``evaluate(learned_optimizer(params, config), family, key,
+  same losses as ``evaluate(key, family, config.transformation(params),
   num_tasks, steps)[:, at]``. With a sequence of families (meta-training on
   several), ``num_tasks`` tasks of each and the geometric mean of their
   medians: every family counts alike whatever the scale of its loss.
@@ -71,7 +71,7 @@ def check(validation: Validation) -> None:
 
 @functools.partial(jax.jit, static_argnames=("config", "family", "steps", "at"))
 def _median_loss(network_params, tasks, starts, *, config, family, steps, at):
-  losses = trajectory_losses(config.transformation(network_params), family, tasks, starts,
+  losses = trajectory_losses(family, config.transformation(network_params), tasks, starts,
                              steps)[:, at]
   return jnp.median(jnp.where(jnp.isfinite(losses), losses, jnp.inf))
 
@@ -83,8 +83,8 @@ def validation_scorer(config: L2OConfig, validation: Validation) -> Callable[[An
   at = validation.steps if validation.at is None else validation.at
   single = isinstance(validation.family, TaskFamily)
   families = (validation.family,) if single else tuple(validation.family)
-  problems = [jax.jit(sample_problems, static_argnums=(0, 1, 3))(
-      config, family, jax.random.fold_in(validation.key, i) if not single else validation.key,
+  problems = [jax.jit(sample_problems, static_argnums=(1, 2, 3))(
+      jax.random.fold_in(validation.key, i) if not single else validation.key, family, config,
       validation.num_tasks) for i, family in enumerate(families)]
 
   def score(network_params):

@@ -14,13 +14,12 @@ scalar step size by default). They differ from the paper-faithful
   forgets displacements older than ~100 steps. :func:`sgd` keeps the paper's
   ``gamma = 1`` (with a 100-step horizon SGD's step size stalls far below the best
   fixed rate), and so does :func:`adamw`, whose climb ends at twice the point where
-  the meta-gradient turned and which keeps an average of the weights (chosen on
-  validation splits, ``benchmarks/lr_free.py``);
+  the meta-gradient turned (chosen on validation splits, ``benchmarks/lr_free.py``);
 * optax's defaults (``weight_decay=1e-4`` for AdamW, ``1e-3`` for Lion, ``eps_root=0``);
-* ``average=``: with a horizon :math:`c` (e.g. ``0.1``), an average of the weights
-  whose horizon is the fraction :math:`c` of the steps taken
-  (:func:`metaoptax.average_iterates`) is kept beside the iterates; evaluate
-  :func:`metaoptax.averaged_params` of the state. The average removes the noise
+* an average of the weights (``average=0.1`` by default, ``None`` for none): its
+  horizon is the fraction :math:`c` of the steps taken
+  (:func:`metaoptax.average_iterates`), and it is kept beside the iterates, which it
+  does not change; evaluate :func:`metaoptax.averaged_params` of the state. The average removes the noise
   of the last iterates, as a decaying schedule would, without shrinking the step.
 
 After the climb, the paper's meta optimizer for the base tracks
@@ -69,18 +68,16 @@ SGD_CLIMB_RATE = 0.03
 SGD_CLIMB_BACKOFF = 10.0
 #: Discount of the sensitivity trace: a horizon of ~100 steps (the paper uses 1).
 GAMMA = 0.99
-#: Horizon of :func:`lion`'s and :func:`sgd`'s average of the weights (``None``: none).
-AVERAGE = None
+#: Horizon of every drop-in's average of the weights: the last ~10 % of the steps.
+AVERAGE = 0.1
 #: :func:`adamw`: the climb ends 2x above the point where the meta-gradient turned
 #: (backoff 1/2: the greedy ~100-step meta-gradient stops below the rate that serves
-#: a long run, and the average removes the noise of the larger steps), Adam then
-#: follows on log(alpha) with the paper's unbounded horizon (gamma = 1), and the
-#: average of the weights over the last ~10 % of the steps is kept for evaluation.
+#: a long run, and the average removes the noise of the larger steps), and Adam then
+#: follows on log(alpha) with the paper's unbounded horizon (gamma = 1).
 #: Chosen on validation splits (``benchmarks/lr_free.py``: the ablation of
 #: docs/benchmarks.md).
 ADAMW_CLIMB_BACKOFF = 0.5
 ADAMW_GAMMA = 1.0
-ADAMW_AVERAGE = 0.1
 #: :func:`adamw`: when the climb ends, Adam's moments keep their bias-corrected values
 #: but count as 3 steps (``metaoptimize(..., climb_memory=3)``), so the climb's gradients
 #: fade from the second moment within tens of steps (chosen on validation splits,
@@ -132,7 +129,7 @@ def adamw(
     climb_rate: float = CLIMB_RATE,
     climb_backoff: float = ADAMW_CLIMB_BACKOFF,
     gamma: float = ADAMW_GAMMA,
-    average: float | None = ADAMW_AVERAGE,
+    average: float | None = AVERAGE,
     climb_memory: int | None = ADAMW_CLIMB_MEMORY,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:

@@ -50,7 +50,7 @@ def test_round_trip_of_a_metaoptimize_state_keys_scalars_and_empty_leaves(tmp_pa
 def test_empty_tree_and_overwrite(tmp_path):
   checkpoint.save(tmp_path / "c", ())
   assert checkpoint.restore(tmp_path / "c", ()) == ()
-  with pytest.raises(ValueError, match="exists"):
+  with pytest.raises(ValueError, match=r"already exists.*overwrite=True"):
     checkpoint.save(tmp_path / "c", {"a": jnp.ones(2)})
   checkpoint.save(tmp_path / "c", {"a": jnp.ones(2)}, overwrite=True)
   _assert_identical(checkpoint.restore(tmp_path / "c", {"a": jnp.zeros(2)}), {"a": jnp.ones(2)})
@@ -105,19 +105,19 @@ def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_pa
   l2o = metaoptax.l2o
   family, poisoned = _poisoned_ellipses()
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
-  meta_optimizer = l2o.default_meta_optimizer()
-  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
-  start = l2o.init_meta_training(config, meta_optimizer=meta_optimizer, seed=5)
-  kwargs = dict(num_iterations=4, meta_optimizer=meta_optimizer, progress=None)
-  full = l2o.meta_train(config, family, training, init_state=start,
-                        checkpoint_dir=tmp_path / "full", checkpoint_every=2, **kwargs)
+  meta_optimizer = l2o.default_optimizer()
+  training = l2o.TrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
+  start = l2o.init_training(jax.random.key(5), family, config, optimizer=meta_optimizer)
+  kwargs = dict(num_iterations=4, optimizer=meta_optimizer, progress=None)
+  full = l2o.train(jax.random.key(0), family, config, training, **kwargs, init_state=start,
+                   checkpoint_dir=tmp_path / "full", checkpoint_every=2)
   assert checkpoint.latest_step(tmp_path / "full") == 4
   # oracle for the skips: batch k is sampled with the second half of the k-th split of the key
-  key = l2o.init_meta_training(config, seed=5).key
+  key = l2o.init_training(jax.random.key(5), family, config).key
   expected = 0
   for _ in range(4):
     key, sub = jax.random.split(key)
-    tasks, _, _ = l2o.sample_problems(config, family, sub, 8)
+    tasks, _, _ = l2o.sample_problems(sub, family, config, 8)
     expected += 2 * bool(jnp.any(jax.vmap(poisoned)(tasks)))  # both truncations are NaN
   assert 0 < expected < 8, "pick a seed whose batches are partly poisoned"
   assert full.skipped_updates == int(full.state.skipped_updates) == expected
@@ -127,18 +127,19 @@ def test_l2o_meta_training_resumes_bit_for_bit_and_counts_skipped_updates(tmp_pa
   # an interrupted run: only the mid-run checkpoint survives; the same call finishes the run
   (tmp_path / "resumed").mkdir()
   (tmp_path / "full" / "2").rename(tmp_path / "resumed" / "2")
-  resumed = l2o.meta_train(config, family, training, init_state=start,
-                           checkpoint_dir=tmp_path / "resumed", **kwargs)
+  resumed = l2o.train(jax.random.key(0), family, config, training, **kwargs, init_state=start,
+                      checkpoint_dir=tmp_path / "resumed")
   _assert_identical(resumed.state, full.state)
   np.testing.assert_array_equal(resumed.losses, full.losses[4:])
   _assert_identical(checkpoint.restore(tmp_path / "resumed" / "4", like=full.state),
                     full.state)
   # continuing in memory (init_state) and rerunning with the same seed: identical too
-  half = l2o.meta_train(config, family, training, init_state=start,
-                        **{**kwargs, "num_iterations": 2})
-  _assert_identical(l2o.meta_train(config, family, training, init_state=half.state,
-                                   **kwargs).state, full.state)
-  _assert_identical(l2o.meta_train(config, family, training, init_state=start, **kwargs).state,
+  half = l2o.train(jax.random.key(0), family, config, training, **{**kwargs, "num_iterations": 2},
+                   init_state=start)
+  _assert_identical(l2o.train(jax.random.key(0), family, config, training, **kwargs,
+                              init_state=half.state).state, full.state)
+  _assert_identical(l2o.train(jax.random.key(0), family, config, training, **kwargs,
+                              init_state=start).state,
                     full.state)
 
 

@@ -194,7 +194,7 @@ L2O_HEADS = [("update",), ("learning_rate", "momentum")]
 @pytest.mark.parametrize("heads", L2O_HEADS, ids=["+".join(h) for h in L2O_HEADS])
 def test_learned_optimizer_dtypes(heads):
   config = l2o.L2OConfig(heads=heads, hidden=4)
-  opt = l2o.learned_optimizer(l2o.init_network(jax.random.key(0), config), config)
+  opt = config.transformation(config.init_network(jax.random.key(0)))
   update = lambda g, s, p: opt.update(g, s, p)
   for dtype in ("float16", "bfloat16", "float32", "mixed"):
     check_dtypes(opt, update, make_params(DTYPES[dtype]), "float32")
@@ -302,9 +302,9 @@ def test_metaoptimize_is_bitwise_deterministic_across_compilations(variant):
 def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
-  meta_step = l2o.build_meta_step(
-      config, family, l2o.MetaTrainingConfig(tasks_per_step=4, horizon=4, unroll=2))
-  start = l2o.init_meta_training(config, seed=5)
+  meta_step = l2o.build_training_step(family, config,
+                                      l2o.TrainingConfig(tasks_per_step=4, horizon=4, unroll=2))
+  start = l2o.init_training(jax.random.key(5), family, config)
   first, second = two_compilations(meta_step, start)
   runs = []
   for compiled in (first, second):  # two meta steps (four meta updates) each
@@ -313,7 +313,7 @@ def test_l2o_meta_training_is_bitwise_deterministic_across_compilations():
   assert_bitwise_equal(runs[0], runs[1])
   assert int(runs[0][1][0].meta_step) == 2
   # Another seed gives another run (the comparison above can fail).
-  _, other = first(l2o.init_meta_training(config, seed=6))
+  _, other = first(l2o.init_training(jax.random.key(6), family, config))
   assert not np.array_equal(np.asarray(other.losses), np.asarray(runs[0][0].losses))
 
 

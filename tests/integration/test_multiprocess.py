@@ -273,15 +273,14 @@ def _l2o_problem():
   family = base._replace(name="poisoned", loss=lambda task, x: jnp.where(  # are skipped
       task["b"][0] > 1.2, jnp.nan, 1.0) * base.loss(task, x))
   return (family, l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4),
-          l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True))
+          l2o.TrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True))
 
 
 def _l2o(mesh, progress):
   family, config, training = _l2o_problem()
-  return l2o.meta_train(
-      config, family, training, num_iterations=L2O_ITERATIONS,
-      init_state=l2o.init_meta_training(config, seed=5), mesh=mesh,
-      data_axis=None if mesh is None else "tasks", progress=progress, log_every=2)
+  return l2o.train(jax.random.key(5), family, config, training, num_iterations=L2O_ITERATIONS,
+                   mesh=mesh, data_axis=None if mesh is None else "tasks", progress=progress,
+                   log_every=2)
 
 
 @functools.lru_cache(maxsize=None)  # one target function: a resumed run reuses the compiled step
@@ -376,8 +375,8 @@ def _one_device(task_mesh, l2o_result, l2hmc_result) -> dict:
   device, without a mesh; where the tasks and the chains were."""
   family, config, training = _l2o_problem()
   one = _l2o(None, None)
-  step = jax.jit(l2o.build_meta_step(config, family, training, mesh=task_mesh,
-                                     data_axis="tasks"))  # meta_train's compiled step
+  step = jax.jit(l2o.build_training_step(family, config, training, mesh=task_mesh,
+                                         data_axis="tasks"))  # train's compiled step
   task_losses = step(l2o_result.state)[1].task_losses
   hmc = _l2hmc(None)
   many = l2hmc_result.state

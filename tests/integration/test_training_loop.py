@@ -23,8 +23,8 @@ REFERENCE = pathlib.Path(__file__).parent / "data" / "training_loop_reference.np
 
 FAMILY = l2o.tasks.ellipse()
 L2O_CONFIG = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
-META_OPTIMIZER = l2o.default_meta_optimizer()  # one object: the calls share a compiled step
-TRAINING = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
+META_OPTIMIZER = l2o.default_optimizer()  # one object: the calls share a compiled step
+TRAINING = l2o.TrainingConfig(tasks_per_step=8, horizon=4, unroll=2, log_loss=True)
 
 TARGET = l2hmc.targets.strongly_correlated_gaussian()
 HMC_CONFIG = paper_config(dim=2, num_steps=2, hidden=4)
@@ -42,10 +42,11 @@ def _bits(tree) -> bytes:
 
 
 def _meta_train(**kwargs):
-  kwargs = {"init_state": l2o.init_meta_training(L2O_CONFIG, meta_optimizer=META_OPTIMIZER,
-                                                 seed=5),
+  kwargs = {"init_state": l2o.init_training(jax.random.key(5), FAMILY, L2O_CONFIG,
+                                            optimizer=META_OPTIMIZER),
             "num_iterations": 4, "progress": None, **kwargs}
-  return l2o.meta_train(L2O_CONFIG, FAMILY, TRAINING, meta_optimizer=META_OPTIMIZER, **kwargs)
+  return l2o.train(jax.random.key(0), FAMILY, L2O_CONFIG, TRAINING, **kwargs,
+                   optimizer=META_OPTIMIZER)
 
 
 def _train(**kwargs):
@@ -93,7 +94,7 @@ def _assert_state_close(tree, data: bytes) -> None:
 
 @pytest.mark.system  # every driver's run, twice
 def test_same_run_as_the_drivers_before_the_shared_loop():
-  """The fixture holds the losses and final states of ``meta_train`` and
+  """The fixture holds the losses and final states of ``l2o.train`` and
   ``l2hmc.train`` as they were before they shared one loop (same settings,
   given then as flat keyword arguments and ``seed=``), written on another
   machine: compared at RTOL/ATOL, not bit for bit."""
@@ -116,9 +117,8 @@ def test_train_is_a_loop_over_the_jitted_step(driver):
   iterations and one at the end, with the means of the iterations since the last
   (L2O: of the median over the tasks, and the worst task's meta-loss)."""
   if driver == "l2o":
-    step = jax.jit(l2o.build_meta_step(L2O_CONFIG, FAMILY, TRAINING,
-                                       meta_optimizer=META_OPTIMIZER))
-    state = l2o.init_meta_training(L2O_CONFIG, meta_optimizer=META_OPTIMIZER, seed=5)
+    step = jax.jit(l2o.build_training_step(FAMILY, L2O_CONFIG, TRAINING, optimizer=META_OPTIMIZER))
+    state = l2o.init_training(jax.random.key(5), FAMILY, L2O_CONFIG, optimizer=META_OPTIMIZER)
     run, losses_of, num = _meta_train, (lambda info: info.losses), 4
   else:
     step = jax.jit(l2hmc.build_training_step(TARGET, HMC_CONFIG, HMC_TRAINING))
@@ -190,9 +190,9 @@ def test_starting_point_is_init_state_or_checkpoint_never_silently_both(tmp_path
 def test_evaluate_runs_any_optax_optimizer_on_the_same_tasks():
   key, num_tasks, steps = jax.random.key(9), 3, 5
   lr = 0.05
-  sgd = l2o.evaluate(optax.sgd(lr), FAMILY, key, num_tasks, steps)
+  sgd = l2o.evaluate(key, FAMILY, optax.sgd(lr), num_tasks, steps)
   # oracle: plain gradient descent on the tasks and starts sample_problems draws
-  tasks, starts, _ = l2o.sample_problems(L2O_CONFIG, FAMILY, key, num_tasks)
+  tasks, starts, _ = l2o.sample_problems(key, FAMILY, L2O_CONFIG, num_tasks)
   for i in range(num_tasks):
     task = jax.tree.map(lambda x: x[i], tasks)
     x = jax.tree.map(lambda x: x[i], starts)
@@ -203,14 +203,14 @@ def test_evaluate_runs_any_optax_optimizer_on_the_same_tasks():
     np.testing.assert_allclose(sgd[i], np.asarray(expected), rtol=1e-5)
   # the learned optimizer, with its teleport head acting: the pure step, hand-rolled
   config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1, hidden=4)
-  net = l2o.init_network(jax.random.key(3), config)
-  learned = l2o.evaluate(l2o.learned_optimizer(net, config), FAMILY, key, num_tasks, steps)
+  net = config.init_network(jax.random.key(3))
+  learned = l2o.evaluate(key, FAMILY, config.transformation(net), num_tasks, steps)
   for i in range(num_tasks):
     task = jax.tree.map(lambda x: x[i], tasks)
     x = jax.tree.map(lambda x: x[i], starts)
     state, expected = l2o.optimizer.init_state(config, x), [FAMILY.loss(task, x)]
     for _ in range(steps):
       g = jax.grad(FAMILY.loss, argnums=1)(task, x)
-      x, state, _ = l2o.step(net, config, state, x, g, lambda t, p: FAMILY.act(task, t, p))
+      x, state, _ = config.step(net, state, x, g, lambda t, p: FAMILY.act(task, t, p))
       expected.append(FAMILY.loss(task, x))
     np.testing.assert_allclose(learned[i], np.asarray(expected), rtol=1e-5, atol=1e-7)

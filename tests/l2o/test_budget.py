@@ -34,7 +34,7 @@ def test_read_out_of_the_run_fraction_is_a_schedule():
   assert kernel.shape == (CONFIG.hidden + 5, 1)
   v = -0.8
   net["params"]["log_scale"]["kernel"] = kernel.at[CONFIG.hidden, 0].set(v)
-  opt = l2o.scaled_adam(net, CONFIG)
+  opt = CONFIG.transformation(net)
   params = _params(jax.random.key(1))
   state = opt.init(params)
   update = jax.jit(opt.update)
@@ -50,7 +50,7 @@ def test_varied_budget_runs_end_at_their_budget():
   from its budget on (the loss after it is the final loss)."""
   varied = l2o.VariedBudget(CONFIG, 5, 20)
   family = l2o.tasks.mlp_regression(width=4, examples=8)
-  tasks, params, states = l2o.sample_problems(varied, family, jax.random.key(0), 64)
+  tasks, params, states = l2o.sample_problems(jax.random.key(0), family, varied, 64)
   assert np.all((states.budget >= 5) & (states.budget <= 20)) and np.ptp(states.budget) > 5
   net = varied.init_network(jax.random.key(1))
   task = jax.tree.map(lambda x: x[0], tasks)

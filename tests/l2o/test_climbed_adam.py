@@ -1,4 +1,4 @@
-"""The learned multipliers on MetaOptimize's found step size (``l2o.climbed_scaled_adam``):
+"""The learned multipliers on MetaOptimize's found step size (``l2o.ClimbedAdamConfig``):
 MetaOptimize's Adam at initialization, bounded multiples of it, the engine's step, and the
 meta-gradient through the climb and the trace against finite differences."""
 
@@ -17,7 +17,22 @@ from tests.l2o.test_scaled_adam import _grads, _params
 #: The eighth attempt's multipliers (issue 30), with a small LSTM.
 SCALING = l2o.ScaledAdamConfig(hidden=8, learning_rate=3e-3, max_log_scale=1.5,
                                min_log_scale=-6.9, slow_b1=0.99)
-CONFIG = l2o.ClimbedAdamConfig(SCALING)
+#: Without the drop-in's weight decay and average: each step is a multiple of Adam's direction.
+CONFIG = l2o.ClimbedAdamConfig(SCALING, weight_decay=0.0, average=None)
+
+
+def test_defaults_are_the_drop_ins_recipe():
+  """The default configuration is the transfer recipe: ``metaoptax.adamw()``'s weight decay
+  and average of the weights (evaluate ``averaged_params``)."""
+  import inspect
+  defaults = inspect.signature(metaoptax.adamw).parameters
+  config = l2o.ClimbedAdamConfig()
+  assert (config.weight_decay, config.average) == (1e-4, 0.1)
+  assert config.weight_decay == defaults["weight_decay"].default
+  assert config.average == defaults["average"].default
+  opt = config.transformation(config.init_network(jax.random.key(0)))
+  params = {"w": jnp.ones(3)}
+  assert metaoptax.averaged_params(opt.init(params))["w"].shape == (3,)
 
 
 @pytest.mark.parametrize("weight_decay, average", [(0.0, None), (1e-4, 0.1)])
@@ -28,7 +43,7 @@ def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
   entry of each tensor) and so does the step size; with the drop-in's decay and average
   (its defaults) the averaged weights agree too (rtol 1e-6)."""
   config = CONFIG._replace(weight_decay=weight_decay, average=average)
-  opt = l2o.climbed_scaled_adam(config.init_network(jax.random.key(0)), config)
+  opt = config.transformation(config.init_network(jax.random.key(0)))
   reference = metaoptax.adamw(weight_decay=weight_decay, average=average, climb_memory=None,
                               meta_step_size=config.meta_step_size)
   params = _params(jax.random.key(1))
@@ -44,7 +59,7 @@ def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
     params = optax.apply_updates(params, u)
   np.testing.assert_allclose(metaoptax.step_sizes(state), metaoptax.step_sizes(ref_state),
                              rtol=1e-6)
-  assert float(metaoptax.step_sizes(state)[0]) > 1e-5  # the climb did run
+  assert float(metaoptax.step_sizes(state)) > 1e-5  # the climb did run
   if average is not None:
     for a, b in zip(jax.tree.leaves(metaoptax.averaged_params(state)),
                     jax.tree.leaves(metaoptax.averaged_params(ref_state))):
@@ -56,7 +71,7 @@ def test_steps_are_bounded_multiples_of_the_found_step_size():
   before the step) times Adam's direction times one factor in [e^-S-, e^S+]."""
   net = CONFIG.init_network(jax.random.key(0))
   net = jax.tree.map(lambda w: 50.0 * jax.random.normal(jax.random.key(3), w.shape), net)
-  opt = l2o.climbed_scaled_adam(net, CONFIG)
+  opt = CONFIG.transformation(net)
   adam = optax.scale_by_adam(SCALING.b1, SCALING.b2, SCALING.eps)
   params = _params(jax.random.key(1))
   state, adam_state = opt.init(params), adam.init(params)
@@ -64,7 +79,7 @@ def test_steps_are_bounded_multiples_of_the_found_step_size():
   ratios = []
   for t in range(10):
     grads = _grads(jax.random.key(200 + t), params)
-    alpha = float(metaoptax.step_sizes(state)[0])
+    alpha = float(metaoptax.step_sizes(state))
     u, state = update(grads, state, params)
     direction, adam_state = adam_update(grads, adam_state, params)
     for a, d in zip(jax.tree.leaves(u), jax.tree.leaves(direction)):
@@ -94,7 +109,7 @@ def test_engine_step_is_the_transformation():
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(p)):
       np.testing.assert_array_equal(a, b)
   assert int(state.count) == 3
-  assert float(info["step_size"]) == pytest.approx(float(metaoptax.step_sizes(opt_state)[0]))
+  assert float(info["step_size"]) == pytest.approx(float(metaoptax.step_sizes(opt_state)))
   assert info["log_scale"].shape == (3,) and np.all(info["log_scale"] > 0)
 
 

@@ -23,12 +23,12 @@ HEAD_SETS = [
 def test_every_head_combination_jits_and_vmaps(heads):
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=heads, group_dim=family.group_dim, hidden=8)
-  net = l2o.init_network(jax.random.key(0), config)
-  tasks, params, states = l2o.sample_problems(config, family, jax.random.key(1), 5)
+  net = config.init_network(jax.random.key(0))
+  tasks, params, states = l2o.sample_problems(jax.random.key(1), family, config, 5)
 
   def one(task, x, s):
     g = jax.grad(family.loss, argnums=1)(task, x)
-    return l2o.step(net, config, s, x, g, lambda th, p: family.act(task, th, p))
+    return config.step(net, s, x, g, lambda th, p: family.act(task, th, p))
 
   new_params, new_states, out = jax.jit(jax.vmap(one))(tasks, params, states)
   assert new_params.shape == (5, 2)
@@ -53,7 +53,7 @@ def test_every_head_combination_jits_and_vmaps(heads):
 ])
 def test_bad_configurations(heads, message):
   with pytest.raises(ValueError, match=message):
-    l2o.init_network(jax.random.key(0), l2o.L2OConfig(heads=heads))
+    l2o.L2OConfig(heads=heads).init_network(jax.random.key(0))
 
 
 FAMILIES = {
@@ -134,13 +134,13 @@ def test_ill_conditioned_sampler_condition_numbers(max_condition):
 
 
 def test_mlp_classifier_draws_its_minibatches_from_the_given_data():
-  """``mlp_classifier(data=...)``: every task is ``batch`` distinct examples of the
+  """``mlp_classifier(data)``: every task is ``batch`` distinct examples of the
   given set, shapes follow its features and classes, and the loss is the mean
   cross-entropy of the MLP (NumPy oracle, float64)."""
   rng = np.random.default_rng(0)
   x, y = rng.normal(size=(40, 5)).astype(np.float32), rng.integers(0, 3, 40)
   y[0] = 2  # three classes
-  family = l2o.tasks.mlp_classifier(hidden=4, batch=16, data=(x, y))
+  family = l2o.tasks.mlp_classifier((x, y), hidden=4, batch=16)
   task = jax.jit(family.sample_task)(jax.random.key(0))
   rows = [int(np.flatnonzero((x == r).all(1))[0]) for r in np.asarray(task["x"])]
   assert len(set(rows)) == 16 and np.array_equal(np.asarray(task["y"]), y[rows])
@@ -153,9 +153,9 @@ def test_mlp_classifier_draws_its_minibatches_from_the_given_data():
   loss = jax.jit(family.loss)(task, {k: jnp.asarray(v, jnp.float32) for k, v in q.items()})
   np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
   with pytest.raises(ValueError, match="batch"):
-    l2o.tasks.mlp_classifier(batch=41, data=(x, y))
+    l2o.tasks.mlp_classifier((x, y), batch=41)
   with pytest.raises(ValueError, match="data"):
-    l2o.tasks.mlp_classifier(data=(x, y[:10]))
+    l2o.tasks.mlp_classifier((x, y[:10]))
 
 
 def test_variance_preserving_initialization():
@@ -169,15 +169,13 @@ def test_variance_preserving_initialization():
 def test_meta_training_reduces_the_meta_loss_and_is_deterministic():
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "teleport", "momentum"), group_dim=1, hidden=8)
-  training = l2o.MetaTrainingConfig(tasks_per_step=16, horizon=20, unroll=10, log_loss=True)
+  training = l2o.TrainingConfig(tasks_per_step=16, horizon=20, unroll=10, log_loss=True)
   kwargs = dict(num_iterations=30, progress=None)
-  result = l2o.meta_train(config, family, training,
-                          init_state=l2o.init_meta_training(config, seed=3), **kwargs)
+  result = l2o.train(jax.random.key(3), family, config, training, **kwargs)
   first, last = result.losses[:10].mean(), result.losses[-10:].mean()
   assert last < first - 0.5, (first, last)  # log-loss: more than 1.6x lower
   assert result.skipped_updates == 0
-  again = l2o.meta_train(config, family, training,
-                         init_state=l2o.init_meta_training(config, seed=3), **kwargs)
+  again = l2o.train(jax.random.key(3), family, config, training, **kwargs)
   np.testing.assert_array_equal(result.losses, again.losses)
 
 
@@ -188,13 +186,12 @@ def test_truncation_weights_scale_each_truncations_meta_step():
   (the second, weight 0, none); unweighted, the same run moves further. rtol 1e-5."""
   family = l2o.tasks.ellipse()
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
-  state = l2o.init_meta_training(config, seed=4, meta_optimizer=optax.sgd(0.1))
+  state = l2o.init_training(jax.random.key(4), family, config, optimizer=optax.sgd(0.1))
 
   def net_after(horizon, learning_rate, truncation_weights=None):
-    training = l2o.MetaTrainingConfig(tasks_per_step=4, horizon=horizon, unroll=5, log_loss=True,
-                                      truncation_weights=truncation_weights)
-    step = l2o.build_meta_step(config, family, training,
-                               meta_optimizer=optax.sgd(learning_rate))
+    training = l2o.TrainingConfig(tasks_per_step=4, horizon=horizon, unroll=5, log_loss=True,
+                                  truncation_weights=truncation_weights)
+    step = l2o.build_training_step(family, config, training, optimizer=optax.sgd(learning_rate))
     return jax.tree.leaves(jax.jit(step)(state)[0].params)
 
   oracle = net_after(5, 0.05)
@@ -215,8 +212,8 @@ def test_non_finite_meta_gradients_are_skipped_and_counted():
   poisoned = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > 1.0, jnp.nan, 1.0)
                            * base.loss(task, x))
   config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
-  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=10, unroll=10)
-  result = l2o.meta_train(config, poisoned, training, num_iterations=5, progress=None)
+  training = l2o.TrainingConfig(tasks_per_step=8, horizon=10, unroll=10)
+  result = l2o.train(jax.random.key(0), poisoned, config, training, num_iterations=5, progress=None)
   assert result.skipped_updates > 0
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(result.params))
 
@@ -238,10 +235,10 @@ def test_a_diverging_task_vetoes_the_batch_unless_masked():
   config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
   runs = {}
   for masking in (False, True):
-    training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=20, unroll=5, log_loss=True,
-                                      mask_diverged_tasks=masking)
-    runs[masking] = l2o.meta_train(config, family, training, num_iterations=3, progress=None,
-                                   init_state=l2o.init_meta_training(config, seed=1))
+    training = l2o.TrainingConfig(tasks_per_step=8, horizon=20, unroll=5, log_loss=True,
+                                  mask_diverged_tasks=masking)
+    runs[masking] = l2o.train(jax.random.key(1), family, config, training, num_iterations=3,
+                              progress=None)
   assert runs[False].skipped_updates >= 3 and runs[False].diverged_tasks == 0
   assert runs[True].skipped_updates == 0 and runs[True].diverged_tasks >= 3
   assert bool(jnp.all(jnp.isfinite(runs[True].losses)))
@@ -253,7 +250,7 @@ def _oracle_meta_loss(net, config, family, task, x, unroll):
   state, total = l2o.optimizer.init_state(config, x), 0.0
   for _ in range(unroll):
     g = jax.lax.stop_gradient(jax.grad(family.loss, argnums=1)(task, x))
-    x, state, _ = l2o.step(net, config, state, x, g)
+    x, state, _ = config.step(net, state, x, g)
     total = total + jnp.log(family.loss(task, x) + 1e-12)
   return total / unroll
 
@@ -268,16 +265,16 @@ def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
   family = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > threshold, jnp.nan, 1.0)
                          * base.loss(task, x))
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4)
-  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=5, unroll=5, log_loss=True,
-                                    mask_diverged_tasks=True)
-  state = l2o.init_meta_training(config, seed=2)
-  new_state, info = jax.jit(l2o.build_meta_step(config, family, training))(state)
+  training = l2o.TrainingConfig(tasks_per_step=8, horizon=5, unroll=5, log_loss=True,
+                                mask_diverged_tasks=True)
+  state = l2o.init_training(jax.random.key(2), family, config)
+  new_state, info = jax.jit(l2o.build_training_step(family, config, training))(state)
   if threshold == -jnp.inf:  # every task poisoned: no oracle needed (nor compiled)
     assert int(info.diverged[0]) == 8 and int(new_state.skipped_updates) == 1
     for a, b in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(state.params)):
       np.testing.assert_array_equal(a, b)
     return
-  tasks, params, _ = l2o.sample_problems(config, family, jax.random.split(state.key)[1], 8)
+  tasks, params, _ = l2o.sample_problems(jax.random.split(state.key)[1], family, config, 8)
   values, grads = [], []
   oracle = jax.jit(jax.value_and_grad(  # one compile, then each task alone
       lambda net, task, x: _oracle_meta_loss(net, config, family, task, x, 5)))
@@ -291,7 +288,7 @@ def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
   assert 0 < len(values) < 8 and int(new_state.skipped_updates) == 0
   np.testing.assert_allclose(info.losses[0], np.mean(values), rtol=1e-5)
   mean_grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
-  meta_optimizer = l2o.default_meta_optimizer()
+  meta_optimizer = l2o.default_optimizer()
   updates, _ = meta_optimizer.update(mean_grad, meta_optimizer.init(state.params), state.params)
   expected = optax.apply_updates(state.params, updates)
   for a, b in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(expected)):
@@ -301,15 +298,15 @@ def test_masked_meta_step_is_the_mean_over_the_finite_tasks(threshold):
 @pytest.mark.system  # a training or sampling run (6-10 s): CI's second command
 def test_trained_optimizer_as_optax_and_checkpointed(tmp_path):
   config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8)
-  net = l2o.init_network(jax.random.key(0), config)
+  net = config.init_network(jax.random.key(0))
   checkpoint.save(tmp_path / "l2o", net)
-  net2 = checkpoint.restore(tmp_path / "l2o", like=l2o.init_network(jax.random.key(1), config))
+  net2 = checkpoint.restore(tmp_path / "l2o", like=config.init_network(jax.random.key(1)))
   for a, b in zip(jax.tree.leaves(net), jax.tree.leaves(net2)):
     np.testing.assert_array_equal(a, b)
   # any params pytree, inside optax.chain, under jit
   params = {"dense": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, "s": jnp.asarray(2.0)}
   loss = lambda p: jnp.sum(p["dense"]["w"] ** 2) + jnp.sum(p["dense"]["b"] - 1) ** 2 + p["s"] ** 2
-  opt = optax.chain(optax.clip_by_global_norm(10.0), l2o.learned_optimizer(net2, config))
+  opt = optax.chain(optax.clip_by_global_norm(10.0), config.transformation(net2))
   state = opt.init(params)
 
   @jax.jit
@@ -321,7 +318,7 @@ def test_trained_optimizer_as_optax_and_checkpointed(tmp_path):
   for _ in range(50):
     params, state = train_step(params, state)
   assert float(loss(params)) < start
-  u, new_state = l2o.learned_optimizer(net2, config).update(
+  u, new_state = config.transformation(net2).update(
       jax.tree.map(lambda x: x * jnp.nan, params), state[1], params)
   assert int(new_state.skipped_steps) == 1
   assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u))
@@ -334,12 +331,12 @@ def test_progress_shows_the_median_task_and_the_worst():
   task apart."""
   config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
   family = l2o.tasks.ellipse()
-  training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=4, unroll=2)
+  training = l2o.TrainingConfig(tasks_per_step=8, horizon=4, unroll=2)
   reports = []
-  result = l2o.meta_train(config, family, training, num_iterations=2, log_every=1,
-                          progress=reports.append)
-  step = jax.jit(l2o.build_meta_step(config, family, training))
-  state = l2o.init_meta_training(config)  # committed, as meta_train places it: one compile
+  result = l2o.train(jax.random.key(0), family, config, training, num_iterations=2, log_every=1,
+                     progress=reports.append)
+  step = jax.jit(l2o.build_training_step(family, config, training))
+  state = l2o.init_training(jax.random.key(0), family, config, training)  # as train places it
   for report in reports:
     state, info = step(state)
     per_task = np.asarray(info.task_meta_losses)
@@ -351,10 +348,27 @@ def test_progress_shows_the_median_task_and_the_worst():
 
 
 def test_progress_summary_is_robust_to_a_diverging_task():
-  from metaoptax.l2o.meta_training import MetaStepInfo, _summarize
+  from metaoptax.l2o.training import TrainingInfo, _summarize
   per_task = np.array([[[0.4, 0.5, 1e13, 0.3], [0.4, np.nan, 0.6, 0.2]]])  # (1, 2, 4)
-  infos = MetaStepInfo(np.nanmean(per_task, -1), np.ones((1, 2), bool), np.zeros((1, 4)),
+  infos = TrainingInfo(np.nanmean(per_task, -1), np.ones((1, 2), bool), np.zeros((1, 4)),
                        np.zeros((1, 2), np.int32), per_task)
   loss, metrics = _summarize(infos)
   np.testing.assert_allclose(loss, (0.45 + 0.5) / 2)  # NaN counts as the worst
   assert metrics == {"worst_task": np.inf}
+
+
+def test_a_task_family_needs_only_its_four_functions():
+  """``TaskFamily(name, sample_task, init_params, loss)``: no group action needed, unless
+  the configuration has a teleport head; evaluation passes ``act=None``."""
+  family = l2o.TaskFamily("quadratic", lambda key: {"c": jax.random.normal(key, (3,))},
+                          lambda key, task: jnp.zeros(3),
+                          lambda task, x: jnp.sum((x - task["c"]) ** 2))
+  assert family.act is None and family.group_dim == 0 and family.minibatch_loss is None
+  config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
+  state = l2o.init_training(jax.random.key(0), family, config)
+  assert int(state.meta_step) == 0
+  losses = l2o.evaluate(jax.random.key(1), family, config.transformation(state.params), 2, 3)
+  assert losses.shape == (2, 4) and bool(jnp.all(losses[:, -1] < losses[:, 0]))
+  with pytest.raises(ValueError, match="'teleport' head needs the family's group action"):
+    l2o.init_training(jax.random.key(0), family,
+                      l2o.L2OConfig(heads=("learning_rate", "teleport"), group_dim=1))

@@ -141,7 +141,7 @@ CONFIGS = {
 
 def random_network(config, seed=0):
   """Initial weights plus N(0, 0.5^2) noise, in float64: every head reads the gradient."""
-  net = l2o.init_network(jax.random.key(seed), config)
+  net = config.init_network(jax.random.key(seed))
   leaves, treedef = jax.tree.flatten(net)
   keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
   return jax.tree.unflatten(treedef, [
@@ -160,7 +160,7 @@ def test_step_matches_the_numpy_oracle(name):
 
   params = jax.tree.map(jnp.asarray, X0)
   state = l2o.optimizer.init_state(config, params)
-  step = jax.jit(lambda s, p, g: l2o.step(net, config, s, p, g, act))
+  step = jax.jit(lambda s, p, g: config.step(net, s, p, g, act))
   for t in range(STEPS):
     params, state, out = step(state, params, jax.grad(loss)(params))
     for head, value in expected_outs[t].items():
@@ -169,7 +169,7 @@ def test_step_matches_the_numpy_oracle(name):
   assert int(state.count) == STEPS
 
   # The same run through the optax interface (updates = new params - params).
-  opt = l2o.learned_optimizer(net, config)
+  opt = config.transformation(net)
   params = jax.tree.map(jnp.asarray, X0)
   opt_state = opt.init(params)
   update = jax.jit(lambda g, s, p: opt.update(g, s, p, act=act))

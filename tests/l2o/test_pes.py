@@ -69,7 +69,7 @@ def estimates(persistent):
   theta = jnp.asarray(THETA)
   particles = jax.tree.map(lambda x: jnp.broadcast_to(x, (2 * PAIRS,) + x.shape), start())
   state = pes.init(theta, particles)
-  step = jax.jit(lambda s, k: pes.gradient(run, theta, s, k, SIGMA))
+  step = jax.jit(lambda s, k: pes.gradient(k, run, theta, s, SIGMA))
   means, errors = [], []
   for k, key in enumerate(jax.random.split(jax.random.key(0), TRUNCATIONS)):
     if not persistent:
@@ -116,7 +116,7 @@ def test_perturbations_are_antithetic_and_masked():
 
 @pytest.mark.system  # 10 s: 80,000 particles and a back-propagated step, two compilations
 def test_pes_meta_step_matches_back_propagation_on_one_truncation():
-  """``MetaTrainingConfig(pes=...)`` on a run of one truncation, plain SGD (rate 1) as the
+  """``TrainingConfig(pes=...)`` on a run of one truncation, plain SGD (rate 1) as the
   meta-optimizer: the meta step on the perturbed leaves (the read-out) is minus the
   back-propagated meta-gradient of the same tasks (``second_order=True``, float64)
   within 5 % of its norm (20,000 pairs per task; measured 1.0 %); the other leaves do
@@ -126,17 +126,17 @@ def test_pes_meta_step_matches_back_propagation_on_one_truncation():
 
   family = l2o.tasks.ellipse()
   config = l2o.ScaledAdamConfig(learning_rate=0.05, hidden=4)
-  state = l2o.init_meta_training(config, seed=3, meta_optimizer=optax.sgd(1.0))
+  state = l2o.init_training(jax.random.key(3), family, config, optimizer=optax.sgd(1.0))
   common = dict(tasks_per_step=2, horizon=5, unroll=5, log_loss=True)
 
   def moved(training):
-    step = l2o.build_meta_step(config, family, training, meta_optimizer=optax.sgd(1.0))
+    step = l2o.build_training_step(family, config, training, optimizer=optax.sgd(1.0))
     new = jax.jit(step)(state)[0].params
     return jax.tree.map(lambda a, b: np.asarray(a - b), new, state.params)
 
-  estimated = moved(l2o.MetaTrainingConfig(
+  estimated = moved(l2o.TrainingConfig(
       **common, pes=pes.PES(pairs=PAIRS, sigma=SIGMA, perturb="log_scale")))
-  exact = moved(l2o.MetaTrainingConfig(**common, second_order=True))
+  exact = moved(l2o.TrainingConfig(**common, second_order=True))
   head = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(
       tree["params"]["log_scale"])])
   assert np.linalg.norm(head(exact)) > 1e-3
@@ -144,7 +144,7 @@ def test_pes_meta_step_matches_back_propagation_on_one_truncation():
   lstm = [x for x in jax.tree.leaves(estimated["params"]["lstm_0"])]
   assert lstm and not any(np.any(x) for x in lstm)
   with pytest.raises(ValueError, match="matches no leaf"):
-    moved(l2o.MetaTrainingConfig(**common, pes=pes.PES(perturb="nothing")))
+    moved(l2o.TrainingConfig(**common, pes=pes.PES(perturb="nothing")))
 
 
 
@@ -159,13 +159,13 @@ def test_pes_non_finite_pairs_veto_the_step_unless_masked():
   family = base._replace(loss=lambda task, x: jnp.where(task["b"][0] > 1.0, jnp.nan, 1.0)
                          * base.loss(task, x))
   config = l2o.L2OConfig(heads=("learning_rate",), hidden=4)
-  state = l2o.init_meta_training(config, seed=1)
+  state = l2o.init_training(jax.random.key(1), family, config)
   runs = {}
   for masking in (False, True):
-    training = l2o.MetaTrainingConfig(tasks_per_step=8, horizon=10, unroll=5, log_loss=True,
-                                      mask_diverged_tasks=masking, pes=pes.PES(pairs=2))
-    runs[masking] = l2o.meta_train(config, family, training, num_iterations=2, progress=None,
-                                   init_state=state)
+    training = l2o.TrainingConfig(tasks_per_step=8, horizon=10, unroll=5, log_loss=True,
+                                  mask_diverged_tasks=masking, pes=pes.PES(pairs=2))
+    runs[masking] = l2o.train(jax.random.key(0), family, config, training, num_iterations=2,
+                              progress=None, init_state=state)
   assert runs[False].skipped_updates == 4 and runs[False].diverged_tasks == 0
   assert runs[True].skipped_updates == 0 and runs[True].diverged_tasks >= 4
   assert bool(jnp.all(jnp.isfinite(runs[True].losses)))

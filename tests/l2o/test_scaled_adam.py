@@ -42,7 +42,7 @@ def test_is_adam_at_initialization(config):
   steps after it) to rtol 1e-5: near the budget's end :math:`1 + \cos` cancels, and one
   float32 ulp of the cosine (which XLA may compute in another fusion) is up to ~2e-6 of
   the step."""
-  opt = l2o.scaled_adam(config.init_network(jax.random.key(0)), config)
+  opt = config.transformation(config.init_network(jax.random.key(0)))
   rate = (optax.cosine_decay_schedule(config.learning_rate, int(config.budget))
           if config.cosine_decay else config.learning_rate)
   adam = optax.adam(rate, config.b1, config.b2, config.eps)
@@ -67,7 +67,7 @@ def test_steps_are_bounded_multiples_of_adam():
   config = ANNEALING
   net = config.init_network(jax.random.key(0))
   net = jax.tree.map(lambda w: 50.0 * jax.random.normal(jax.random.key(3), w.shape), net)
-  opt = l2o.scaled_adam(net, config)
+  opt = config.transformation(net)
   adam = optax.scale_by_adam(config.b1, config.b2, config.eps)
   params = _params(jax.random.key(1))
   state, adam_state = opt.init(params), adam.init(params)
@@ -89,7 +89,7 @@ def test_steps_are_bounded_multiples_of_adam():
 
 
 def test_non_finite_gradient_is_skipped():
-  opt = l2o.scaled_adam(CONFIG.init_network(jax.random.key(0)), CONFIG)
+  opt = CONFIG.transformation(CONFIG.init_network(jax.random.key(0)))
   params = _params(jax.random.key(1))
   state = opt.init(params)
   u, state = opt.update(_grads(jax.random.key(2), params), state, params)
@@ -108,7 +108,7 @@ def test_features_are_scale_free(config):
   params = _params(jax.random.key(1))
   grads = _grads(jax.random.key(2), params)
   state = config.init_state(params)
-  state = l2o.scaled_adam(config.init_network(jax.random.key(0)), config).update(
+  state = config.transformation(config.init_network(jax.random.key(0))).update(
       grads, state, params)[1]
   f1 = l2o.scaled_adam_features(config, state, params, grads)[0]
   scaled = config._replace(eps=config.eps * 1e4)
@@ -184,11 +184,11 @@ def test_meta_training_on_two_families_beats_its_start():
   families = [l2o.tasks.mlp_minibatch(data, (64, 8, 10), "relu", examples=100, batch=32),
               l2o.tasks.mlp_minibatch(data, (64, 6, 6, 10), "tanh", examples=100, batch=32)]
   config = l2o.ScaledAdamConfig(hidden=4, learning_rate=1e-4)
-  training = l2o.MetaTrainingConfig(tasks_per_step=2, horizon=20, unroll=10, log_loss=True)
-  start = l2o.init_meta_training(config, seed=0,
-                                 meta_optimizer=l2o.default_meta_optimizer(5e-2))
-  result = l2o.meta_train(config, families, training, num_iterations=6, progress=None,
-                          init_state=start, meta_optimizer=l2o.default_meta_optimizer(5e-2))
+  training = l2o.TrainingConfig(tasks_per_step=2, horizon=20, unroll=10, log_loss=True)
+  start = l2o.init_training(jax.random.key(0), families, config,
+                            optimizer=l2o.default_optimizer(5e-2))
+  result = l2o.train(jax.random.key(0), families, config, training, num_iterations=6, progress=None,
+                     init_state=start, optimizer=l2o.default_optimizer(5e-2))
   assert result.skipped_updates == 0
   validation = l2o.Validation(families, jax.random.key(9), num_tasks=4, steps=20)
   score = l2o.validation.validation_scorer(config, validation)

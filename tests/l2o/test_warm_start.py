@@ -16,9 +16,9 @@ def test_momentum_variant_starts_as_the_optimizer_without_momentum():
   takes the same steps, teleports included, to rtol 1e-5 (the oracle: the
   no-momentum optimizer, v_t = -alpha_t g_t), and shares every trained weight."""
   trained = jax.tree.map(lambda w: w + 0.3 * jax.random.normal(jax.random.key(5), w.shape),
-                         l2o.init_network(jax.random.key(0), TELE))
+                         TELE.init_network(jax.random.key(0)))
   config = TELE._replace(heads=TELE.heads + ("momentum",), momentum_init=1e-6)
-  net = l2o.init_network(jax.random.key(1), config, warm_start=trained)
+  net = config.init_network(jax.random.key(1), warm_start=trained)
   for name in trained["params"]:
     for a, b in zip(jax.tree.leaves(trained["params"][name]), jax.tree.leaves(net["params"][name])):
       np.testing.assert_array_equal(a, b)
@@ -28,13 +28,13 @@ def test_momentum_variant_starts_as_the_optimizer_without_momentum():
   def run(weights, cfg):
     x, state = family.init_params(jax.random.key(3), task), l2o.optimizer.init_state(cfg, jnp.zeros(2))
     for _ in range(5):
-      x, state, _ = l2o.step(weights, cfg, state, x, jax.grad(family.loss, argnums=1)(task, x), act)
+      x, state, _ = cfg.step(weights, state, x, jax.grad(family.loss, argnums=1)(task, x), act)
     return x
 
   xs = {label: jax.jit(run, static_argnums=1)(weights, cfg)
         for label, (weights, cfg) in {"plain": (trained, TELE), "warm": (net, config)}.items()}
   np.testing.assert_allclose(xs["warm"], xs["plain"], rtol=1e-5)
-  fresh = l2o.init_network(jax.random.key(1), config)
+  fresh = config.init_network(jax.random.key(1))
   assert not np.allclose(fresh["params"]["lstm_0"]["hi"]["kernel"],
                          net["params"]["lstm_0"]["hi"]["kernel"])
 
@@ -45,5 +45,4 @@ def test_momentum_variant_starts_as_the_optimizer_without_momentum():
 ])
 def test_warm_start_mismatch_is_an_error(config, message):
   with pytest.raises(ValueError, match=message):
-    l2o.init_network(jax.random.key(0), config,
-                     warm_start=l2o.init_network(jax.random.key(0), TELE))
+    config.init_network(jax.random.key(0), warm_start=TELE.init_network(jax.random.key(0)))

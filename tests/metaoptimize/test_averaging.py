@@ -9,6 +9,7 @@ import optax
 import pytest
 
 import metaoptax
+from metaoptax._src import tree_utils
 
 
 def _numpy_average(iterates, horizon):
@@ -64,7 +65,7 @@ def test_drop_in_with_average_under_donation():
   averaged = metaoptax.averaged_params(state)
   assert jax.tree.structure(averaged) == jax.tree.structure(params)
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(averaged))
-  assert metaoptax.step_sizes(state)[0] > 0
+  assert metaoptax.step_sizes(state) > 0
 
 
 def test_bad_input():
@@ -100,3 +101,63 @@ def test_drop_in_average_is_the_chain(name):
   jax.tree.map(np.testing.assert_array_equal, ps[0], ps[1])
   jax.tree.map(np.testing.assert_array_equal, metaoptax.averaged_params(states[0]),
                metaoptax.averaged_params(states[1]))
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion", "sgd"])
+def test_every_drop_in_averages_by_default(name):
+  """The drop-ins agree: each keeps the average, so ``averaged_params`` reads it."""
+  opt = getattr(metaoptax, name)()
+  params = {"w": jnp.ones(3)}
+  state = opt.init(params)
+  updates, state = opt.update({"w": jnp.array([0.1, -0.2, 0.3])}, state, params)
+  new = optax.apply_updates(params, updates)
+  expected = _numpy_average([params["w"], new["w"]], 0.1)  # the default horizon
+  np.testing.assert_allclose(metaoptax.averaged_params(state)["w"], expected, rtol=1e-6)
+
+
+def _two_drop_ins():
+  opt = optax.multi_transform({"adamw": metaoptax.adamw(), "sgd": metaoptax.sgd(momentum=0.9)},
+                              {"w": "adamw", "b": "sgd", "v": "adamw"})
+  params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3), "v": jnp.full((4,), 2.0)}
+  loss = lambda p: jnp.sum(jnp.sin(p["w"]) ** 2) + jnp.sum((p["b"] - 1) ** 2) + jnp.sum(p["v"])
+  state = opt.init(params)
+  for _ in range(3):
+    updates, state = opt.update(jax.grad(loss)(params), state, params)
+    params = optax.apply_updates(params, updates)
+  return opt, params, state
+
+
+def test_multi_transform_of_drop_ins_is_inspected_per_partition():
+  """``step_sizes`` gives ``{label: alpha}`` and ``averaged_params`` one params tree
+  whose every leaf is its own partition's average."""
+  _, params, state = _two_drop_ins()
+  sizes = metaoptax.step_sizes(state)
+  assert sorted(sizes) == ["adamw", "sgd"]
+  for label in sizes:
+    alone = state.inner_states[label]
+    assert sizes[label].shape == ()  # one scalar step size per drop-in
+    np.testing.assert_array_equal(sizes[label], metaoptax.step_sizes(alone))
+  averaged = metaoptax.averaged_params(state)
+  assert jax.tree.structure(averaged) == jax.tree.structure(params)
+  for label, keys in (("adamw", ("w", "v")), ("sgd", ("b",))):
+    (own,) = [s.average for s in tree_utils.instances_of(state.inner_states[label],
+                                                         metaoptax.AverageState)]
+    for key in keys:
+      np.testing.assert_array_equal(averaged[key], own[key])
+  assert not np.array_equal(averaged["w"], params["w"])  # an average, not the iterate
+
+
+def test_multi_transform_with_a_partition_without_average_raises():
+  opt = optax.multi_transform({"a": metaoptax.adamw(), "b": optax.adam(1e-3)},
+                              {"w": "a", "b": "b"})
+  state = opt.init({"w": jnp.ones(2), "b": jnp.ones(2)})
+  with pytest.raises(ValueError, match="exactly one partition"):
+    metaoptax.averaged_params(state)
+  assert metaoptax.step_sizes(state).shape == ()  # the one drop-in's, as in a chain
+
+
+def test_one_step_size_is_a_scalar():
+  state = metaoptax.adamw().init({"w": jnp.ones(3)})
+  assert metaoptax.step_sizes(state).shape == ()
+  per_leaf = metaoptax.adamw(blocks="per_leaf").init({"w": jnp.ones(3), "b": jnp.ones(2)})
+  assert metaoptax.step_sizes(per_leaf).shape == (2,)

@@ -136,7 +136,7 @@ def run(opt, loss, params, steps):
   def body(carry, _):
     p, s = carry
     u, s = opt.update(jax.grad(loss)(p), s, p, obj_fn=lambda q: loss(q))
-    return (optax.apply_updates(p, u), s), jnp.max(metaoptax.step_sizes(s)[0])
+    return (optax.apply_updates(p, u), s), jnp.max(jnp.atleast_1d(metaoptax.step_sizes(s))[0])
 
   (params, state), alphas = jax.jit(
       lambda p, s: jax.lax.scan(body, (p, s), None, length=steps))(params, opt.init(params))

@@ -94,7 +94,7 @@ HESSIAN_FREE = {
 LION_BASE = ("HF (Lion, Lion)", "metaoptax.lion()")
 # the drop-ins that keep the average of the weights: one more vector
 AVERAGED = ("metaoptax.adamw()", "metaoptax.adamw(climb_memory=0)",
-            "metaoptax.overfitting_gate(metaoptax.adamw())")
+            "metaoptax.overfitting_gate(metaoptax.adamw())", "metaoptax.lion()")
 EXACT = {"exact 2x2 scalar": lambda: metaoptax.presets.adamw_adam(1e-3, approximation="2x2")}
 OPTIMIZERS = {
     **HESSIAN_FREE, **EXACT, "optax.adamw": lambda: optax.adamw(1e-3),

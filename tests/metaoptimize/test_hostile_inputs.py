@@ -647,8 +647,8 @@ L2O_CONFIG = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=4, layers
 
 @functools.lru_cache(maxsize=None)
 def l2o_optimizer():
-  net = l2o.init_network(jax.random.key(0), L2O_CONFIG)
-  opt = l2o.learned_optimizer(net, L2O_CONFIG)
+  net = L2O_CONFIG.init_network(jax.random.key(0))
+  opt = L2O_CONFIG.transformation(net)
   return jax.jit(opt.init), jax.jit(opt.update)
 
 

@@ -46,7 +46,7 @@ def test_changing_weight_decay_mid_run():
   """delta = -alpha (d + kappa w): kappa 0.1 -> 0.5 changes it by -alpha * 0.4 * w."""
   (u_old, _), (u_new, _), state = two_steps_with(
       injected_metaoptimize(weight_decay=0.1), {"weight_decay": jnp.asarray(0.5)})
-  alpha = metaoptax.step_sizes(state)[0]
+  alpha = metaoptax.step_sizes(state)
   for k in PARAMS:
     np.testing.assert_allclose(u_new[k] - u_old[k], -alpha * 0.4 * PARAMS[k], rtol=1e-5)
 

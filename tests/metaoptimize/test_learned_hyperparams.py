@@ -158,7 +158,7 @@ def test_drop_in_learns_adam_betas_and_weight_decay():
     params = optax.apply_updates(params, updates)
   end = metaoptax.hyperparameters(state)
   assert all(end[k] != start[k] for k in start)
-  assert metaoptax.step_sizes(state).shape == (1,)
+  assert metaoptax.step_sizes(state).shape == ()
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -247,7 +247,8 @@ def chex_close(a, b, rtol=1e-4):
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
 def test_explicit_state_dtype(name, state_dtype, params_dtype):
   if name == "sgd_momentum":
-    opt, field = metaoptax.sgd(0.1, momentum=0.9, accumulator_dtype=state_dtype), "trace"
+    opt, field = metaoptax.sgd(0.1, momentum=0.9, accumulator_dtype=state_dtype,
+                               average=None), "trace"
   else:
     opt, field = metaoptax.adamw(0.1, mu_dtype=state_dtype, average=None), "mu"
   params_dtype = jax.dtypes.canonicalize_dtype(params_dtype)

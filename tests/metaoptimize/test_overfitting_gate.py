@@ -66,7 +66,7 @@ def test_it_reads_through_the_wrapped_state_and_forwards_extra_arguments():
   assert isinstance(state, metaoptax.OverfittingGateState)
   updates, state = jax.jit(opt.update)({"w": jnp.ones(3)}, state, params,
                                        validation_loss=1.0, value=jnp.float32(3.0))
-  assert metaoptax.step_sizes(state).shape == (1,)
+  assert metaoptax.step_sizes(state).shape == ()
   assert set(metaoptax.averaged_params(state)) == {"w"}
   # a step with the params and the state donated (each leaf of the state its own buffer)
   donated = jax.jit(lambda p, s: opt.update({"w": jnp.ones(3)}, s, p, validation_loss=1.0),

@@ -233,7 +233,7 @@ def _worker():  # pylint: disable=too-many-statements
       return opt, linear_loss, {"obj_fn": lambda p: linear_loss}
     if name == "l2o":
       config = l2o.L2OConfig(heads=("learning_rate", "momentum"), hidden=8, layers=1)
-      return l2o.learned_optimizer(l2o.init_network(k5, config), config), loss, {}
+      return config.transformation(config.init_network(k5)), loss, {}
     preset, approximation, blocks = name.split("-")
     opt = {**PRESETS, **DROP_INS}[preset](1e-3, approximation=approximation,
                           blocks=labels if blocks == "labels" else blocks)

@@ -138,7 +138,7 @@ def test_hypergradient_descent_matches_baydin_sgd_hd():
     opt = metaoptax.hypergradient_descent(meta_step_size=eta, init_step_size=alpha0)
     ws, state = run(opt, lambda t, w: grad(np.asarray(w)), np.zeros(5), steps)
   np.testing.assert_allclose(ws, np.stack([r[0] for r in ref]), rtol=1e-10)
-  np.testing.assert_allclose(float(metaoptax.step_sizes(state)[0]), ref[-1][1], rtol=1e-10)
+  np.testing.assert_allclose(float(metaoptax.step_sizes(state)), ref[-1][1], rtol=1e-10)
 
 
 def test_hypergradient_descent_matches_baydin_adam_hd():
@@ -162,7 +162,7 @@ def test_hypergradient_descent_matches_baydin_adam_hd():
         optax.scale_by_adam(b1=b1, b2=b2, eps=eps), meta_step_size=eta, init_step_size=alpha0)
     ws, state = run(opt, lambda t, w: grad(np.asarray(w)), np.zeros(5), steps)
   np.testing.assert_allclose(ws, np.stack([r[0] for r in ref]), rtol=1e-10)
-  np.testing.assert_allclose(float(metaoptax.step_sizes(state)[0]), ref[-1][1], rtol=1e-10)
+  np.testing.assert_allclose(float(metaoptax.step_sizes(state)), ref[-1][1], rtol=1e-10)
 
 
 def test_hypergradient_descent_needs_meta_step_size():

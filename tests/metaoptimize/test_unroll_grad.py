@@ -15,7 +15,7 @@ import pytest
 
 import metaoptax
 from metaoptax import l2o
-from metaoptax.l2o import meta_training
+from metaoptax.l2o import training as l2o_training
 from tests.conftest import H, HYPER, RTOL, check_against_fd, metaoptimize_from, unroll
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -71,7 +71,7 @@ def test_idbd():
 
 @pytest.mark.parametrize("heads", [("update",), ("learning_rate", "momentum", "teleport")])
 def test_l2o_truncated_meta_gradient(heads):
-  """The meta-gradient of meta_train's truncated unroll (lax.scan, vmap over
+  """The meta-gradient of l2o.train's truncated unroll (lax.scan, vmap over
   tasks) w.r.t. the network, along 3 random directions, vs central differences.
 
   ``second_order=True`` (the exact gradient of the truncated meta-loss); the
@@ -80,13 +80,13 @@ def test_l2o_truncated_meta_gradient(heads):
   config = l2o.L2OConfig(heads=heads, hidden=4, layers=1, group_dim=1)
   family = l2o.tasks.ellipse()
   net = jax.tree.map(lambda x: x.astype(jnp.float64),
-                     l2o.init_network(jax.random.key(0), config))
-  tasks, params, states = meta_training.sample_problems(config, family, jax.random.key(1), 3)
+                     config.init_network(jax.random.key(0)))
+  tasks, params, states = l2o.sample_problems(jax.random.key(1), family, config, 3)
   states = jax.tree.map(
       lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x, states)
 
   def meta_loss(net):
-    losses, _ = jax.vmap(lambda t, p, s: meta_training._unroll(
+    losses, _ = jax.vmap(lambda t, p, s: l2o_training._unroll(
         config, family, net, t, p, s, 5, True, False))(tasks, params, states)
     return jnp.mean(losses)
 

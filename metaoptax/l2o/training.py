@@ -5,16 +5,16 @@ the optimizee runs ``horizon`` steps in truncations of ``unroll`` steps
 (``jax.lax.scan``, ``jax.vmap`` over tasks). After each truncation the network
 takes one meta-optimizer step on the gradient of the weighted loss
 :math:`L = \tfrac1T \sum_t w_t\, \ell(f(x_t))` (truncated back-propagation: no
-gradient crosses truncations). With ``MetaTrainingConfig(pes=...)`` the
+gradient crosses truncations). With ``TrainingConfig(pes=...)`` the
 meta-gradient is instead the persistent-evolution-strategies estimate
 (:mod:`metaoptax.l2o.pes`, Vicol et al. 2021) of the gradient of each truncation's
 loss through the whole run so far. Non-finite meta-gradients are skipped and
 counted; the run is a pure function of its starting state.
 
-:func:`init_meta_training` gives a :class:`MetaTrainingState` (network,
-meta-optimizer state, PRNG key, counters) and :func:`build_meta_step` the
-jit-able ``meta_step(state) -> (state, info)`` of one task batch.
-:func:`meta_train` runs them, with progress, tasks sharded over a
+:func:`init_training` gives a :class:`TrainingState` (network,
+meta-optimizer state, PRNG key, counters) and :func:`build_training_step` the
+jit-able ``step(state) -> (state, info)`` of one task batch.
+:func:`train` runs them, with progress, tasks sharded over a
 ``jax.sharding.Mesh`` (``mesh=``) and orbax checkpoints (``checkpoint_dir=``)
 from which a run resumes bit for bit.
 
@@ -46,11 +46,11 @@ from metaoptax.l2o.tasks import TaskFamily
 from metaoptax.l2o.validation import Selection as validation_selection
 from metaoptax.l2o.validation import Validation
 
-__all__ = ("MetaTrainingConfig", "MetaTrainingState", "MetaStepInfo", "MetaTrainingResult",
-           "default_meta_optimizer", "init_meta_training", "build_meta_step", "meta_train")
+__all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult",
+           "default_optimizer", "init_training", "build_training_step", "train")
 
 
-class MetaTrainingConfig(NamedTuple):
+class TrainingConfig(NamedTuple):
   """How each task batch of meta-training is run and scored.
 
   Attributes:
@@ -96,7 +96,7 @@ class MetaTrainingConfig(NamedTuple):
   pes: PES | None = None
 
 
-class MetaTrainingState(NamedTuple):
+class TrainingState(NamedTuple):
   """Everything a meta-training run carries from one task batch to the next."""
 
   params: Any  # the network's weights
@@ -106,8 +106,8 @@ class MetaTrainingState(NamedTuple):
   skipped_updates: jax.Array  # int32 meta updates skipped (non-finite meta-gradient or loss)
 
 
-class MetaStepInfo(NamedTuple):
-  """What one task batch (:func:`build_meta_step`) reports."""
+class TrainingInfo(NamedTuple):
+  """What one task batch (:func:`build_training_step`) reports."""
 
   losses: jax.Array  # (horizon // unroll,) meta-loss of each truncation
   finite: jax.Array  # (horizon // unroll,) bool; False where the update was skipped
@@ -117,8 +117,8 @@ class MetaStepInfo(NamedTuple):
   task_meta_losses: jax.Array
 
 
-class MetaTrainingResult(NamedTuple):
-  """What :func:`meta_train` returns."""
+class TrainingResult(NamedTuple):
+  """What :func:`train` returns."""
 
   params: Any  # the network's weights
   # one meta-loss per meta update (truncation) of this call: the mean over the batch's
@@ -127,7 +127,7 @@ class MetaTrainingResult(NamedTuple):
   skipped_updates: int  # meta updates skipped for non-finite meta-gradients (whole run)
   seconds: float
   updates_per_second: float
-  state: MetaTrainingState  # to continue (``init_state=``) or checkpoint
+  state: TrainingState  # to continue (``init_state=``) or checkpoint
   diverged_tasks: int = 0  # tasks masked and restarted (``mask_diverged_tasks``), this call
   # (iteration, held-out score) of each validation of this call, shape (k, 2) (``validation=``)
   validation_scores: np.ndarray | None = None
@@ -136,7 +136,7 @@ class MetaTrainingResult(NamedTuple):
 
 def _unroll(config, family, network_params, task, params, state, length, second_order,
             log_loss):
-  act = lambda theta, p: family.act(task, theta, p)
+  act = None if family.act is None else (lambda theta, p: family.act(task, theta, p))
 
   def body(carry, _):
     x, st = carry
@@ -151,9 +151,9 @@ def _unroll(config, family, network_params, task, params, state, length, second_
   return losses, (params, state)
 
 
-def default_meta_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0,
-                           decay_updates: int | None = None, warmup_updates: int = 0,
-                           final_learning_rate: float = 1e-5) -> optax.GradientTransformation:
+def default_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0,
+                      decay_updates: int | None = None, warmup_updates: int = 0,
+                      final_learning_rate: float = 1e-5) -> optax.GradientTransformation:
   r"""Adam with global-norm clipping of the meta-gradient; by default Adam 1e-3, clipping at 1.
 
   The same object for equal (hashable) arguments, so that runs with it, e.g. every
@@ -175,12 +175,12 @@ def default_meta_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0
     warmup_updates: meta updates of the linear warm-up (with ``decay_updates``).
     final_learning_rate: the step size at the end of the decay.
   """
-  return loop.built(_default_meta_optimizer, learning_rate, max_norm, decay_updates,
+  return loop.built(_default_optimizer, learning_rate, max_norm, decay_updates,
                     warmup_updates, final_learning_rate)
 
 
-def _default_meta_optimizer(learning_rate, max_norm, decay_updates, warmup_updates,
-                            final_learning_rate) -> optax.GradientTransformation:
+def _default_optimizer(learning_rate, max_norm, decay_updates, warmup_updates,
+                       final_learning_rate) -> optax.GradientTransformation:
   if decay_updates is None:
     if warmup_updates:
       raise ValueError("warmup_updates needs decay_updates (the schedule's length).")
@@ -197,31 +197,44 @@ def _default_meta_optimizer(learning_rate, max_norm, decay_updates, warmup_updat
   return optax.chain(optax.clip_by_global_norm(max_norm), optax.adam(schedule))
 
 
-def init_meta_training(config: L2OConfig, *, meta_optimizer: optax.GradientTransformation
-                       | None = None, seed: int = 0, params: Any = None
-                       ) -> MetaTrainingState:
+def init_training(rng_key: jax.Array, family: TaskFamily | Sequence[TaskFamily],
+                  config: L2OConfig, training: TrainingConfig = TrainingConfig(), *,
+                  optimizer: optax.GradientTransformation | None = None, params: Any = None
+                  ) -> TrainingState:
   """The state before the first task batch.
 
   Args:
+    rng_key: PRNG key of the run (the network's init, then the task batches).
+    family: the task family (or families) the run trains on, as for :func:`train`.
     config: the learned optimizer's configuration.
-    meta_optimizer: optax optimizer of the network (default
-      :func:`default_meta_optimizer`); the same one must go to :func:`build_meta_step`.
-    seed: PRNG seed (network init, then the task batches).
-    params: start from these network weights instead of a fresh init.
+    training: the run's :class:`TrainingConfig` (checked here).
+    optimizer: optax optimizer of the network (default :func:`default_optimizer`); the
+      same one must go to :func:`build_training_step`.
+    params: start from these network weights instead of ``config.init_network``.
 
   Returns:
-    The state, committed to the default device as :func:`meta_train` places it (a
-    loop over :func:`build_meta_step` shares its compilation).
+    The state, committed to the default device as :func:`train` places it (a
+    loop over :func:`build_training_step` shares its compilation).
   """
-  meta_optimizer = meta_optimizer or default_meta_optimizer()
-  key, init_key = jax.random.split(jax.random.key(seed))
+  _training_config(training)
+  _check(config, _families(family))
+  optimizer = optimizer or default_optimizer()
+  key, init_key = jax.random.split(rng_key)
   net = config.init_network(init_key) if params is None else params
   zero = jnp.zeros([], jnp.int32)
-  return on_local_device(
-      MetaTrainingState(net, meta_optimizer.init(net), key, zero, zero))
+  return on_local_device(TrainingState(net, optimizer.init(net), key, zero, zero))
 
 
-def _training_config(training: MetaTrainingConfig) -> MetaTrainingConfig:
+def _check(config, families: tuple[TaskFamily, ...]) -> None:
+  """A teleport head needs every family's group action."""
+  if "teleport" in getattr(config, "heads", ()):
+    missing = [f.name for f in families if f.act is None]
+    if missing:
+      raise ValueError(f"The 'teleport' head needs the family's group action: {missing} "
+                       "have act=None.")
+
+
+def _training_config(training: TrainingConfig) -> TrainingConfig:
   """``training``, checked, in a hashable form."""
   if training.horizon % training.unroll:
     raise ValueError(f"horizon ({training.horizon}) must be a multiple of unroll "
@@ -242,16 +255,16 @@ def _training_config(training: MetaTrainingConfig) -> MetaTrainingConfig:
   return training
 
 
-def build_meta_step(
-    config: L2OConfig,
+def build_training_step(
     family: TaskFamily | Sequence[TaskFamily],
-    training: MetaTrainingConfig = MetaTrainingConfig(),
+    config: L2OConfig,
+    training: TrainingConfig = TrainingConfig(),
     *,
-    meta_optimizer: optax.GradientTransformation | None = None,
+    optimizer: optax.GradientTransformation | None = None,
     mesh: jax.sharding.Mesh | None = None,
     data_axis: str | Sequence[str] | None = None,
-) -> Callable[[MetaTrainingState], tuple[MetaTrainingState, MetaStepInfo]]:
-  """``meta_step(state) -> (state, info)``: one task batch, all its truncations.
+) -> Callable[[TrainingState], tuple[TrainingState, TrainingInfo]]:
+  """``step(state) -> (state, info)``: one task batch, all its truncations.
 
   Samples ``training.tasks_per_step`` tasks with the state's key, runs
   ``horizon`` optimizee steps as ``horizon // unroll`` truncations
@@ -263,12 +276,13 @@ def build_meta_step(
   With ``mesh``, the tasks (and the optimizees' params and states) are split
   over the devices of ``data_axis`` (default: every axis of the mesh) and the
   network and meta-optimizer state are replicated; the batch mean becomes an
-  all-reduce. Arguments as in :func:`meta_train`.
+  all-reduce. Arguments as in :func:`train`.
   """
   training = _training_config(training)
-  # one step object per configuration: its jit shares meta_train's compilation
-  return loop.built(_build_meta_step, config, _families(family), training,
-                    meta_optimizer or default_meta_optimizer(), mesh, hashable_axis(data_axis))
+  _check(config, _families(family))
+  # one step object per configuration: its jit shares train's compilation
+  return loop.built(_build_training_step, config, _families(family), training,
+                    optimizer or default_optimizer(), mesh, hashable_axis(data_axis))
 
 
 def _families(family: TaskFamily | Sequence[TaskFamily]) -> tuple[TaskFamily, ...]:
@@ -279,10 +293,11 @@ def _families(family: TaskFamily | Sequence[TaskFamily]) -> tuple[TaskFamily, ..
   return families
 
 
-def _build_meta_step(config: L2OConfig, family: TaskFamily | tuple[TaskFamily, ...],
-                     training: MetaTrainingConfig, meta_optimizer: optax.GradientTransformation,
-                     mesh: jax.sharding.Mesh | None, data_axis: str | tuple[str, ...] | None):
-  """:func:`build_meta_step` of a checked configuration: with several families, task batch
+def _build_training_step(config: L2OConfig, family: TaskFamily | tuple[TaskFamily, ...],
+                         training: TrainingConfig, meta_optimizer: optax.GradientTransformation,
+                         mesh: jax.sharding.Mesh | None,
+                         data_axis: str | tuple[str, ...] | None):
+  """:func:`build_training_step` of a checked configuration: with several families, task batch
   ``k`` is drawn from family ``k mod len(families)`` (``jax.lax.switch``)."""
   steps = [_one_family_meta_step(config, f, training, meta_optimizer, mesh, data_axis)
            for f in _families(family)]
@@ -291,7 +306,7 @@ def _build_meta_step(config: L2OConfig, family: TaskFamily | tuple[TaskFamily, .
   return lambda state: jax.lax.switch(state.meta_step % len(steps), steps, state)
 
 
-def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaTrainingConfig,
+def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: TrainingConfig,
                           meta_optimizer: optax.GradientTransformation,
                           mesh: jax.sharding.Mesh | None,
                           data_axis: str | tuple[str, ...] | None):
@@ -356,17 +371,17 @@ def _one_family_meta_step(config: L2OConfig, family: TaskFamily, training: MetaT
     return ((net, opt_state, skipped, tasks, params, states, start),
             (loss, finite, diverged, per_task))
 
-  def meta_step(state: MetaTrainingState):
+  def meta_step(state: TrainingState):
     key, sub = jax.random.split(state.key)
     tasks, params, states = parallel.shard_batch(
-        sample_problems(config, family, sub, tasks_per_step))
+        sample_problems(sub, family, config, tasks_per_step))
     carry = (state.params, state.opt_state, state.skipped_updates, tasks, params, states,
              (params, states))
     (net, opt_state, skipped, tasks, params, _, _), (losses, finite, diverged, per_task) = (
         jax.lax.scan(truncation, carry, run_weights))
     task_losses = parallel.shard_batch(jax.vmap(family.loss)(tasks, params))
-    new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
-    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged,
+    new_state = TrainingState(net, opt_state, key, state.meta_step + 1, skipped)
+    return parallel.replicate(new_state), TrainingInfo(losses, finite, task_losses, diverged,
                                                        per_task)
 
   return meta_step
@@ -383,7 +398,7 @@ def _perturbed_leaves(net: Any, perturb: str | None) -> Any:
   return mask
 
 
-def _pes_meta_step(config, family: TaskFamily, training: MetaTrainingConfig,
+def _pes_meta_step(config, family: TaskFamily, training: TrainingConfig,
                    meta_optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh | None,
                    data_axis: str | tuple[str, ...] | None):
   """The meta step of one family with the PES meta-gradient (``training.pes``): each of
@@ -411,7 +426,7 @@ def _pes_meta_step(config, family: TaskFamily, training: MetaTrainingConfig,
     run_weight, key = inputs
     net, opt_state, skipped, particles, start = carry
     grads, losses, particles, pairs_ok = pes_estimator.gradient(
-        particle_loss, net, particles, key, pes.sigma, _perturbed_leaves(net, pes.perturb))
+        key, particle_loss, net, particles, pes.sigma, _perturbed_leaves(net, pes.perturb))
     ok = jnp.repeat(pairs_ok, 2)
     diverged = jnp.zeros([], jnp.int32)
     if masking:
@@ -437,12 +452,12 @@ def _pes_meta_step(config, family: TaskFamily, training: MetaTrainingConfig,
     per_task = jnp.mean(losses.reshape(tasks_per_step, copies), axis=1)
     return (net, opt_state, skipped, particles, start), (loss, finite, diverged, per_task)
 
-  def meta_step(state: MetaTrainingState):
+  def meta_step(state: TrainingState):
     key, sub = jax.random.split(state.key)
     noise_key = jax.random.fold_in(sub, 1)  # the tasks are those of the back-propagation step
     particles = parallel.shard_batch(jax.tree.map(
         lambda x: jnp.repeat(x, copies, axis=0),
-        sample_problems(config, family, sub, tasks_per_step)))
+        sample_problems(sub, family, config, tasks_per_step)))
     carry = (state.params, state.opt_state, state.skipped_updates,
              pes_estimator.init(state.params, particles), particles)
     (net, opt_state, skipped, particles, _), (losses, finite, diverged, per_task) = (
@@ -451,14 +466,14 @@ def _pes_meta_step(config, family: TaskFamily, training: MetaTrainingConfig,
     tasks, params, _ = particles.states
     task_losses = jnp.mean(jax.vmap(family.loss)(tasks, params).reshape(tasks_per_step, copies),
                            axis=1)
-    new_state = MetaTrainingState(net, opt_state, key, state.meta_step + 1, skipped)
-    return parallel.replicate(new_state), MetaStepInfo(losses, finite, task_losses, diverged,
+    new_state = TrainingState(net, opt_state, key, state.meta_step + 1, skipped)
+    return parallel.replicate(new_state), TrainingInfo(losses, finite, task_losses, diverged,
                                                        per_task)
 
   return meta_step
 
 
-def _summarize(infos: MetaStepInfo) -> tuple[float, dict]:
+def _summarize(infos: TrainingInfo) -> tuple[float, dict]:
   """The median over the tasks of their meta-loss (averaged over the truncations since
   the previous report), and the worst task's: one diverging task (an ill-conditioned
   draw that the network's current steps overshoot) dominates the batch mean, which
@@ -472,14 +487,15 @@ def _summarize(infos: MetaStepInfo) -> tuple[float, dict]:
           {"worst_task": float(np.max(ordered))})
 
 
-def meta_train(
-    config: L2OConfig,
+def train(
+    rng_key: jax.Array,
     family: TaskFamily | Sequence[TaskFamily],
-    training: MetaTrainingConfig = MetaTrainingConfig(),
+    config: L2OConfig,
+    training: TrainingConfig = TrainingConfig(),
     *,
     num_iterations: int = 100,
-    meta_optimizer: optax.GradientTransformation | None = None,
-    init_state: MetaTrainingState | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    init_state: TrainingState | None = None,
     progress: str | Callable[[Progress], None] | None = "bar",
     log_every: int = 10,
     mesh: jax.sharding.Mesh | None = None,
@@ -487,7 +503,7 @@ def meta_train(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 0,
     validation: Validation | None = None,
-) -> MetaTrainingResult:
+) -> TrainingResult:
   """Trains the network of a learned optimizer on a task family.
 
   The run is a pure function of its starting state: the same ``init_state``
@@ -496,20 +512,22 @@ def meta_train(
   only at progress reports and checkpoints.
 
   Args:
-    config: the learned optimizer's configuration: an ``L2OConfig`` (heads,
-      sizes) or a ``ScaledAdamConfig``.
+    rng_key: PRNG key of the run: the network's init and the task batches
+      (:func:`init_training`); unused with ``init_state``.
     family: the task family to train on, or a sequence of families (e.g.
       architectures whose params differ in shape): task batch ``k`` is drawn from
       family ``k mod len(family)``, every batch has the same ``training``.
+    config: the learned optimizer's configuration: an :class:`L2OConfig` (heads,
+      sizes), a :class:`ScaledAdamConfig` or a :class:`ClimbedAdamConfig`.
     training: tasks per batch, horizon, truncation and meta-loss
-      (:class:`MetaTrainingConfig`).
+      (:class:`TrainingConfig`).
     num_iterations: task batches in the whole run (a resumed run does the
       remaining ones); each gives ``horizon // unroll`` meta updates.
-    meta_optimizer: optax optimizer of the network (default
-      :func:`default_meta_optimizer`: Adam 1e-3 with global-norm clipping at 1).
-    init_state: the starting state (:func:`init_meta_training`; or
-      ``result.state`` of an earlier call, to continue). Default:
-      ``init_meta_training(config, meta_optimizer=meta_optimizer)`` (seed 0).
+    optimizer: optax optimizer of the network (default
+      :func:`default_optimizer`: Adam 1e-3 with global-norm clipping at 1).
+    init_state: the starting state (:func:`init_training`; or ``result.state`` of
+      an earlier call, to continue). Default: ``init_training(rng_key, family,
+      config, training, optimizer=optimizer)``.
     progress: ``"bar"`` (a tqdm bar with the loss, the skipped updates and the
       rate), a callable receiving a :class:`metaoptax.Progress` every
       ``log_every`` iterations and at the end (``print`` prints a labelled
@@ -520,7 +538,7 @@ def meta_train(
       meta step descends, which that one task dominates.
     log_every: iterations between progress reports.
     mesh: shard the tasks over this ``jax.sharding.Mesh`` (data parallel; see
-      :func:`build_meta_step`). Same results as on one device up to the order
+      :func:`build_training_step`). Same results as on one device up to the order
       of float32 sums over tasks.
     data_axis: the mesh axis (or axes) the tasks are split over (default all).
     checkpoint_dir: write the state to ``checkpoint_dir/<iteration>`` (orbax,
@@ -539,28 +557,29 @@ def meta_train(
       among the scores of its own call.
 
   Returns:
-    A :class:`MetaTrainingResult`.
+    A :class:`TrainingResult`.
   """
   data_axis = hashable_axis(data_axis)
   training = _training_config(training)
-  meta_optimizer = meta_optimizer or default_meta_optimizer()
+  _check(config, _families(family))
+  optimizer = optimizer or default_optimizer()
   chosen = init_state is not None
   if init_state is None:
-    init_state = init_meta_training(config, meta_optimizer=meta_optimizer)
+    init_state = init_training(rng_key, family, config, training, optimizer=optimizer)
   parallel = data_parallel(mesh, data_axis, training.tasks_per_step, "tasks_per_step")
-  meta_step = loop.jitted(_build_meta_step, config, _families(family), training, meta_optimizer, mesh,
-                          data_axis)
+  step = loop.jitted(_build_training_step, config, _families(family), training, optimizer,
+                     mesh, data_axis)
   selection = (None if validation is None else
                validation_selection(config, validation, num_iterations))
-  run = loop.run(meta_step, init_state, num_iterations=num_iterations,
+  run = loop.run(step, init_state, num_iterations=num_iterations,
                  count=lambda s: s.meta_step, summarize=_summarize, label="L2O meta-training",
                  chosen=chosen, place=parallel.place, progress=progress, log_every=log_every,
                  checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                  callback=selection)
   losses = run.infos.losses.reshape(-1)
-  result = MetaTrainingResult(run.state.params, losses, int(run.state.skipped_updates),
-                              run.seconds, losses.size / run.seconds, run.state,
-                              int(np.sum(run.infos.diverged)))
+  result = TrainingResult(run.state.params, losses, int(run.state.skipped_updates),
+                          run.seconds, losses.size / run.seconds, run.state,
+                          int(np.sum(run.infos.diverged)))
   if selection is None:
     return result
   return result._replace(

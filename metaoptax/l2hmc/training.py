@@ -31,7 +31,7 @@ Two options of the paper's experiments:
   direction. Cutting the curvature path keeps the gradient bounded
   (measurements in the L2HMC guide).
 
-As in :mod:`metaoptax.l2o.meta_training`, :func:`init_training` gives a
+As in :mod:`metaoptax.l2o.training`, :func:`init_training` gives a
 :class:`TrainingState` (parameters, optimizer state, chains, masks, PRNG key,
 counters) and :func:`build_training_step` the jit-able ``step(state) -> (state,
 info)`` of one iteration, whose PRNG key is ``fold_in(state.key,

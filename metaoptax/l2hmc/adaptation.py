@@ -60,7 +60,7 @@ import jax.numpy as jnp
 
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
 from metaoptax.l2hmc.kernel import build_kernel, init
-from metaoptax.l2hmc.whitening import Whitening
+from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
 __all__ = ("WarmupResult", "warmup")
 
@@ -68,6 +68,7 @@ WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and fina
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
 SCALES = ("pooled", "within")  # which variance gives the whitening's scale (see warmup)
 LOCATIONS = ("mean", "midpoint")  # which centre gives the whitening's location (see warmup)
+METRICS = ("diagonal", "dense")  # the whitening's map: per-coordinate scales, or a Cholesky factor
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
 CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the typical set
@@ -161,8 +162,26 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   if kept is not None:  # (half * chains, dim) positions and log local variances
     kept = jax.tree.map(lambda a: a[length - half:].reshape(-1, dim), kept)
   rhat = _split_rhat(quarters, half // 2, half - half // 2)
+  covariance = (s_xx / n - jnp.outer(centred_mean, centred_mean)) * n / max(n - 1, 1)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
-          s_chain / half, slopes, kept, _midpoint(shift + c1 / half, mean), rhat)
+          s_chain / half, slopes, kept, _midpoint(shift + c1 / half, mean), rhat, covariance,
+          n)
+
+
+def _dense(location, covariance, variance, n):
+  r"""The dense whitening of a window's covariance: its correlations shrunk towards the
+  identity as Stan's dense metric is, :math:`rac{n}{n+5} C + rac{5}{n+5} I` (``n`` the
+  draws per coordinate), times the (shrunk) standard deviations; the diagonal whitening
+  where the Cholesky factor is not finite (a covariance too ill-conditioned for the
+  dtype)."""
+  scale = jnp.sqrt(variance)
+  correlation = covariance / jnp.outer(scale, scale)
+  eye = jnp.eye(covariance.shape[0], dtype=covariance.dtype)
+  correlation = n / (n + 5.0) * correlation + 5.0 / (n + 5.0) * eye
+  dense = dense_whitening(location, correlation * jnp.outer(scale, scale))
+  finite = jnp.all(jnp.isfinite(dense.cholesky)) & jnp.all(jnp.isfinite(dense.inverse_cholesky))
+  diagonal = Whitening(location, scale, jnp.diag(scale), jnp.diag(1.0 / scale))
+  return jax.tree.map(lambda a, b: jnp.where(finite, a, b), dense, diagonal)
 
 
 def _quarter_sums(t, length, half, x, logdensity, quarters, anchor):
@@ -261,7 +280,8 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
            target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
            slopes: str = "squares", scales: str = "pooled",
            location: str = "mean", max_burn_in_windows: int = 4,
-           converged_rhat: float = CONVERGED_RHAT, jitter: float = 0.5) -> WarmupResult:
+           converged_rhat: float = CONVERGED_RHAT, jitter: float = 0.5,
+           metric: str = "diagonal") -> WarmupResult:
   r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
@@ -297,6 +317,12 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     max_burn_in_windows: the most burn-in windows (at least 1).
     converged_rhat: the burn-in ends once the split :math:`\hat R` of every coordinate
       and of ``log p`` over a window's second half is below this.
+    metric: the whitening of windows 3 and after: ``"diagonal"``, per-coordinate scales
+      (:math:`\hat\sigma`), or ``"dense"``, the Cholesky factor of the chains' covariance
+      over window 2's second half (its correlations shrunk towards the identity by
+      :math:`5/(n + 5)` as Stan's dense metric; the diagonal where the factor is not finite),
+      for posteriors whose coordinates are correlated. ``"dense"`` needs
+      ``scales="pooled"`` and ``slopes="squares"``.
     jitter: the warm-up's transitions multiply :math:`h` by
       :math:`u \sim \mathcal U(1 - j, 1 + j)` (``L2HMCConfig.jitter``): a fixed
       trajectory whose length is near a whole period of a coordinate returns it to its start.
@@ -326,6 +352,10 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     raise ValueError(f"scales must be one of {SCALES}, got {scales!r}.")
   if location not in LOCATIONS:
     raise ValueError(f"location must be one of {LOCATIONS}, got {location!r}.")
+  if metric not in METRICS:
+    raise ValueError(f"metric must be one of {METRICS}, got {metric!r}.")
+  if metric == "dense" and (scales != "pooled" or slopes != "squares"):
+    raise ValueError('metric="dense" needs scales="pooled" and slopes="squares".')
   if isinstance(max_burn_in_windows, bool) or not (isinstance(max_burn_in_windows, int)
                                                    and max_burn_in_windows >= 1):
     raise ValueError(f"max_burn_in_windows must be an int >= 1, got {max_burn_in_windows!r}.")
@@ -343,42 +373,57 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   scale = jnp.ones(dim, positions.dtype)
   keys = jax.random.split(rng_key, 6)
 
-  def window(key, states, log_h, scale, length, curvature=False):
-    return _window(logdensity_fn, kernel, masks, key, states, log_h,
-                   Whitening(jnp.zeros_like(scale), scale), length, target_acceptance,
-                   adaptation_rate, dim, curvature=curvature)
+  def window(key, states, log_h, whitening, length, curvature=False):
+    return _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
+                   target_acceptance, adaptation_rate, dim, curvature=curvature)
+
+  def diagonal(scale):
+    return Whitening(jnp.zeros_like(scale), scale)
 
   def rescaled(found):
     return jnp.sqrt(found[3] if scales == "pooled" else found[4])
 
-  # burn-in: the chains travel to the typical set, the scale re-estimated after each window
-  # (a spread between chains in transit gives long steps along their way); it repeats
-  # until the chains agree (split R-hat) or max_burn_in_windows are made
+  def whitening_of(found):
+    """The whitening that a window's statistics give (location 0: the leapfrog's moves do
+    not depend on it)."""
+    scale = rescaled(found)
+    if metric == "dense":
+      return _dense(jnp.zeros_like(scale), found[12], found[3], found[13])
+    return diagonal(scale)
+
+  # burn-in: the chains travel to the typical set, the whitening re-estimated after each
+  # window (a spread between chains in transit gives long steps along their way); it
+  # repeats until the chains agree (split R-hat) or max_burn_in_windows are made
   def burn_in(carry):
-    states, log_h, scale, count, _ = carry
+    states, log_h, whitening, count, _ = carry
     key = jax.random.fold_in(keys[0], count)
-    found = window(key, states, log_h, scale, lengths[0])
+    found = window(key, states, log_h, whitening, lengths[0])
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
-    return states, found[5], rescaled(found), count + 1, jnp.max(found[11])
+    return states, found[5], whitening_of(found), count + 1, jnp.max(found[11])
 
   def travelling(carry):
     return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
 
   inf = jnp.asarray(jnp.inf, positions.dtype)
-  states, log_h, scale, count, burn_in_rhat = jax.lax.while_loop(
-      travelling, burn_in, burn_in((states, log_h, scale, jnp.zeros((), jnp.int32), inf)))
-  # the scales from chains that found the typical set: one window, then the final one
-  found = window(keys[1], states, log_h, scale, lengths[1])
+  whitening = diagonal(scale)
+  if metric == "dense":  # the identity, as a dense factor (the loop's carry keeps its type)
+    eye = jnp.eye(dim, dtype=positions.dtype)
+    whitening = Whitening(jnp.zeros_like(scale), scale, eye, eye)
+  states, log_h, whitening, count, burn_in_rhat = jax.lax.while_loop(
+      travelling, burn_in, burn_in((states, log_h, whitening, jnp.zeros((), jnp.int32), inf)))
+  # the whitening from chains that found the typical set: one window, then the final one
+  found = window(keys[1], states, log_h, whitening, lengths[1])
   states = _restart_stuck(keys[4], found[0], found[7])
-  scale, log_h = rescaled(found), found[5]
+  scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-   rhat) = window(keys[2], states, log_h, scale, lengths[2], curvature=slopes == "curvature")
+   rhat, _, _) = window(keys[2], states, log_h, whitening, lengths[2],
+                        curvature=slopes == "curvature")
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
   if kept is not None:  # whitened positions and log local scales (halved log variances)
     samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))
   # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   centre = mean if location == "mean" else midpoint
-  return WarmupResult(jnp.exp(mean_log_h), Whitening(centre, scale), states.position,
+  return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, _whitened(fitted, scale), samples, rhat,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat)

@@ -69,8 +69,8 @@ from metaoptax._src import tree_utils
 from metaoptax.l2hmc import interweaving, local_step_sizes
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog, validate
 from metaoptax.l2hmc.integrators import INTEGRATORS, Integrator
-from metaoptax.l2hmc.whitening import (Whitening, from_whitened, to_whitened,
-                                       whitened_logdensity)
+from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_whitened,
+                                       gradient_to_whitened, to_whitened, whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
            "gradient_evaluations", "logdensity_evaluations", "propose", "draw_step_scale", "build_kernel", "l2hmc",
@@ -169,7 +169,8 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   """
   position, grad = state.position, state.logdensity_grad
   if whitening is not None:
-    position, grad = to_whitened(whitening, position), grad * whitening.scale
+    position, grad = (to_whitened(whitening, position),
+                      gradient_to_whitened(whitening, grad))
     logdensity_fn = whitened_logdensity(logdensity_fn, whitening)
   tuning_before = tuning_after = 0.0
   if step_scale is not None:
@@ -191,7 +192,7 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   if config.local_step_sizes:
     tuning_after = -local_step_sizes.log_density(local, w, x)
   if whitening is not None:
-    x, grad = from_whitened(whitening, x), grad / whitening.scale
+    x, grad = from_whitened(whitening, x), gradient_from_whitened(whitening, grad)
   # -log q(w | x) joins the energy: the augmented target's extra factor
   energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2) + tuning_before
   energy_after = -logdensity + 0.5 * jnp.sum(v**2) + tuning_after

@@ -116,6 +116,10 @@ class TrainingConfig(NamedTuple):
       coordinate's log square, the earliest fit: noisy, see ``docs/l2hmc.md``); the
       warm-up's ``slopes=`` (:func:`metaoptax.l2hmc.warmup`) is ``"curvature"`` for the
       first two.
+    metric: the warm-up's whitening (:func:`metaoptax.l2hmc.warmup`): ``"dense"`` (the
+      chains' covariance, for correlated coordinates), ``"diagonal"``, or ``"auto"``:
+      dense up to ``DENSE_MAX_DIM`` coordinates, unless the sampler uses local step sizes,
+      a reflection, a scale move or interweaving (whose moves are per coordinate).
   """
 
   num_chains: int = 32
@@ -127,6 +131,7 @@ class TrainingConfig(NamedTuple):
   warmup_iterations: int = 300
   drop_nonfinite_chains: bool = True
   local_fit: str = "saturating"
+  metric: str = "auto"
 
 
 class TrainingState(NamedTuple):
@@ -357,6 +362,24 @@ def default_optimizer() -> optax.GradientTransformation:
   return optax.adam(optax.exponential_decay(1e-3, 1000, 0.96, staircase=True))
 
 
+#: ``TrainingConfig(metric="auto")`` whitens with a dense covariance up to this dimension
+#: (its cost per gradient grows as the square of the dimension, its estimate's error too).
+DENSE_MAX_DIM = 256
+METRICS = ("auto", "dense", "diagonal")
+
+
+def _metric(config: L2HMCConfig, training: TrainingConfig) -> str:
+  """The warm-up's metric of ``training.metric`` (``"auto"`` decided from the sampler)."""
+  per_coordinate_moves = (config.local_step_sizes or config.reflection or config.scale_move
+                          or config.interweaving is not None)
+  if training.metric == "dense" and per_coordinate_moves:
+    raise ValueError('metric="dense" does not go with local step sizes, a reflection, a scale '
+                     'move or interweaving: use metric="diagonal" or "auto".')
+  if training.metric != "auto":
+    return training.metric
+  return "diagonal" if per_coordinate_moves or config.dim > DENSE_MAX_DIM else "dense"
+
+
 def _check_training(training: TrainingConfig) -> None:
   """Raises ``ValueError`` for a ``TrainingConfig`` that no run can use."""
   temperature = training.temperature
@@ -366,6 +389,8 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
   if training.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
+  if training.metric not in METRICS:
+    raise ValueError(f"metric must be one of {METRICS}, got {training.metric!r}.")
   if training.local_fit not in LOCAL_FITS:
     raise ValueError(f"local_fit must be one of {LOCAL_FITS}, got {training.local_fit!r}.")
   if training.warmup_iterations and training.warmup_iterations < 16:
@@ -402,13 +427,15 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 @functools.cache
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    init_step_size: float, slopes: str = "squares",
-                   scales: str = "pooled", location: str = "mean") -> Callable:
+                   scales: str = "pooled", location: str = "mean",
+                   metric: str = "diagonal") -> Callable:
   """The jitted warm-up of one target and configuration (runs from other seeds reuse its
   compilation)."""
   return jax.jit(lambda positions, key: warmup(key, logdensity_fn, positions, num_steps=num_steps,
                                               num_iterations=num_iterations,
                                               init_step_size=init_step_size, slopes=slopes,
-                                              scales=scales, location=location))
+                                              scales=scales, location=location,
+                                              metric=metric))
 
 
 def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(),
@@ -454,7 +481,8 @@ def _initial_state(rng_key, target, config, training, optimizer, positions):
     found = _jitted_warmup(target.logdensity_fn, config.num_steps,
                            training.warmup_iterations, config.init_step_size,
                            slopes, "within" if config.reflection else "pooled",
-                           "midpoint" if config.reflection else "mean")(positions, k_warmup)
+                           "midpoint" if config.reflection else "mean",
+                           _metric(config, training))(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period

@@ -1,16 +1,20 @@
-r"""A fixed diagonal preconditioner: the sampler moves :math:`z = (x - \mu)/\sigma`.
+r"""A fixed linear preconditioner: the sampler moves :math:`z = L^{-1}(x - \mu)`.
 
-With :math:`x = \mu + \sigma \odot z`, the target in :math:`z` is
-:math:`\log p_z(z) = \log p(\mu + \sigma \odot z) + \text{const}` and
-:math:`\nabla_z \log p_z = \sigma \odot \nabla_x \log p`. The map is linear and the
-same before and after a transition, so its Jacobian cancels in the
-Metropolis-Hastings ratio: running the generalized leapfrog in :math:`z` is a
-valid sampler of :math:`p`. With the networks off and step size :math:`h`, it is
-HMC with the inverse mass matrix :math:`\mathrm{diag}(\sigma^2)` (what window
-adaptation tunes for NUTS); with the networks on, they see standardized
-positions and forces (the same scale in every coordinate), and
-``per_coordinate`` step sizes are multipliers on top of :math:`\sigma`.
-:math:`\mu, \sigma` come from :func:`metaoptax.l2hmc.warmup`.
+With :math:`x = \mu + L z`, the target in :math:`z` is
+:math:`\log p_z(z) = \log p(\mu + L z) + \text{const}` and
+:math:`\nabla_z \log p_z = L^\top \nabla_x \log p`. The map is linear and the same before
+and after a transition, so its Jacobian cancels in the Metropolis-Hastings ratio: running
+the generalized leapfrog in :math:`z` is a valid sampler of :math:`p`. With the networks
+off and step size :math:`h`, it is HMC with the inverse mass matrix :math:`L L^\top`
+(what window adaptation tunes for NUTS); with the networks on, they see standardized
+positions and forces, and ``per_coordinate`` step sizes are multipliers on top of
+:math:`L`.
+
+:math:`L` is diagonal, :math:`\operatorname{diag}(\sigma)` (``cholesky=None``), or dense:
+the lower Cholesky factor of a covariance :math:`\Sigma = L L^\top` (a dense metric, for
+posteriors whose coordinates are correlated), stored with its inverse so that each map is
+one matrix product. :math:`\mu, \sigma` and :math:`\Sigma` come from
+:func:`metaoptax.l2hmc.warmup`.
 """
 
 from __future__ import annotations
@@ -18,25 +22,56 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
-__all__ = ("Whitening",)
+__all__ = ("Whitening", "dense_whitening")
 
 
 class Whitening(NamedTuple):
-  """:math:`x = \\mu + \\sigma \\odot z`."""
+  """:math:`x = \\mu + L z`, :math:`L = \\operatorname{diag}(\\sigma)` or ``cholesky``."""
 
   location: jax.Array  # (dim,) mu
-  scale: jax.Array  # (dim,) sigma > 0
+  scale: jax.Array  # (dim,) sigma > 0: the standard deviation of each coordinate
+  cholesky: jax.Array | None = None  # (dim, dim) lower L with L L^T = Sigma; None: diagonal
+  inverse_cholesky: jax.Array | None = None  # (dim, dim) L^{-1}
+
+
+def dense_whitening(location: jax.Array, covariance: jax.Array) -> Whitening:
+  """The whitening of ``covariance`` (symmetric positive definite) around ``location``."""
+  cholesky = jnp.linalg.cholesky(covariance)
+  eye = jnp.eye(covariance.shape[0], dtype=covariance.dtype)
+  inverse = jax.scipy.linalg.solve_triangular(cholesky, eye, lower=True)
+  return Whitening(location, jnp.sqrt(jnp.diagonal(covariance)), cholesky, inverse)
 
 
 def to_whitened(whitening: Whitening, x: jax.Array) -> jax.Array:
-  return (x - whitening.location) / whitening.scale
+  """:math:`z = L^{-1}(x - \\mu)` (``x``: one position or a batch, ``(..., dim)``)."""
+  if whitening.cholesky is None:
+    return (x - whitening.location) / whitening.scale
+  return (x - whitening.location) @ whitening.inverse_cholesky.T
 
 
 def from_whitened(whitening: Whitening, z: jax.Array) -> jax.Array:
-  return whitening.location + whitening.scale * z
+  """:math:`x = \\mu + L z`."""
+  if whitening.cholesky is None:
+    return whitening.location + whitening.scale * z
+  return whitening.location + z @ whitening.cholesky.T
+
+
+def gradient_to_whitened(whitening: Whitening, grad: jax.Array) -> jax.Array:
+  """:math:`\\nabla_z = L^\\top \\nabla_x`."""
+  if whitening.cholesky is None:
+    return grad * whitening.scale
+  return grad @ whitening.cholesky
+
+
+def gradient_from_whitened(whitening: Whitening, grad: jax.Array) -> jax.Array:
+  """:math:`\\nabla_x = L^{-\\top} \\nabla_z`."""
+  if whitening.cholesky is None:
+    return grad / whitening.scale
+  return grad @ whitening.inverse_cholesky
 
 
 def whitened_logdensity(logdensity_fn: Callable, whitening: Whitening) -> Callable:
-  """:math:`z \\mapsto \\log p(\\mu + \\sigma \\odot z)`."""
+  """:math:`z \\mapsto \\log p(\\mu + L z)`."""
   return lambda z: logdensity_fn(from_whitened(whitening, z))

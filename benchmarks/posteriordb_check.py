@@ -6,12 +6,14 @@ initial point (``sampler_baselines.nuts``). Each constrained parameter's mean an
 standard deviation are compared with those of posteriordb's reference draws (10 Stan
 chains, 10,000 draws):
 
-* mean: :math:`|\bar x - \mu_{\mathrm{ref}}| \le 4\sqrt{\mathrm{MCSE}^2 + \mathrm{MCSE}_{\mathrm{ref}}^2}`,
+* mean: :math:`|\bar x - \mu_{\mathrm{ref}}| \le 4\sqrt{\mathrm{MCSE}^2
+  + \mathrm{MCSE}_{\mathrm{ref}}^2}`,
   or within 0.05 reference sds; :math:`\mathrm{MCSE} = s/\sqrt{\mathrm{ESS}}`, the ESS by
   Geyer's estimator over all chains (``metaoptax.l2hmc.ess.geyer_ess``), the reference's
   from its bulk ESS;
 * sd: within 10 % of the reference's, or within 4 of its MCSE, the delta method on
-  the variance: :math:`\mathrm{MCSE}(s) = \mathrm{sd}((x - \bar x)^2) / (2 s \sqrt{\mathrm{ESS}((x - \bar x)^2)})`.
+  the variance: :math:`\mathrm{MCSE}(s) = \mathrm{sd}((x - \bar x)^2)
+  / (2 s \sqrt{\mathrm{ESS}((x - \bar x)^2)})`.
 
 A posterior passes when every parameter does and the chains agree (split R-hat at most
 1.01, posteriordb's own bound on its reference, and an ESS of at least 100 for every
@@ -168,7 +170,8 @@ def report(records: list[dict], settings: dict) -> list[str]:
                      and v["ess"] >= MIN_ESS)]
   if failing:
     lines += ["", "The parameters that miss a bound, of the posteriors that fail:", "",
-              "| posterior | parameter | mean | reference mean | MCSE | sd | reference sd | R-hat |",
+              "| posterior | parameter | mean | reference mean | MCSE | sd | reference sd |"
+              " R-hat |",
               "|---|---|---|---|---|---|---|---|"]
     for name, parameter, v in failing:
       lines.append(f"| {name} | {parameter} | {v['mean']:.4g} | {v['ref_mean']:.4g} |"
@@ -204,9 +207,8 @@ def main(argv=None):
   bar = tqdm.tqdm(args.names, desc="posteriordb NUTS check", dynamic_ncols=True)
   for name in bar:
     bar.set_postfix_str(name)
-    record = check(name, jax.random.fold_in(jax.random.key(args.seed), _posteriordb.NAMES.index(name)),
-                   chains, warmup,
-                   samples)
+    key = jax.random.fold_in(jax.random.key(args.seed), _posteriordb.NAMES.index(name))
+    record = check(name, key, chains, warmup, samples)
     records.append(record)
     tqdm.tqdm.write(f"{name}: {'pass' if record['passed'] else 'FAIL'}, mean error "
                     f"{record['max_mean_error_in_ref_sd']:.3f} ref sd, sd ratio "

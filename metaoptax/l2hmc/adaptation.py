@@ -70,6 +70,7 @@ SCALES = ("pooled", "within")  # which variance gives the whitening's scale (see
 LOCATIONS = ("mean", "midpoint")  # which centre gives the whitening's location (see warmup)
 METRICS = ("diagonal", "dense")  # the whitening's map: per-coordinate scales, or a Cholesky factor
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
+NEWTON_FLOOR = 1e-4  # least |curvature| of the burn-in's Newton metrics (sd at most 100)
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
 CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the typical set
 
@@ -112,8 +113,10 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
     key, t = inputs
     params = _hmc_params(log_h, local, dim)
     keys = jax.random.split(key, states.position.shape[0])
-    states, info = jax.vmap(lambda k, s: kernel(k, s, logdensity_fn, params, masks, whitening))(
-        keys, states)
+    # a whitening per chain (leaves with a leading chain axis: the burn-in's Newton metrics)
+    per_chain = whitening.location.ndim == 2
+    states, info = jax.vmap(lambda k, s, w: kernel(k, s, logdensity_fn, params, masks, w),
+                            in_axes=(0, 0, 0 if per_chain else None))(keys, states, whitening)
     acceptance = jnp.mean(info.acceptance_rate)
     in_second_half = (t >= length - half).astype(states.position.dtype)
     x = states.position - shift
@@ -211,6 +214,22 @@ def _split_rhat(quarters, n_third, n_fourth):
   between = jnp.var(means, 0, ddof=1)
   pooled = (n - 1) / n * within + between
   return jnp.sqrt(pooled / jnp.maximum(within, jnp.finfo(quarters.dtype).tiny))
+
+
+def _newton_whitening(logdensity_fn, position, floor=NEWTON_FLOOR):
+  r"""A chain's own metric for travelling: the inverse of its negative Hessian at
+  ``position``, each eigenvalue's magnitude clipped below at ``floor`` (a variance of at most
+  :math:`1/\text{floor}` in any direction, where :math:`\log p` is flat or convex), as a
+  square-root factor :math:`L = V \operatorname{diag}(|\lambda|^{-1/2})`."""
+  hessian = jax.hessian(logdensity_fn)(position)
+  hessian = 0.5 * (hessian + hessian.T)
+  eigenvalues, vectors = jnp.linalg.eigh(-hessian)
+  magnitude = jnp.maximum(jnp.abs(eigenvalues), floor)
+  finite = jnp.all(jnp.isfinite(magnitude)) & jnp.all(jnp.isfinite(vectors))
+  eye = jnp.eye(position.shape[0], dtype=position.dtype)
+  root = jnp.where(finite, vectors * magnitude**-0.5, eye)
+  inverse = jnp.where(finite, (vectors * magnitude**0.5).T, eye)
+  return Whitening(jnp.zeros_like(position), jnp.sqrt(jnp.sum(root**2, axis=1)), root, inverse)
 
 
 def _midpoint(chain_means, mean):
@@ -391,28 +410,32 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
       return _dense(jnp.zeros_like(scale), found[12], found[3], found[13])
     return diagonal(scale)
 
-  # burn-in: the chains travel to the typical set, the whitening re-estimated after each
-  # window (a spread between chains in transit gives long steps along their way); it
-  # repeats until the chains agree (split R-hat) or max_burn_in_windows are made
+  # burn-in: the chains travel to the typical set; it repeats until the chains agree (split
+  # R-hat) or max_burn_in_windows are made. Diagonal: the scale re-estimated after each
+  # window (a spread between chains in transit gives long steps along their way). Dense:
+  # each chain moves with its own Newton metric, from its Hessian at the window's start
+  # (the local scales and correlations, wherever the chain is)
+  def travel_whitening(states, whitening):
+    if metric == "dense":
+      return jax.vmap(lambda x: _newton_whitening(logdensity_fn, x))(states.position)
+    return whitening
+
   def burn_in(carry):
     states, log_h, whitening, count, _ = carry
     key = jax.random.fold_in(keys[0], count)
-    found = window(key, states, log_h, whitening, lengths[0])
+    found = window(key, states, log_h, travel_whitening(states, whitening), lengths[0])
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
-    return states, found[5], whitening_of(found), count + 1, jnp.max(found[11])
+    return states, found[5], diagonal(rescaled(found)), count + 1, jnp.max(found[11])
 
   def travelling(carry):
     return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
 
   inf = jnp.asarray(jnp.inf, positions.dtype)
-  whitening = diagonal(scale)
-  if metric == "dense":  # the identity, as a dense factor (the loop's carry keeps its type)
-    eye = jnp.eye(dim, dtype=positions.dtype)
-    whitening = Whitening(jnp.zeros_like(scale), scale, eye, eye)
   states, log_h, whitening, count, burn_in_rhat = jax.lax.while_loop(
-      travelling, burn_in, burn_in((states, log_h, whitening, jnp.zeros((), jnp.int32), inf)))
+      travelling, burn_in, burn_in((states, log_h, diagonal(scale), jnp.zeros((), jnp.int32),
+                                    inf)))
   # the whitening from chains that found the typical set: one window, then the final one
-  found = window(keys[1], states, log_h, whitening, lengths[1])
+  found = window(keys[1], states, log_h, travel_whitening(states, whitening), lengths[1])
   states = _restart_stuck(keys[4], found[0], found[7])
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,

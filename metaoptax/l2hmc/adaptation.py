@@ -10,10 +10,16 @@ point. HMC chains (the networks off) run in three windows:
    coordinate and of :math:`\log p` over the window's second half below
    ``converged_rhat`` (or ``max_burn_in_windows`` windows made). While the chains are in
    transit their spread gives long steps along their way; the whitening is estimated only
-   after, from chains that have arrived;
+   after, from chains that have arrived. With ``metric="dense"`` each chain instead moves
+   with its own Newton metric, the inverse of its negative Hessian at the window's start
+   (eigenvalues' magnitudes, floored at ``NEWTON_FLOOR``): far from the posterior, where
+   the curvature can be many orders of magnitude larger than there (a regression with
+   uncentred predictors), one step size then moves every chain;
 2. :math:`\varepsilon = h\,\hat\sigma` with :math:`\hat\sigma` the per-coordinate
-   standard deviation of the chains over the second half of the last burn-in window;
-3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2.
+   standard deviation of the chains over the second half of the last burn-in window (dense:
+   the chains' Newton metrics again);
+3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2 (dense:
+   the Cholesky factor of the chains' covariance there, :func:`_dense`).
 
 After each window, a chain whose mean acceptance probability over the window's
 second half is below 0.05 restarts from the state of a chain drawn at random

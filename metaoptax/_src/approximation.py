@@ -116,10 +116,6 @@ class Approximation(NamedTuple):
   #: ``(layout, trace, grads, meta_params) -> s``: :math:`s_t = H_t^\top g_t`, a
   #: ``MetaParams`` (one entry per block, one per learned hyperparameter).
   meta_gradient: Callable[[BlockLayout, Any, Any, MetaParams], MetaParams]
-  #: ``(layout, trace, grads, meta_params) -> (s, grads_finite)``: :math:`s_t`, and
-  #: whether every entry of ``grads`` is finite, read in the same pass (or ``None``:
-  #: the guard checks the gradient itself when ``s`` is not finite).
-  checked_meta_gradient: Callable[[BlockLayout, Any, Any, MetaParams], tuple[MetaParams, Any]]
   #: ``(config, layout, grads, state, meta_grad, params, extra_args) -> (delta, state)``:
   #: one step given that meta-gradient.
   step: Callable[..., tuple[Any, Any]]

@@ -88,12 +88,6 @@ def meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any,
                       tree_utils.product_with_finite_derivative)
 
 
-def checked_meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any,
-                          meta_params: MetaParams) -> tuple[MetaParams, None]:
-  """:func:`meta_gradient`, without a check of the gradient (the guard checks it)."""
-  return meta_gradient(layout, trace, grads, meta_params), None
-
-
 def _step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
           meta_grad: MetaParams, params: Any, extra_args: dict, *,
           two_by_two: bool) -> tuple[Any, MetaOptimizeState]:
@@ -428,7 +422,7 @@ def _approximation(two_by_two: bool) -> Approximation:
   # meta step differentiates s = H^T g through the training gradient's Hessian, so
   # s cannot come from another (held-out) gradient.
   return Approximation(init_trace=init_trace, initial_trace=initial_trace,
-                       meta_gradient=meta_gradient, checked_meta_gradient=checked_meta_gradient,
+                       meta_gradient=meta_gradient,
                        step=functools.partial(_step, two_by_two=two_by_two),
                        checks_new_trace=True, takes_held_out_gradient=not two_by_two)
 

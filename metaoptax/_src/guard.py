@@ -16,11 +16,9 @@ The contract (``skip_nonfinite=True``):
 How (:func:`guarded_step`): the meta-gradient :math:`s = H^\top g` is a reduction
 over every gradient entry and every trace entry, so it is finite exactly when the
 gradient and the trace are (a NaN or inf anywhere gives a NaN or inf sum; a
-finite sum that overflows counts as non-finite too). Only when it is not does the
-gradient's own finiteness matter, to tell a bad gradient (skip) from a bad trace
-(restart: the step is taken from the initial trace). The Hessian-free meta-gradient
-reads it in its own pass, as the sum of ``0 * g`` beside ``h * g``; otherwise the
-gradient is checked on its own, only then (``lax.cond``). Every other
+finite sum that overflows counts as non-finite too). Only when it is not is the
+gradient checked on its own (``lax.cond``), to tell a bad gradient (skip) from a
+bad trace (restart: the step is taken from the initial trace). Every other
 choice is a selection on these scalars, known before the big kernels run, so XLA
 fuses it into them: for the Hessian-free variant the guard adds no pass over
 memory.
@@ -53,25 +51,17 @@ def _count(state: MetaOptimizeState, skipped, reset) -> MetaOptimizeState:
 
 
 def guarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_grad: Any, *,
-                 initial_trace: Callable, check_new_trace: bool,
-                 grads_finite: Any = None) -> tuple[Any, MetaOptimizeState]:
+                 initial_trace: Callable, check_new_trace: bool) -> tuple[Any, MetaOptimizeState]:
   """Runs ``attempt(grads, state, meta_grad) -> (delta, new_state)`` under the contract.
 
   ``meta_grad`` is ``H^T g`` from the current trace and gradient;
   ``initial_trace(trace, meta_params)`` the trace a restart starts from, and
   ``check_new_trace`` whether the new trace is checked too (the approximation's
-  :class:`~metaoptax._src.approximation.Approximation` fields). ``grads_finite``:
-  whether every gradient entry is finite, when the meta-gradient's reduction read it
-  in its pass over the gradient; ``None``: the gradient is checked here, only when
-  ``s`` is not finite.
+  :class:`~metaoptax._src.approximation.Approximation` fields).
   """
   s_ok = tree_utils.all_finite(meta_grad)
-  if grads_finite is None:
-    # Only when s is not finite: is it the gradient (skip) or the trace (restart)?
-    grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True),
-                            lambda: tree_utils.all_finite(grads))
-  else:
-    grads_ok = s_ok | grads_finite
+  # Only when s is not finite: is it the gradient (skip) or the trace (restart)?
+  grads_ok = jax.lax.cond(s_ok, lambda: jnp.asarray(True), lambda: tree_utils.all_finite(grads))
   restart_trace = initial_trace(state.trace, state.meta_params)
   trace = optax.tree_utils.tree_where(s_ok, state.trace, restart_trace)
   delta, new = attempt(tree_utils.zeros_unless(grads_ok, grads), state._replace(trace=trace),

@@ -76,31 +76,10 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any,
   derivative must stay finite when they are not (see
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
-  return checked_meta_gradient(layout, trace, grads, meta_params)[0]
-
-
-def checked_meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any,
-                          meta_params: MetaParams) -> tuple[MetaParams, Any]:
-  """:func:`meta_gradient`, and whether every gradient entry is finite, read in the same
-  pass over the trace and the gradient (``None`` when the layout has weight-wise labels).
-
-  The check is the sum of ``0 * g`` (0, or NaN where ``g`` is not finite), reduced beside
-  ``h * g`` in one variadic reduction per array: the guard then needs no second pass over
-  the gradient to tell a bad gradient from a bad trace (:mod:`metaoptax._src.guard`).
-  """
   def product(h, g):
     return tree_utils.real_product(h, g.astype(h.dtype), tree_utils.product_with_finite_derivative)
 
-  scalar_labels = layout.labels is not None and all(lab.ndim == 0 for lab in layout.labels)
-  if scalar_labels:  # one sum per array: its check read in the same pass
-    pairs = [_sum_and_check(h, g.astype(h.dtype)) for h, g in
-             zip(jax.tree.leaves(trace.weights), jax.tree.leaves(grads))]
-    sums = jax.tree.unflatten(jax.tree.structure(trace.weights), [s for s, _ in pairs])
-    s = layout.reduce(sums)
-    grads_finite = tree_utils.all_finite([z for _, z in pairs])
-  else:
-    s = layout.reduce(jax.tree.map(product, trace.weights, grads))
-    grads_finite = None
+  s = layout.reduce(jax.tree.map(product, trace.weights, grads))
 
   def dot(column):
     products = [jnp.sum(product(h, g))
@@ -110,28 +89,7 @@ def checked_meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: A
   hyperparams = meta_params.hyperparams
   return MetaParams(optax.tree_utils.tree_cast_like(s, meta_params.step_size), {
       name: dot(column).astype(hyperparams[name].dtype)
-      for name, column in zip(sorted(hyperparams), trace.hyperparams.weights)}), grads_finite
-
-
-@jax.custom_jvp
-def _sum_and_check(h: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array]:
-  r"""``(sum(Re(conj(h) g)), sum(0 * g))`` in one variadic reduction (one pass over ``h``
-  and ``g``); the second is 0 when every entry of ``g`` is finite, NaN otherwise."""
-  product = tree_utils.real_product(h, g)
-  check = jnp.real(jnp.zeros_like(g) * g).astype(product.dtype)
-  zero = jnp.zeros((), product.dtype)
-  return jax.lax.reduce((product, check), (zero, zero),
-                        lambda a, b: (a[0] + b[0], a[1] + b[1]), tuple(range(jnp.ndim(h))))
-
-
-@_sum_and_check.defjvp
-def _sum_and_check_jvp(primals, tangents):
-  """The derivative of ``sum(h * g)`` as :func:`tree_utils.product_with_finite_derivative`
-  gives it; the check's is 0."""
-  out = _sum_and_check(*primals)
-  _, d_sum = jax.jvp(lambda h, g: jnp.sum(tree_utils.real_product(
-      h, g, tree_utils.product_with_finite_derivative)), primals, tangents)
-  return out, (d_sum, jnp.zeros_like(out[1]))
+      for name, column in zip(sorted(hyperparams), trace.hyperparams.weights)})
 
 
 def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimizeState,
@@ -365,7 +323,5 @@ def _hyperparam_trace_step(config: StepConfig, base_update: Callable, grads: Any
 #: additively: it becomes non-finite only with the update itself, which the next
 #: meta-gradient shows, so the guard need not check the new trace.
 HESSIAN_FREE = Approximation(init_trace=init_trace, initial_trace=initial_trace,
-                             meta_gradient=meta_gradient,
-                             checked_meta_gradient=checked_meta_gradient, step=step,
-                             checks_new_trace=False,
+                             meta_gradient=meta_gradient, step=step, checks_new_trace=False,
                              takes_held_out_gradient=True)

@@ -231,10 +231,8 @@ def metaoptimize(
     elif climb_memory is not None:
       state = restart.shorten_if_the_climb_ended(state, climb_memory, *adam_decays)
     meta_grads = extra_args.pop("meta_grads", None)
-    grads_finite = None  # unknown: the guard checks the gradient when s is not finite
     if meta_grads is None:
-      meta_grad, grads_finite = implementation.checked_meta_gradient(
-          layout, state.trace, updates, state.meta_params)
+      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
     else:
       meta_grads = _held_out(meta_grads, updates, implementation, approximation)
       meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads,
@@ -249,7 +247,7 @@ def metaoptimize(
     if skip_nonfinite:
       delta, new_state = guard.guarded_step(
           attempt, updates, state, meta_grad, initial_trace=implementation.initial_trace,
-          check_new_trace=implementation.checks_new_trace, grads_finite=grads_finite)
+          check_new_trace=implementation.checks_new_trace)
     else:
       delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
     return optax.tree_utils.tree_cast_like(delta, params), new_state

@@ -22,6 +22,7 @@ import optax
 
 import _report
 import metaoptax
+from _optimizer_step import accessed_bytes, nbytes, update_and_apply
 
 #: The files under benchmarks/results/ that this script writes (glob patterns;
 #: tests/integration/test_repository_shape.py checks every committed result against them).
@@ -123,21 +124,9 @@ def make_step(opt, extra_arg, donate=True):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
     extra = {"obj_fn": {"obj_fn": lambda p: loss_fn(p, x, y)},
              "validation_loss": {"validation_loss": loss}}.get(extra_arg, {})
-    updates, state = opt.update(grads, state, params, **extra)
-    return optax.apply_updates(params, updates), state
+    return update_and_apply(opt, grads, state, params, **extra)
 
   return jax.jit(step, donate_argnums=(0, 1) if donate else ())
-
-
-def accessed_bytes(compiled):
-  """Bytes the compiled step reads and writes, from XLA's cost analysis."""
-  analysis = compiled.cost_analysis()
-  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
-  return float(analysis.get("bytes accessed", float("nan")))
-
-
-def nbytes(tree):
-  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
 def main(argv=None):

@@ -1,0 +1,118 @@
+"""Bytes an optimizer step reads and writes (XLA's cost analysis), against optax.adamw.
+
+The step is the optimizer's update and ``optax.apply_updates``, jitted with the
+params and the state donated (updated in place), compiled from abstract shapes
+(``jax.ShapeDtypeStruct``), so the 100M-parameter step needs no memory and the run
+needs no accelerator. For each optimizer and size: XLA's bytes accessed in float32
+parameter-sized passes (bytes / (4 x parameters)), the ratio to ``optax.adamw``'s,
+and how many parameter-sized float32 buffers the state holds. An optimizer step is
+memory-bound: on an accelerator its time is about these bytes over the bandwidth.
+The figure is XLA:CPU's, whose fusions have one output each; a GPU's multi-output
+fusions read less.
+
+    python benchmarks/step_bytes.py                          # ~2 min on 2 CPU cores
+    python benchmarks/step_bytes.py --out benchmarks/results # the committed results
+    python benchmarks/step_bytes.py --quick                  # 1M parameters only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+import jax
+from tqdm.auto import tqdm
+
+import _report
+from _optimizer_step import (accessed_bytes, compiled_update, mlp_shapes, optimizers,
+                             params_sized_buffers)
+
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("step_bytes.json", "step_bytes.md", "step_bytes.png")
+
+#: MLPs of ``depth`` dense ``width x width`` layers: (width, depth) for each size.
+SIZES = {"1M": (512, 4), "10M": (1024, 10), "100M": (4096, 6)}
+REFERENCE = "optax.adamw(1e-3)"
+#: The issue's acceptance: at most these ratios to optax.adamw's bytes.
+TARGETS = {"metaoptax.adamw()": 1.2, "metaoptax.lion()": 1.3, "metaoptax.sgd()": 1.3,
+           "metaoptax.overfitting_gate(metaoptax.adamw())": 1.3}
+OUT = pathlib.Path(__file__).resolve().parent / "out" / "step_bytes"
+
+
+def measure(sizes, table) -> dict:
+  """{size: {optimizer: {"passes", "ratio", "buffers", "parameters"}}}."""
+  rows = {}
+  with tqdm(total=len(sizes) * len(table), desc="step bytes (compile)", unit="step") as bar:
+    for size in sizes:
+      params = mlp_shapes(*SIZES[size])
+      n = sum(x.size for x in jax.tree.leaves(params))
+      rows[size] = {}
+      for name, (opt, extra_arg) in table.items():
+        bar.set_postfix_str(f"{size} {name}")
+        passes = accessed_bytes(compiled_update(opt, params, extra_arg)) / (4 * n)
+        state = jax.eval_shape(opt.init, params)
+        rows[size][name] = {"passes": passes, "buffers": params_sized_buffers(state, params),
+                            "parameters": n}
+        bar.update()
+      for row in rows[size].values():
+        row["ratio"] = row["passes"] / rows[size][REFERENCE]["passes"]
+  return rows
+
+
+def markdown(rows, commit) -> list[str]:
+  sizes = list(rows)
+  names = list(rows[sizes[0]])
+  lines = [f"XLA's bytes accessed of the donated step (update + `optax.apply_updates`), in "
+           "float32 parameter-sized passes, and its ratio to optax.adamw's; MLPs "
+           + ", ".join(f"{s}: {w}x{w} x{d}" for s, (w, d) in SIZES.items() if s in rows)
+           + f". jax {jax.__version__} (XLA:CPU), commit `{commit}`.", "",
+           "| optimizer | state buffers | " + " | ".join(f"{s} passes (ratio)" for s in sizes)
+           + " | target |",
+           "|---|---|" + "---|" * len(sizes) + "---|"]
+  for name in names:
+    cells = [f"{rows[s][name]['passes']:.2f} ({rows[s][name]['ratio']:.2f}x)" for s in sizes]
+    target = f"<= {TARGETS[name]}x" if name in TARGETS else "-"
+    lines.append(f"| {name} | {rows[sizes[0]][name]['buffers']:.1f} | " + " | ".join(cells)
+                 + f" | {target} |")
+  return lines
+
+
+def plot(rows, path) -> None:
+  plt = _report.pyplot()
+  sizes = list(rows)
+  names = list(rows[sizes[0]])
+  fig, ax = plt.subplots(figsize=(9, 4))
+  height = 0.8 / len(sizes)
+  for k, size in enumerate(sizes):
+    ax.barh([i + k * height for i in range(len(names))],
+            [rows[size][n]["ratio"] for n in names], height=height, label=size)
+  for value in sorted(set(TARGETS.values())):
+    ax.axvline(value, ls="--", color="tab:green", lw=1, label=f"target {value}x")
+  ax.axvline(1.0, color="black", lw=0.8)
+  ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel("bytes accessed per step / optax.adamw's (XLA:CPU cost analysis)")
+  ax.legend(fontsize=8)
+  _report.save_figure(fig, path)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--quick", action="store_true", help="1M parameters only")
+  parser.add_argument("--out", type=pathlib.Path, default=OUT,
+                      help="output folder (default: benchmarks/out/step_bytes, git-ignored)")
+  args = parser.parse_args(argv)
+  args.out.mkdir(parents=True, exist_ok=True)
+  commit = _report.git_commit(short=True)
+  rows = measure(["1M"] if args.quick else list(SIZES), optimizers())
+  (args.out / "step_bytes.json").write_text(json.dumps(
+      {"commit": commit, "jax": jax.__version__, "sizes": {s: SIZES[s] for s in rows},
+       "targets": TARGETS, "rows": rows}, indent=1) + "\n")
+  _report.write_table(markdown(rows, commit), str(args.out / "step_bytes.md"))
+  plot(rows, args.out / "step_bytes.png")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,42 @@
+"""The bytes an optimizer step reads and writes, pinned against ``optax.adamw``'s.
+
+XLA's cost analysis of the compiled, donated step (update + ``optax.apply_updates``,
+lowered from abstract shapes: compilation only) on the 1M-parameter MLP of
+``benchmarks/step_bytes.py`` (512x512 x4), in ratio to ``optax.adamw(1e-3)``'s.
+
+Tolerance: ``TOLERANCE = 0.05`` of the ratio, i.e. half of one float32 params-sized
+pass (``optax.adamw``'s step is 10 passes on XLA:CPU, so one pass is 0.1 of the
+ratio). A kernel more or less over a params-sized buffer moves the ratio by at least
+0.1 and fails; what differs between XLA versions or CPUs without changing the
+kernels (the biases' and scalars' bytes, 0.01 in all here) passes. The figures are
+identical with the test run's fast-compile flags and XLA's default optimization
+(measured with jax 0.10.2). The pin is two-sided: a step that reads less fails too,
+so that the pinned figure is updated with it.
+"""
+
+import pytest
+
+from _optimizer_step import accessed_bytes, compiled_update, mlp_shapes, optimizers
+
+#: Ratio to optax.adamw's bytes accessed at 1M parameters (jax 0.10.2, XLA:CPU).
+PINNED = {
+    "metaoptax.adamw()": 2.25,
+    "metaoptax.lion()": 2.05,
+    "metaoptax.sgd()": 1.25,
+    "metaoptax.overfitting_gate(metaoptax.adamw())": 2.25,
+}
+TOLERANCE = 0.05
+pytestmark = pytest.mark.xdist_group("step_bytes")
+
+
+@pytest.fixture(scope="module")
+def reference():
+  opt, extra_arg = optimizers()["optax.adamw(1e-3)"]
+  return accessed_bytes(compiled_update(opt, mlp_shapes(512, 4), extra_arg))
+
+
+@pytest.mark.parametrize("name", PINNED)
+def test_step_bytes_ratio_to_adamw(name, reference):
+  opt, extra_arg = optimizers()[name]
+  ratio = accessed_bytes(compiled_update(opt, mlp_shapes(512, 4), extra_arg)) / reference
+  assert abs(ratio - PINNED[name]) <= TOLERANCE, (name, ratio)

@@ -329,7 +329,10 @@ def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in,
     positions = _sampler_metrics.start_positions(target, k_start, chains)
   states, _ = burn(params, masks, whitening, k_burn, positions)
   args = (params, masks, whitening, k_run, states.position)
-  cache_key = (target.logdensity_fn, config, chains, samples, whitening is None)
+  # the parameters' structure too: two variants of one config (local_fit is TrainingConfig's)
+  # may fit local step sizes of different structures
+  cache_key = (target.logdensity_fn, config, chains, samples, whitening is None,
+               jax.tree.structure(params))
   if cache_key not in _COMPILED:
     _COMPILED[cache_key] = _chains_runner(target.logdensity_fn, config, chains,
                                           samples).lower(*args).compile()

@@ -16,10 +16,12 @@ NUTS (window adaptation), HMC at K = 10 (``HMC_GRID``) and tuned HMC at short tr
 
 The per-second scores time each sampler alone (the median of 3 runs), minutes apart on a
 shared core. ``--costs`` (also ``--costs-only``: on the stored results) times the transitions
-again with the samplers interleaved (``sampler_cost.interleaved_medians``: 32 chains,
+again with the samplers interleaved (``interleaved_medians``: 32 chains,
 ``COST_TRANSITIONS`` scanned transitions a call, ``--cost-repeats`` rounds), L2HMC with the
 mixture's within-mode whitening and the exact-rotation step sizes at the cap (a transition's
 cost does not depend on the values), blackjax HMC at each measured K with its tuned step.
+Every setting the committed rows were measured with is spelled out
+(``l2hmc_posteriors.MEASURED_CONFIG``: no jitter of the step sizes, among others).
 
     taskset -c 0 python benchmarks/l2hmc_mixture_dkd.py --costs --out benchmarks/results
     python benchmarks/l2hmc_mixture_dkd.py --quick     # smoke run
@@ -44,8 +46,11 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import l2hmc_posteriors  # pylint: disable=g-import-not-at-top,wrong-import-position
-import sampler_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2hmc_mixture_dkd.json", "l2hmc_mixture_dkd.md",)
 
 OBJECTIVE = "squares_coordinates"
 _REFLECTION = dict(l2hmc_posteriors.VARIANTS["step sizes only"], reflection=True)
@@ -58,6 +63,36 @@ ROWS = {
 COST_TRANSITIONS = 1000  # scanned transitions per timed call
 
 
+def interleaved_medians(calls: dict, repeats: int) -> dict:
+  """``{name: median seconds}`` of ``calls[name]()``, the calls interleaved per repeat."""
+  times = {name: [] for name in calls}
+  for _ in range(repeats):
+    for name, call in calls.items():
+      start = time.perf_counter()
+      jax.block_until_ready(call())
+      times[name].append(time.perf_counter() - start)
+  return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def compiled(fn, *args):
+  """``fn`` compiled for ``args`` and run once, as a call without arguments."""
+  executable = jax.jit(fn).lower(*args).compile()
+  jax.block_until_ready(executable(*args))
+  return lambda: executable(*args)
+
+
+def scanned(sampler, chains: int, transitions: int):
+  """``run(key, states) -> states``: ``transitions`` vmapped transitions of ``chains`` chains in
+  one ``lax.scan``."""
+  def run(key, states):
+    def one(states, key):
+      return jax.vmap(sampler.step)(jax.random.split(key, chains), states)[0], None
+
+    return jax.lax.scan(one, states, jax.random.split(key, transitions))[0]
+
+  return run
+
+
 def transition_costs(target, rows: dict, hmc: list, chains: int, repeats: int) -> dict:
   """Seconds per transition of all ``chains`` (vmapped, scanned), the samplers interleaved:
   ``{label: seconds}`` for each L2HMC configuration of ``rows`` and each HMC of ``hmc``."""
@@ -65,8 +100,7 @@ def transition_costs(target, rows: dict, hmc: list, chains: int, repeats: int) -
   whitening = l2hmc.Whitening(jnp.zeros(target.dim), jnp.full((target.dim,), 0.32))
   samplers = {}
   for label, variant in rows.items():
-    config = l2hmc.L2HMCConfig(dim=target.dim, step_sizes="per_step", per_coordinate=True,
-                               **variant)
+    config = l2hmc.L2HMCConfig(dim=target.dim, **l2hmc_posteriors.MEASURED_CONFIG, **variant)
     eps_x, eps_v = l2hmc.rotation_step_sizes(jnp.full((target.dim,), 2.0), config.num_steps,
                                              config.integrator)
     params = l2hmc.init_params(jax.random.key(0), config, step_size=eps_x)
@@ -80,11 +114,10 @@ def transition_costs(target, rows: dict, hmc: list, chains: int, repeats: int) -
         target.logdensity_fn, row["step_size"], jnp.ones(target.dim), row["num_steps"])
   positions = jax.random.normal(jax.random.key(2), (chains, target.dim))
 
-  calls = {label: sampler_cost.compiled(sampler_cost.scanned(sampler, chains, COST_TRANSITIONS),
-                                        jax.random.key(3),
-                                        jax.vmap(sampler.init)(positions))
+  calls = {label: compiled(scanned(sampler, chains, COST_TRANSITIONS), jax.random.key(3),
+                           jax.vmap(sampler.init)(positions))
            for label, sampler in samplers.items()}
-  medians = sampler_cost.interleaved_medians(calls, repeats)
+  medians = interleaved_medians(calls, repeats)
   return {label: seconds / COST_TRANSITIONS for label, seconds in medians.items()}
 
 

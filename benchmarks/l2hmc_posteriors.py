@@ -2,13 +2,13 @@
 
 Targets (``metaoptax.l2hmc.posteriors``): Neal's funnel (10-d), eight schools
 centered and non-centered (10-d), Bayesian logistic regression on scikit-learn's
-breast-cancer data (31-d), and the paper's mixture of two Gaussians (the
-objective ablation); and the paper's other toys (``TOYS``: the strongly correlated 2-d
-Gaussian, the rough well, the 50-d ill-conditioned Gaussian) with ``l2hmc_ess``'s L2HMC settings
-(``toy_runs``; ``--toy-variants`` adds ``VARIANTS`` rows). For each target:
+breast-cancer data (31-d, ``_breast_cancer.py``), and the paper's mixture of two Gaussians
+(the objective ablation); and the paper's other toys (``TOYS``: the strongly correlated 2-d
+Gaussian, the rough well, the 50-d ill-conditioned Gaussian) with their own L2HMC settings
+(``TOY_SETTINGS``, ``toy_runs``; ``--toy-variants`` adds ``VARIANTS`` rows). For each target:
 
 * **reference**: the funnel's and the centered eight schools' exact moments (the latter by
-  quadrature over log tau, ``metaoptax.l2hmc.schools_exact``; before `6bc8aa5` from the
+  quadrature over log tau, ``_schools_exact.py``; before `6bc8aa5` from the
   non-centered NUTS run, mapped by :math:`\\theta = \\mu + \\tau\\tilde\\theta`); for the
   others a long blackjax NUTS run (``--reference-chains`` x ``--reference-samples`` after
   1,000 steps of window adaptation).
@@ -24,7 +24,10 @@ Gaussian, the rough well, the 50-d ill-conditioned Gaussian) with ``l2hmc_ess``'
   step sizes alone (the networks off: HMC's cost per transition), or with S, Q, T
   networks of width 10 or 50, or step sizes that follow the position (Gibbs self-tuning:
   log-linear, saturating, and saturating with the scale move or with interweaving moves of
-  the target's declared hierarchy, ``HIERARCHIES``: the centered schools).
+  the target's declared hierarchy, ``HIERARCHIES``: the centered schools). Every setting
+  the committed rows were measured with is spelled out (``MEASURED_CONFIG``, ``train``), so
+  the library's defaults (the recipe for an unseen posterior: jittered step sizes among
+  them) do not change what a rerun measures.
 
 Scores (``_sampler_metrics.score``): Geyer's ESS (min over dimensions) of x and
 x^2 per gradient and per second of sampling (jitted, chains vmapped, compiled
@@ -71,13 +74,28 @@ import optax
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _breast_cancer import breast_cancer  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
-import l2hmc_ess  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _schools_exact  # pylint: disable=g-import-not-at-top,wrong-import-position
 import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them):
+#: the posteriors and the mixture (the default), the toys (``--targets correlated rough_well
+#: ill_conditioned --no-budget --stem l2hmc_posteriors_toys``) and the centered schools at 4x
+#: NUTS's gradients (``--targets schools_centered --budget-factor 4 --out
+#: benchmarks/results/l2hmc_posteriors_schools_long``).
+OUTPUTS = ("l2hmc_posteriors.json", "l2hmc_posteriors.md", "l2hmc_posteriors.png",
+           "l2hmc_posteriors_toys.json", "l2hmc_posteriors_toys.md", "l2hmc_posteriors_toys.png",
+           "l2hmc_posteriors_schools_long/l2hmc_posteriors.*",)
+
 OUT = HERE / "out" / "l2hmc_posteriors"  # git-ignored; the committed table: --out results
+#: The sampler's settings the committed rows were measured with, beside each variant's own
+#: (``VARIANTS``): per-step per-coordinate step sizes from 0.1, no jitter of the step sizes.
+MEASURED_CONFIG = dict(step_sizes="per_step", per_coordinate=True, init_step_size=0.1,
+                       jitter=0.0)
 HMC_GRID = (0.02, 0.045, 0.1, 0.22, 0.5)
 # --hmc-steps: tuned HMC at the short trajectories of the mixture's K = 1-3 rows, a finer grid
 # around a quarter period of a mode (sd 0.32: sqrt(2) 0.32 = 0.45 at K = 1 with equal steps)
@@ -129,29 +147,32 @@ HIERARCHIES = {l2hmc.posteriors.eight_schools(centered=True).name: l2hmc.interwe
     location=0, log_scale=1, members=tuple(range(2, 10)))}
 
 
-# the paper's toys (``l2hmc.targets``) but the mixture: one L2HMC row each, with the settings
-# of ``l2hmc_ess.TARGETS`` (width-50 networks, its objective, warm-up, training iterations and
-# TrainingConfig fields such as the rough well's first-order force gradients)
+# the paper's toys (``l2hmc.targets``) but the mixture: one L2HMC row each, with width-50
+# networks and the settings of ``TOY_SETTINGS``
 TOYS = ("correlated", "rough_well", "ill_conditioned")
+_TOY_TRAINING = dict(aux_weight=0.0, objective="esjd_squares", warmup_iterations=500,
+                     drop_nonfinite_chains=True)
+#: Per toy: (training iterations, TrainingConfig fields) of its row.
+TOY_SETTINGS = {
+    "ill_conditioned": (600, _TOY_TRAINING),
+    "correlated": (2000, _TOY_TRAINING),
+    # no gradient through the ripples' curvature (~1/eta): exact gradients explode
+    "rough_well": (1500, dict(_TOY_TRAINING, differentiate_force=False)),
+}
 
 
 def toy_runs(name: str, quick: bool) -> tuple[list, int]:
-  """``(runs, iterations)`` of a toy (``TOYS``): its ``l2hmc_ess.TARGETS`` settings as rows of
-  ``main``'s ``(label, variant, objective, anneal, warmup, aux_weight)``."""
-  runs, counts = [], set()
-  for label, iterations, options, anneal in l2hmc_ess.TARGETS[name]:
-    options = dict(options)
-    variant = dict(VARIANTS["networks, width 50"],
-                   **{k: options.pop(k) for k in TRAINING_FIELDS if k in options})
-    warmup = 40 if quick else options.pop("warmup_iterations")
-    label = "networks, width 50 (l2hmc_ess settings)" + (
-        "" if variant.get("differentiate_force", True) else ", first-order force gradients")
-    runs.append((label, variant, options["objective"],
-                 None if anneal is None else (anneal[0], anneal[1] / iterations), warmup,
-                 options["aux_weight"]))
-    counts.add(iterations)
-  assert len(counts) == 1, counts  # one training length per target (the protocol's)
-  return runs, 10 if quick else counts.pop()
+  """``(runs, iterations)`` of a toy (``TOYS``): its ``TOY_SETTINGS`` as rows of ``main``'s
+  ``(label, variant, objective, anneal, warmup, aux_weight)``."""
+  iterations, options = TOY_SETTINGS[name]
+  options = dict(options)
+  variant = dict(VARIANTS["networks, width 50"],
+                 **{k: options.pop(k) for k in TRAINING_FIELDS if k in options})
+  warmup = 40 if quick else options.pop("warmup_iterations")
+  label = "networks, width 50 (the toys' settings)" + (
+      "" if variant.get("differentiate_force", True) else ", first-order force gradients")
+  runs = [(label, variant, options["objective"], None, warmup, options["aux_weight"])]
+  return runs, 10 if quick else iterations
 
 
 def runs_on(target, variant: dict) -> bool:
@@ -191,6 +212,7 @@ MIXTURE_REFLECTION.update({
 
 def targets() -> dict:
   found = dict(l2hmc.posteriors.all_posteriors())
+  found["logistic"] = breast_cancer()
   toys = l2hmc.targets.all_targets()
   found["mixture"] = toys["mixture"]
   found.update({name: toys[name] for name in TOYS})
@@ -201,9 +223,9 @@ def reference(name, target, key, chains, samples) -> dict:
   """Per-dimension mean and sd of x: exact (funnel, mixture, centered schools by quadrature)
   or a long NUTS run."""
   if name == "schools_centered":  # exact: a quadrature over log tau
-    exact = l2hmc.schools_exact.moments()
+    exact = _schools_exact.moments()
     return dict(mean=exact["mean"].tolist(), sd=exact["sd"].tolist(),
-                source="exact (quadrature over log tau, `l2hmc.schools_exact`)")
+                source="exact (quadrature over log tau, `_schools_exact`)")
   if target.sample is not None:
     draws = np.asarray(target.sample(key, 1_000_000), np.float64)[:, None]
     source = "exact draws (10^6)"
@@ -234,9 +256,12 @@ def checked(scores: dict, draws, ref: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _annealing(initial, until):
-  """``l2hmc_ess.annealing``, one object per schedule (seeds share the compiled step)."""
-  return l2hmc_ess.annealing(initial, until)
+def annealing(initial: float, until: int):
+  """Geometric temperature schedule (the public code's form): ``initial`` times a
+  constant factor every 50 iterations, reaching 1 at iteration ``until``; one object per
+  schedule (seeds share the compiled step)."""
+  return optax.exponential_decay(initial, 50, (1.0 / initial) ** (50 / until), staircase=True,
+                                 end_value=1.0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -256,17 +281,17 @@ def train(target, variant: dict, objective: str, seed: int, iterations: int, cha
   num_steps = variant.pop("num_steps", num_steps)  # a variant's own K (the mixture's)
   if "interweaving" in variant:  # the target's hierarchy with the variant's settings
     variant["interweaving"] = HIERARCHIES[target.name]._replace(**variant["interweaving"])
-  config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, step_sizes="per_step",
-                             per_coordinate=True, init_step_size=0.1, **variant)
+  config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, **MEASURED_CONFIG, **variant)
   options.update(num_chains=chains, aux_weight=aux_weight, objective=objective,
                  warmup_iterations=warmup, drop_nonfinite_chains=True)
   if anneal is not None:
-    options["temperature"] = _annealing(anneal[0], max(1, int(anneal[1] * iterations)))
+    options["temperature"] = annealing(anneal[0], max(1, int(anneal[1] * iterations)))
   training = l2hmc.TrainingConfig(**options)
   start = time.perf_counter()
   opt = optimizer(learning_rate)
-  result = l2hmc.train(target, config, training, num_iterations=iterations, optimizer=opt,
-                       init_state=l2hmc.init_training(target, config, training, seed=seed,
+  key = jax.random.key(seed)
+  result = l2hmc.train(key, target, config, training, num_iterations=iterations, optimizer=opt,
+                       init_state=l2hmc.init_training(key, target, config, training,
                                                       optimizer=opt),
                        progress=None)
   return config, result, time.perf_counter() - start
@@ -304,7 +329,10 @@ def sample_l2hmc(target, config, params, masks, whitening, key, chains, burn_in,
     positions = _sampler_metrics.start_positions(target, k_start, chains)
   states, _ = burn(params, masks, whitening, k_burn, positions)
   args = (params, masks, whitening, k_run, states.position)
-  cache_key = (target.logdensity_fn, config, chains, samples, whitening is None)
+  # the parameters' structure too: two variants of one config (local_fit is TrainingConfig's)
+  # may fit local step sizes of different structures
+  cache_key = (target.logdensity_fn, config, chains, samples, whitening is None,
+               jax.tree.structure(params))
   if cache_key not in _COMPILED:
     _COMPILED[cache_key] = _chains_runner(target.logdensity_fn, config, chains,
                                           samples).lower(*args).compile()
@@ -379,10 +407,10 @@ def short_hmc(target, ref, args, key, progress) -> list[dict]:
 def transfer(args, key, progress) -> dict:
   """Train on one 200-row subsample; sample the full data and another subsample."""
   rows = 200 if not args.quick else 50
-  source = l2hmc.posteriors.breast_cancer(rows, seed=0)
+  source = breast_cancer(rows, seed=0)
   destinations = {"subsample 0 (trained on)": source,
-                  "subsample 1": l2hmc.posteriors.breast_cancer(rows, seed=1),
-                  "full data (569 rows)": l2hmc.posteriors.breast_cancer()}
+                  "subsample 1": breast_cancer(rows, seed=1),
+                  "full data (569 rows)": breast_cancer()}
   out = []
   for seed in progress(range(args.seeds), desc="transfer: training"):
     config, result, trained = train(source, VARIANTS[args.transfer_variant], args.objective,
@@ -392,9 +420,11 @@ def transfer(args, key, progress) -> dict:
       k_warm, k_run = jax.random.split(jax.random.fold_in(key, seed))
       # a new warm-up (HMC adaptation, no training) burns in the chains on the
       # destination and measures its scales; both rows start from its chains
-      own = l2hmc.warmup(target.logdensity_fn, jax.random.normal(k_warm, (args.chains,
-                                                                          target.dim)),
-                         k_warm, num_steps=args.num_steps, num_iterations=args.warmup)
+      # the warm-up the committed rows had: one burn-in window, no jitter
+      own = l2hmc.warmup(k_warm, target.logdensity_fn,
+                         jax.random.normal(k_warm, (args.chains, target.dim)),
+                         num_steps=args.num_steps, num_iterations=args.warmup,
+                         max_burn_in_windows=1, jitter=0.0)
       for whitening_label, whitening in (("trained whitening", result.whitening),
                                          ("new warm-up's whitening", own.whitening)):
         run = sample_l2hmc(target, config, result.params, result.masks, whitening, k_run,

@@ -39,6 +39,10 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+#: The files under benchmarks/results/ that this script writes (glob patterns;
+#: tests/integration/test_repository_shape.py checks every committed result against them).
+OUTPUTS = ("l2hmc_table.json", "l2hmc_table.md",)
+
 RESULTS = HERE / "results"
 #: the result files in the format of ``l2hmc_posteriors.py`` (target -> record)
 POSTERIOR_FILES = ("l2hmc_posteriors.json", "l2hmc_posteriors_toys.json",

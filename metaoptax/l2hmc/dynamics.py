@@ -15,12 +15,11 @@ time embedding :math:`t_k` and step sizes :math:`\varepsilon^k_x, \varepsilon^k_
 
 then :math:`\Lambda^+` again with the roles of :math:`m` and :math:`\bar m` swapped,
 then :math:`\Gamma^+` at the new position. The translations :math:`T` sit inside
-the step-size brackets, as in the paper. (The seed writes them outside,
-unscaled; then :math:`T_v`, whose network reads :math:`\nabla U`, kicks the
-momentum by O(1) per half-step where gradients are large: on the 50-d
-ill-conditioned Gaussian the untrained sampler accepted ~1e-6 of its proposals.
-The public code flips the sign of :math:`T_v`; as :math:`T` is learned, sign and
-scale are a parametrisation.)
+the step-size brackets, as in the paper. (Written outside them, unscaled,
+:math:`T_v`, whose network reads :math:`\nabla U`, would kick the momentum by O(1)
+per half-step where gradients are large, and an untrained sampler would accept almost
+none of its proposals there. The public code flips the sign of :math:`T_v`; as
+:math:`T` is learned, sign and scale are a parametrisation.)
 
 Each update is a triangular map whose inputs :math:`\zeta` do not depend on the
 coordinates it changes, so the Jacobian's log-determinant is exact:
@@ -37,12 +36,12 @@ inverses in reverse order (``k = K-1, ..., 0``), with the negated log-determinan
 Both directions run in one ``lax.scan`` whose elementwise updates select between
 the two closed forms (no ``lax.cond``): under ``vmap`` over chains with mixed
 directions a cond would compute both trajectories, the select computes the
-networks and gradients once (docs/benchmarks.md, "Implementation choices").
+networks and gradients once.
 With the networks off (:math:`S = Q = T = 0`) this is the plain leapfrog of HMC,
 and each step is computed as one kick-drift-kick with the step sizes negated for
 :math:`d = -1`, instead of two masked half-updates with a select between the
-directions' closed forms (``benchmarks/sampler_cost.py`` times it against
-blackjax's HMC); or, with ``integrator="position_verlet"``, as one drift-kick-drift, whose
+directions' closed forms (the same work as blackjax's HMC transition); or, with
+``integrator="position_verlet"``, as one drift-kick-drift, whose
 gradient is at the step's midpoint and none at the trajectory's end points
 (:mod:`metaoptax.l2hmc.integrators`).
 

@@ -7,8 +7,7 @@ that are centered on :math:`\mu` with scale :math:`\tau` (:class:`Interweaving`;
 schools: :math:`(\mu, \log\tau, \theta_{1..8})`). In these *centered* coordinates
 :math:`\log\tau` given :math:`\theta` is pinned by :math:`\sum_j(\theta_j - \mu)^2/\tau^2`
 (a conditional sd of :math:`\sim 1/\sqrt{2n}`), so a sampler moving them crawls along the
-funnel and its chains make slow excursions into the neck (measured on centered eight schools,
-``benchmarks/results/l2hmc_schools_diagnosis``). In the *non-centered* coordinates
+funnel and its chains make slow excursions into the neck. In the *non-centered* coordinates
 :math:`\tilde\theta_j = (\theta_j - \mu)/\tau` the same :math:`\tau` is free to move where
 the data say little (the neck). Interweaving (Yu and Meng 2011) alternates moves in the two
 parametrisations; this move is the non-centered half: :math:`(\mu, \lambda)` move with

@@ -26,9 +26,6 @@ exact mean, covariance and draws.
   :math:`\log p(\beta \mid y) = \sum_n \big(y_n \log\sigma(\eta_n) + (1-y_n)\log\sigma(-\eta_n)\big)
   + \log\mathcal N(\beta; 0, s^2 I) + \text{const}`, :math:`\eta = \tilde X\beta`
   (the constant, the evidence, is left out).
-  :func:`breast_cancer` builds it on scikit-learn's breast-cancer data (569 tumours,
-  30 features standardized over all 569 rows, so that a subsample's coordinates mean
-  what the full data's do: a sampler trained on one posterior runs on another).
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ import numpy as np
 from metaoptax.l2hmc.targets import Target
 
 __all__ = ("neals_funnel", "eight_schools", "EIGHT_SCHOOLS_Y", "EIGHT_SCHOOLS_SIGMA",
-           "logistic_regression", "breast_cancer", "all_posteriors")
+           "logistic_regression", "all_posteriors")
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -139,32 +136,8 @@ def logistic_regression(features, labels, prior_scale: float = 1.0,
                 logdensity_fn, None, None)
 
 
-def breast_cancer(num_data: int | None = None, seed: int = 0,
-                  prior_scale: float = 1.0) -> Target:
-  """Logistic regression on scikit-learn's breast-cancer data (31-d: intercept + 30 features).
-
-  The features are standardized with the mean and standard deviation of all 569
-  rows; ``num_data`` rows (all if ``None``) are then drawn without replacement
-  with ``numpy.random.default_rng(seed)``, so two seeds give two posteriors of the
-  same model over the same coordinates. Needs scikit-learn (the data ship with it).
-  """
-  from sklearn import datasets  # pylint: disable=g-import-not-at-top
-  features, labels = datasets.load_breast_cancer(return_X_y=True)
-  features = (features - features.mean(0)) / features.std(0)
-  name = "breast-cancer logistic regression"
-  if num_data is not None:
-    if not 1 <= num_data <= len(labels):
-      raise ValueError(f"num_data must be in [1, {len(labels)}], got {num_data}.")
-    rows = np.random.default_rng(seed).permutation(len(labels))[:num_data]
-    features, labels = features[rows], labels[rows]
-    name += f", subsample {seed}"
-  return logistic_regression(features, labels, prior_scale, name)
-
-
 def all_posteriors() -> dict[str, Target]:
-  """The funnel (10-d), eight schools centered and non-centered, and breast-cancer
-  logistic regression on all rows, by short name."""
+  """The funnel (10-d) and eight schools centered and non-centered, by short name."""
   return {"funnel": neals_funnel(),
           "schools_centered": eight_schools(centered=True),
-          "schools_noncentered": eight_schools(centered=False),
-          "logistic": breast_cancer()}
+          "schools_noncentered": eight_schools(centered=False)}

@@ -56,7 +56,7 @@ def test_pages_built(built_docs):
   missing = [page for page in PAGES if not (built_docs / f"{page}.html").is_file()]
   assert not missing, f"pages not built: {missing}"
   images = {p.name for p in (built_docs / "_images").iterdir()}
-  assert {"demo_digits.png", "step_time.png", "l2hmc_ess.png"} <= images
+  assert {"demo_digits.png", "step_time.png", "l2hmc_posteriors.png"} <= images
 
 
 def test_every_public_name_documented(built_docs):

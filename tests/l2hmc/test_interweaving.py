@@ -1,7 +1,7 @@
 """The interweaving move: (mu, log tau) at fixed non-centered members.
 
 Oracles: the Jacobian by forward-mode autodiff and the group law (float64, 1e-12); exact
-draws of eight schools (``schools_exact``, a quadrature) stay exact after transitions with
+draws of eight schools (``benchmarks/_schools_exact.py``, a quadrature) stay exact after transitions with
 the move (every coordinate's mean of x and x^2 within 5 Monte Carlo standard errors of the
 exact moments), and the same test fails without the move's Jacobian e^{nt}.
 """
@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import _schools_exact as schools_exact  # benchmarks/ is on sys.path (conftest.py)
 from metaoptax import l2hmc
-from metaoptax.l2hmc import interweaving, schools_exact
+from metaoptax.l2hmc import interweaving
 from tests.l2hmc.paper import paper_config, paper_training
 
 SCHOOLS = l2hmc.interweaving.Interweaving(location=0, log_scale=1, members=tuple(range(2, 10)))

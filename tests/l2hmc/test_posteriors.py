@@ -1,4 +1,5 @@
-"""The posteriors' log densities against scipy (float64), and the funnel's exact marginals."""
+"""The posteriors' log densities against scipy (float64), and the funnel's exact marginals;
+the benchmarks' breast-cancer regression (``benchmarks/_breast_cancer.py``)."""
 
 import math
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from _breast_cancer import breast_cancer  # benchmarks/ is on sys.path (conftest.py)
 from metaoptax.l2hmc import posteriors
 from tests.l2hmc.paper import paper_config, paper_training
 
@@ -100,14 +102,14 @@ def test_logistic_regression_against_scipy():
 
 
 def test_breast_cancer_subsamples_share_coordinates():
-  full = posteriors.breast_cancer()
-  first, second = posteriors.breast_cancer(100, seed=0), posteriors.breast_cancer(100, seed=1)
+  full = breast_cancer()
+  first, second = breast_cancer(100, seed=0), breast_cancer(100, seed=1)
   assert full.dim == first.dim == second.dim == 31
   beta = jnp.asarray(_points(31, 0.3, seed=5)[0])
   values = [float(t.logdensity_fn(beta)) for t in (full, first, second)]
   assert all(np.isfinite(values)) and len(set(values)) == 3
   with pytest.raises(ValueError):
-    posteriors.breast_cancer(0)
+    breast_cancer(0)
 
 
 @pytest.mark.system  # an L2HMC training run (12 s): CI's second command
@@ -116,7 +118,7 @@ def test_a_sampler_trained_on_one_subsample_runs_on_others():
   subsample), used without retraining on the full data (and with a new warm-up's
   whitening)."""
   from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top
-  source = posteriors.breast_cancer(60, seed=0)
+  source = breast_cancer(60, seed=0)
   config = paper_config(dim=31, num_steps=3, use_networks=False, per_coordinate=True,
                              step_sizes="per_step")
   training = paper_training(num_chains=8, aux_weight=0.0, warmup_iterations=16,
@@ -126,7 +128,7 @@ def test_a_sampler_trained_on_one_subsample_runs_on_others():
   assert result.whitening is not None
   warmup = jax.jit(lambda logdensity_fn, x: l2hmc.warmup(
       jax.random.key(1), logdensity_fn, x, num_steps=3, num_iterations=16), static_argnums=0)
-  for target in (posteriors.breast_cancer(),):  # another subsample runs the same code
+  for target in (breast_cancer(),):  # another subsample runs the same code
     rewarmed = warmup(target.logdensity_fn, result.chains.position)
 
     @jax.jit

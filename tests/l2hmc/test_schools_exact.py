@@ -1,4 +1,4 @@
-"""The eight schools' exact posterior (one-dimensional quadrature over log tau).
+"""``benchmarks/_schools_exact.py``: the eight schools' exact posterior (quadrature over log tau).
 
 Oracle: a brute-force three-dimensional quadrature over (log tau, mu, (theta_j - mu)/tau) of the
 model's densities written with scipy (the other seven effects integrated in closed form,
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from metaoptax.l2hmc import posteriors, schools_exact
+import _schools_exact as schools_exact  # benchmarks/ is on sys.path (conftest.py)
+from metaoptax.l2hmc import posteriors
 
 Y, SIGMA = np.asarray(posteriors.EIGHT_SCHOOLS_Y), np.asarray(posteriors.EIGHT_SCHOOLS_SIGMA)
 

@@ -1,7 +1,7 @@
 """The optimizer step that the speed and memory benchmarks compile, and what XLA says of it.
 
 Shared by ``step_time.py`` (a whole train step: gradient, update, ``apply_updates``)
-and ``step_bytes.py`` (the update and ``apply_updates`` alone, from abstract shapes),
+and ``_step_bytes.py`` (the update and ``apply_updates`` alone, from abstract shapes),
 and by the test that pins the step's bytes (``tests/metaoptimize/test_step_bytes.py``).
 """
 

@@ -282,8 +282,11 @@ def train(target, variant: dict, objective: str, seed: int, iterations: int, cha
   if "interweaving" in variant:  # the target's hierarchy with the variant's settings
     variant["interweaving"] = HIERARCHIES[target.name]._replace(**variant["interweaving"])
   config = l2hmc.L2HMCConfig(dim=target.dim, num_steps=num_steps, **MEASURED_CONFIG, **variant)
+  # the warm-up the committed rows were measured with: one burn-in window, a diagonal
+  # whitening (and, by MEASURED_CONFIG's jitter=0.0, unjittered transitions)
   options.update(num_chains=chains, aux_weight=aux_weight, objective=objective,
-                 warmup_iterations=warmup, drop_nonfinite_chains=True)
+                 warmup_iterations=warmup, drop_nonfinite_chains=True, burn_in_windows=1,
+                 metric="diagonal")
   if anneal is not None:
     options["temperature"] = annealing(anneal[0], max(1, int(anneal[1] * iterations)))
   training = l2hmc.TrainingConfig(**options)

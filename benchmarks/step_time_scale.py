@@ -14,6 +14,9 @@ For each size and method, with and without donated params and state:
     python benchmarks/step_time_scale.py                 # ~25 min on 2 CPU cores, 14 GB
     python benchmarks/step_time_scale.py --sizes 1M,10M  # skip the 100M row
     python benchmarks/step_time_scale.py --quick         # smoke run
+    python benchmarks/step_time_scale.py --bytes --out benchmarks/results
+        # XLA's bytes accessed of the donated step at 1M, 10M, 100M (compile only, ~2 min;
+        # ``_step_bytes``): step_bytes.{json,md,png}
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ import optax
 from tqdm.auto import tqdm
 
 import _report
+import _step_bytes
 import metaoptax
 from step_time import init_mlp, loss_fn, make_step, nbytes
 
 #: The files under benchmarks/results/ that this script writes (glob patterns;
 #: tests/integration/test_repository_shape.py checks every committed result against them).
 OUTPUTS = ("step_time_scale.md", "step_time_scale.png",
+           "step_bytes.json", "step_bytes.md", "step_bytes.png",  # with --bytes
            # on an H100:
            "step_time_scale_h100.md", "step_time_scale_h100.png")
 
@@ -127,7 +132,15 @@ def main(argv=None):
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out, git-ignored)")
   parser.add_argument("--quick", action="store_true", help="0.1M only, 2 repeats x 2 steps")
+  parser.add_argument("--bytes", action="store_true",
+                      help="XLA's bytes accessed of each step instead of its time (with "
+                           "--quick: 1M only)")
   args = parser.parse_args(argv)
+  if args.bytes:
+    args.out.mkdir(parents=True, exist_ok=True)
+    _step_bytes.write(args.out, ["1M"] if args.quick else list(_step_bytes.SIZES),
+                      _report.git_commit(short=True))
+    return
   sizes = ["0.1M"] if args.quick else args.sizes.split(",")
   if args.quick:
     args.repeats, args.steps = 2, 2

@@ -120,6 +120,8 @@ class TrainingConfig(NamedTuple):
       chains' covariance, for correlated coordinates), ``"diagonal"``, or ``"auto"``:
       dense up to ``DENSE_MAX_DIM`` coordinates, unless the sampler uses local step sizes,
       a reflection, a scale move or interweaving (whose moves are per coordinate).
+    burn_in_windows: the most burn-in windows of the warm-up (``max_burn_in_windows`` of
+      :func:`metaoptax.l2hmc.warmup`; its transitions are jittered as ``config.jitter``).
   """
 
   num_chains: int = 32
@@ -132,6 +134,7 @@ class TrainingConfig(NamedTuple):
   drop_nonfinite_chains: bool = True
   local_fit: str = "saturating"
   metric: str = "auto"
+  burn_in_windows: int = 4
 
 
 class TrainingState(NamedTuple):
@@ -389,6 +392,9 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
   if training.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
+  if isinstance(training.burn_in_windows, bool) or not (
+      isinstance(training.burn_in_windows, int) and training.burn_in_windows >= 1):
+    raise ValueError(f"burn_in_windows must be an int >= 1, got {training.burn_in_windows!r}.")
   if training.metric not in METRICS:
     raise ValueError(f"metric must be one of {METRICS}, got {training.metric!r}.")
   if training.local_fit not in LOCAL_FITS:
@@ -428,14 +434,17 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    init_step_size: float, slopes: str = "squares",
                    scales: str = "pooled", location: str = "mean",
-                   metric: str = "diagonal") -> Callable:
+                   metric: str = "diagonal", max_burn_in_windows: int = 4,
+                   jitter: float = 0.5) -> Callable:
   """The jitted warm-up of one target and configuration (runs from other seeds reuse its
   compilation)."""
   return jax.jit(lambda positions, key: warmup(key, logdensity_fn, positions, num_steps=num_steps,
                                               num_iterations=num_iterations,
                                               init_step_size=init_step_size, slopes=slopes,
                                               scales=scales, location=location,
-                                              metric=metric))
+                                              metric=metric,
+                                              max_burn_in_windows=max_burn_in_windows,
+                                              jitter=jitter))
 
 
 def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(),
@@ -482,7 +491,8 @@ def _initial_state(rng_key, target, config, training, optimizer, positions):
                            training.warmup_iterations, config.init_step_size,
                            slopes, "within" if config.reflection else "pooled",
                            "midpoint" if config.reflection else "mean",
-                           _metric(config, training))(positions, k_warmup)
+                           _metric(config, training), training.burn_in_windows,
+                           config.jitter)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period

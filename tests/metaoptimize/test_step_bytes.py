@@ -2,7 +2,7 @@
 
 XLA's cost analysis of the compiled, donated step (update + ``optax.apply_updates``,
 lowered from abstract shapes: compilation only) on the 1M-parameter MLP of
-``benchmarks/step_bytes.py`` (512x512 x4), in ratio to ``optax.adamw(1e-3)``'s.
+``benchmarks/step_time_scale.py --bytes`` (512x512 x4), in ratio to ``optax.adamw(1e-3)``'s.
 
 Tolerance: ``TOLERANCE = 0.05`` of the ratio, i.e. half of one float32 params-sized
 pass (``optax.adamw``'s step is 10 passes on XLA:CPU, so one pass is 0.1 of the

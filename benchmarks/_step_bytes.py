@@ -8,18 +8,10 @@ parameter-sized passes (bytes / (4 x parameters)), the ratio to ``optax.adamw``'
 and how many parameter-sized float32 buffers the state holds. An optimizer step is
 memory-bound: on an accelerator its time is about these bytes over the bandwidth.
 The figure is XLA:CPU's, whose fusions have one output each; a GPU's multi-output
-fusions read less.
-
-    python benchmarks/step_bytes.py                          # ~2 min on 2 CPU cores
-    python benchmarks/step_bytes.py --out benchmarks/results # the committed results
-    python benchmarks/step_bytes.py --quick                  # 1M parameters only
+fusions read less. ``step_time_scale.py --bytes`` writes it.
 """
 
 from __future__ import annotations
-
-import argparse
-import json
-import pathlib
 
 import jax
 from tqdm.auto import tqdm
@@ -28,17 +20,12 @@ import _report
 from _optimizer_step import (accessed_bytes, compiled_update, mlp_shapes, optimizers,
                              params_sized_buffers)
 
-#: The files under benchmarks/results/ that this script writes (glob patterns;
-#: tests/integration/test_repository_shape.py checks every committed result against them).
-OUTPUTS = ("step_bytes.json", "step_bytes.md", "step_bytes.png")
-
 #: MLPs of ``depth`` dense ``width x width`` layers: (width, depth) for each size.
 SIZES = {"1M": (512, 4), "10M": (1024, 10), "100M": (4096, 6)}
 REFERENCE = "optax.adamw(1e-3)"
 #: The issue's acceptance: at most these ratios to optax.adamw's bytes.
 TARGETS = {"metaoptax.adamw()": 1.2, "metaoptax.lion()": 1.3, "metaoptax.sgd()": 1.3,
            "metaoptax.overfitting_gate(metaoptax.adamw())": 1.3}
-OUT = pathlib.Path(__file__).resolve().parent / "out" / "step_bytes"
 
 
 def measure(sizes, table) -> dict:
@@ -98,21 +85,13 @@ def plot(rows, path) -> None:
   _report.save_figure(fig, path)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true", help="1M parameters only")
-  parser.add_argument("--out", type=pathlib.Path, default=OUT,
-                      help="output folder (default: benchmarks/out/step_bytes, git-ignored)")
-  args = parser.parse_args(argv)
-  args.out.mkdir(parents=True, exist_ok=True)
-  commit = _report.git_commit(short=True)
-  rows = measure(["1M"] if args.quick else list(SIZES), optimizers())
-  (args.out / "step_bytes.json").write_text(json.dumps(
+
+def write(out, sizes, commit) -> None:
+  """Measures ``sizes`` and writes ``step_bytes.{json,md,png}`` to ``out``."""
+  import json  # pylint: disable=g-import-not-at-top
+  rows = measure(sizes, optimizers())
+  (out / "step_bytes.json").write_text(json.dumps(
       {"commit": commit, "jax": jax.__version__, "sizes": {s: SIZES[s] for s in rows},
        "targets": TARGETS, "rows": rows}, indent=1) + "\n")
-  _report.write_table(markdown(rows, commit), str(args.out / "step_bytes.md"))
-  plot(rows, args.out / "step_bytes.png")
-
-
-if __name__ == "__main__":
-  main()
+  _report.write_table(markdown(rows, commit), str(out / "step_bytes.md"))
+  plot(rows, out / "step_bytes.png")

@@ -49,6 +49,8 @@ POSTERIOR_FILES = ("l2hmc_posteriors.json", "l2hmc_posteriors_toys.json",
                    "l2hmc_posteriors_schools_long/l2hmc_posteriors.json")
 #: the file of ``l2hmc_mixture_dkd.py`` (one mixture record)
 MIXTURE_FILES = ("l2hmc_mixture_dkd.json",)
+#: the default's runs (``l2hmc_default.py --suite eight``), beside its own NUTS and ChEES-HMC
+DEFAULT_FILE = "l2hmc_default_eight.json"
 #: targets whose ESS per gradient must reach NUTS's (the others: half of it)
 FULL_NUTS = ("funnel", "schools_centered", "logistic", "mixture")
 #: targets whose ESS per second must reach half of NUTS's
@@ -183,7 +185,39 @@ def _cell(found: tuple) -> str:
   return f"**{'met' if met else 'missed'}** ({text})" if text else ("met" if met else "missed")
 
 
-def table(found: list) -> tuple[list[str], dict]:
+def defaults(results: pathlib.Path = RESULTS) -> tuple[dict, str]:
+  """``(target -> {"l2hmc", "nuts", "chees": rows}, commit)`` of the default's runs (empty
+  where not run)."""
+  path = results / DEFAULT_FILE
+  if not path.exists():
+    return {}, ""
+  record = json.loads(path.read_text())
+  return record["results"], record["commit"]
+
+
+def _default_line(target: str, runs: dict, commit: str) -> str:
+  """The default's row: its scores, and its ratios to the NUTS run of its own file."""
+  rows, nuts = runs["l2hmc"], runs["nuts"]
+  spread = lambda key: _spread([r[key] for r in rows])
+  per_second = lambda key: _spread([_per_second(r, key) for r in rows])
+  gx, gx2 = (_mean(rows, f"ess_per_grad_{k}") / _mean(nuts, f"ess_per_grad_{k}")
+             for k in ("x", "x2"))
+  sx, sx2 = (np.mean([_per_second(r, k) for r in rows]) / np.mean([_per_second(r, k)
+                                                                    for r in nuts])
+             for k in ("x", "x2"))
+  rhat = _rhat(rows)
+  warned = sum(r["warned"] for r in rows)
+  return (f"| {target} | **L2HMC, the default** (`l2hmc.adapt`, no per-target argument; "
+          f"warned on {warned} of {len(rows)} seeds) | `{DEFAULT_FILE}` (`{commit}`) | "
+          f"{spread('ess_per_grad_x')} | {spread('ess_per_grad_x2')} | {per_second('x')} | "
+          f"{per_second('x2')} | {max(r['rhat_x'] for r in rows):.3f}, "
+          f"{max(r['rhat_x2'] for r in rows):.3f} | — | "
+          f"{_cell((bool(min(gx, gx2) >= 1.0), f'{gx:.2g}x, {gx2:.2g}x its own NUTS'))} | "
+          f"{_cell((bool(rhat < RHAT), f'{rhat:.3f}'))} | "
+          f"{_cell((bool(min(sx, sx2) >= 0.5), f'{sx:.2g}x, {sx2:.2g}x'))} | — |")
+
+
+def table(found: list, default_runs: tuple[dict, str] = ({}, "")) -> tuple[list[str], dict]:
   """The table's lines, and per target the verdicts of its best L2HMC configuration."""
   lines = ["# L2HMC against NUTS and tuned HMC: every target, per gradient and per second", "",
            "Built by `benchmarks/l2hmc_table.py` from the committed results (no run): each row "
@@ -198,7 +232,12 @@ def table(found: list) -> tuple[list[str], dict]:
            "dimensions, worst seed, at 1,000 transitions. Diverg.: NUTS/HMC divergent "
            "transitions; L2HMC proposals at acceptance 0 (worst seed). Target cells: met or "
            "missed, with the seeds' mean over NUTS's (x, x²), or the mixture's crossings and "
-           "ESS of x² over the best tuned HMC's; — where the issue sets no such target.", "",
+           "ESS of x² over the best tuned HMC's; — where the issue sets no such target. "
+           "**The default** (`l2hmc_default.py --suite eight`: `l2hmc.adapt` with no argument, "
+           "chains started from a standard normal, its adaptation's gradients not counted "
+           "here) is compared with the NUTS run of its own file, which is not the NUTS row "
+           "shown (another start and protocol); the per-target rows need the settings their "
+           "label names.", "",
            "| target | sampler | source (commit) | ESS/grad x | ESS/grad x² | ESS/s x | ESS/s x² "
            "| R-hat | diverg. | ESS/grad vs NUTS | R-hat < 1.01 | ESS/s vs NUTS | mixture |",
            "|" + "---|" * 13]
@@ -230,7 +269,10 @@ def table(found: list) -> tuple[list[str], dict]:
                  f"{hmc['step_size']:.3g}) | {base} | {scores([hmc])} | — | "
                  f"{rhat_only([hmc])} | — | — |")
     found_verdicts = verdicts(name, record, rows)
-    lines.append(f"| {record['target']} | **L2HMC, {label}** | {source} | {scores(rows)} | "
+    if name in default_runs[0]:
+      lines.append(_default_line(record["target"], default_runs[0][name], default_runs[1]))
+    lines.append(f"| {record['target']} | **L2HMC, {label}** (per-target settings) | {source} "
+                 f"| {scores(rows)} | "
                  f"{_cell(found_verdicts['ess/grad'])} | {_cell(found_verdicts['R-hat'])} | "
                  f"{_cell(found_verdicts['ess/s'])} | {_cell(found_verdicts['mixture'])} |")
     summary[name] = dict(label=label, file=record["file"], commits=commits,
@@ -253,7 +295,7 @@ def main(argv=None):
                       help="where the committed result files are")
   parser.add_argument("--out", type=pathlib.Path, default=HERE / "out")
   args = parser.parse_args(argv)
-  lines, summary = table(records(args.results))
+  lines, summary = table(records(args.results), defaults(args.results))
   args.out.mkdir(parents=True, exist_ok=True)
   (args.out / "l2hmc_table.json").write_text(json.dumps(summary, indent=1))
   return _report.write_table(lines, str(args.out / "l2hmc_table.md"))

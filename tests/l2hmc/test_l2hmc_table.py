@@ -18,7 +18,10 @@ def test_table_of_the_committed_files(tmp_path):
   summary = json.loads((tmp_path / "l2hmc_table.json").read_text())
   assert set(summary) == set(l2hmc_table.ORDER)
   rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
-  assert len(rows) == 3 * len(l2hmc_table.ORDER)  # NUTS, HMC, L2HMC per target
+  default_runs, _ = l2hmc_table.defaults()
+  # NUTS, HMC, the best per-target L2HMC per target, and the default where it ran
+  assert len(rows) == 3 * len(l2hmc_table.ORDER) + len(set(default_runs) & set(summary))
+  assert sum("the default" in row for row in rows) == len(set(default_runs) & set(summary))
   for name, found in summary.items():
     assert (l2hmc_table.RESULTS / found["file"]).exists()
     assert found["ess/grad"] is not None and found["R-hat"] is not None

@@ -20,7 +20,7 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       TrainingResult, TrainingState, build_training_step,
                                       default_optimizer, esjd_loss, init_training,
                                       objective_loss, rotation_step_sizes, train)
-from metaoptax.l2hmc.whitening import Whitening
+from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
 __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_sizes",
            "posteriors", "targets",
@@ -32,4 +32,4 @@ __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_size
            "TrainingConfig", "TrainingInfo", "TrainingResult", "TrainingState",
            "build_training_step", "default_optimizer", "esjd_loss", "init_training",
            "objective_loss", "rotation_step_sizes", "train",
-           "WarmupResult", "warmup", "Whitening")
+           "WarmupResult", "warmup", "Whitening", "dense_whitening")

@@ -103,12 +103,12 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     >>> def logdensity_fn(p):
     ...   return -0.5 * jnp.sum(p["w"] ** 2) - 0.5 * (p["b"] / 3.0) ** 2
     >>> keys = jax.random.split(jax.random.key(0), 3)
-    >>> positions = {"w": jax.random.normal(keys[0], (8, 2)),
-    ...              "b": jax.random.normal(keys[1], (8,))}
+    >>> positions = {"w": jax.random.normal(keys[0], (16, 2)),
+    ...              "b": jax.random.normal(keys[1], (16,))}
     >>> (states, sampler), info = l2hmc.adapt(logdensity_fn, progress=None).run(
-    ...     keys[2], positions, num_steps=100)
-    >>> states.position["w"].shape, info.num_gradient_evaluations > 0
-    ((8, 2), True)
+    ...     keys[2], positions, num_steps=300)
+    >>> states.position["w"].shape, info.converged
+    ((16, 2), True)
   """
   if not max_rhat > 1.0:
     raise ValueError(f"max_rhat must be > 1, got {max_rhat}.")

@@ -28,7 +28,8 @@ Reproduces the comparisons of *Learning to Optimize with Symmetry Teleportation*
    median and IQR of the loss at step 11 on 200 unseen tasks per training seed.
 Writes a markdown table, loss-vs-step plots and 2-D trajectories on contour plots.
 
-    python benchmarks/l2o_teleport.py            # full run (~45 min on 2 free cores)
+    python benchmarks/l2o_teleport.py            # full run (~45 min on 2 free cores; the
+                                                 # committed results: --out benchmarks/results)
     python benchmarks/l2o_teleport.py --quick    # smoke run
     python benchmarks/l2o_teleport.py --sections rosenbrock   # one section (~15 min)
 
@@ -554,7 +555,9 @@ def main(argv=None):
                       help="1: meta-train on log f (the recipe before issue 30); 0: on f, the "
                            "library's default (docs/design-decisions.md)")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out"),
+                      help="output folder (default: benchmarks/out/, git-ignored; the committed "
+                           "results: --out benchmarks/results)")
   parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
   parser.add_argument("--sections", default=",".join(SECTIONS),
                       help=f"comma-separated subset of {','.join(SECTIONS)} to run; the others "

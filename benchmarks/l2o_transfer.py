@@ -344,7 +344,7 @@ def target(rows, budgets):
   return verdict
 
 
-def tables(results, rows, verdict, budgets, training, result, args, times, families):
+def tables(results, rows, verdict, budgets, training, result, args, times, families, config):
   lines = ["Train loss (full training split; digits: minus the label-smoothing floor) and test "
            f"accuracy, mean ± std over {SEEDS} seeds. Best Adam: the rate of the grid "
            f"{', '.join(f'{lr:g}' for lr in ADAM_GRID)} with the lowest mean train loss at that "
@@ -692,7 +692,7 @@ def main(argv=None):
             f"measured at commit `{commit}`, jax {jax.__version__}"
             + (" (--quick)" if args.quick else "") + f"; total {seconds / 60:.1f} min", ""]
   _report.write_table(header + tables(results, rows, verdict, budgets, training, result, args,
-                                      times, families), str(out / "l2o_transfer.md"))
+                                      times, families, config), str(out / "l2o_transfer.md"))
   record = {"commit": commit, "seconds": seconds, "meta_training_seconds": result.seconds,
             "best_iteration": result.best_iteration,
             "validation_scores": result.validation_scores.tolist(),

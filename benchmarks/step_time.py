@@ -5,7 +5,7 @@ method's train step (loss + gradient + optimizer update + apply, one jitted
 function) runs side by side in one process; repeats are interleaved across
 methods and the median is reported as a ratio to optax.adamw's step.
 
-    python benchmarks/step_time.py            # ~2 min on 2 CPU cores
+    python benchmarks/step_time.py            # ~2 min on 2 CPU cores (writes benchmarks/out/)
     python benchmarks/step_time.py --quick    # smoke run
 """
 
@@ -133,7 +133,9 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=9)
   parser.add_argument("--steps", type=int, default=30)
-  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out"),
+                      help="output folder (default: benchmarks/out/, git-ignored; the committed "
+                           "results: --out benchmarks/results)")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--only", default=None,
                       help="run only the methods whose name contains this text (and optax.adamw)")

@@ -39,3 +39,16 @@ def test_split_rhat_sees_drift_and_separated_chains():
 def test_split_rhat_rejects_too_few_draws():
   with pytest.raises(ValueError, match="num_samples"):
     l2hmc.split_rhat(np.zeros((3, 4)))
+
+
+def test_the_warm_ups_split_rhat_from_sums_matches_split_rhat_of_the_draws():
+  # the warm-up accumulates each chain's sums of y and y^2 over the two quarters of a
+  # window's second half; its R-hat from those sums is split_rhat of those draws
+  # (float32 sums of 25 draws per quarter: rtol 1e-4)
+  from metaoptax.l2hmc import adaptation  # pylint: disable=g-import-not-at-top
+  draws = np.array(jax.random.normal(jax.random.key(2), (50, 6, 3)))
+  draws[:, :2] += 0.5
+  quarters = np.stack([np.stack([draws[:25].sum(0), draws[25:].sum(0)]),
+                       np.stack([(draws[:25] ** 2).sum(0), (draws[25:] ** 2).sum(0)])])
+  found = adaptation._split_rhat(jax.numpy.asarray(quarters), 25, 25)  # pylint: disable=protected-access
+  np.testing.assert_allclose(found, l2hmc.split_rhat(draws), rtol=1e-4)

@@ -98,6 +98,9 @@ class WarmupResult(NamedTuple):
   rhat: jax.Array | None = None
   num_transitions: jax.Array | None = None  # int, the transitions the warm-up made
   burn_in_rhat: jax.Array | None = None  # the largest split R-hat of the last burn-in window
+  # int, the Hessians of log p each chain evaluated (the dense metric's Newton metrics: one
+  # per burn-in window and one for window 2), each dim forward-over-reverse products
+  num_hessian_evaluations: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -455,4 +458,5 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   centre = mean if location == "mean" else midpoint
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, _whitened(fitted, scale), samples, rhat,
-                      count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat)
+                      count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
+                      (count + 1) * (metric == "dense"))

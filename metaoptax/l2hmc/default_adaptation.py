@@ -60,7 +60,8 @@ class AdaptationInfo(NamedTuple):
   acceptance: float  # mean acceptance probability of the check's transitions
   finite: float  # the fraction of finite positions in the check
   messages: tuple[str, ...]  # the warnings issued (empty where converged)
-  num_gradient_evaluations: int  # per chain: warm-up, training and check
+  # per chain: warm-up (a Hessian counted as dim gradients), training and check
+  num_gradient_evaluations: int
   warmup: WarmupResult
   training: TrainingResult
 
@@ -146,7 +147,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     flat_sampler = result.sampler
     draws, acceptance, states = _check(k_check, flat_sampler, result.state.chains, num_check)
     gradients = gradient_evaluations(run_config)
-    warmup_gradients = int(found.num_transitions) * run_config.num_steps
+    # the warm-up's transitions, and its Hessians (dim gradient-sized products each)
+    warmup_gradients = (int(found.num_transitions) * run_config.num_steps
+                        + int(found.num_hessian_evaluations) * dim)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
     info = _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance,

@@ -114,11 +114,12 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
         k_adapt, positions, num_steps=num_steps)
   run = lambda k, s: l2hmc.sample_chains(k, sampler, s, num_samples)
   (draws, acceptance), seconds = _sampler_metrics.compiled_and_timed(run, k_run, states)
-  grads = l2hmc.gradient_evaluations(l2hmc.L2HMCConfig())
+  grads = l2hmc.gradient_evaluations(info.config)
   return dict(draws=np.asarray(draws), grads_per_transition=float(grads),
               warmup_grads=float(info.num_gradient_evaluations), seconds=seconds,
               acceptance=float(np.mean(acceptance)), warned=bool(caught),
-              adaptation_rhat=info.rhat, messages=list(info.messages))
+              adaptation_rhat=info.rhat, messages=list(info.messages),
+              num_steps=info.config.num_steps)
 
 
 def score(problem: Problem, run: dict) -> dict:
@@ -131,7 +132,7 @@ def score(problem: Problem, run: dict) -> dict:
            and found["mean_error"] < MAX_MEAN_ERROR and found["sd_error"] < MAX_SD_ERROR)
   found["right"] = bool(right)
   found["silently_wrong"] = bool(not right and not found["warned"])
-  for key in ("adaptation_rhat", "messages"):
+  for key in ("adaptation_rhat", "messages", "num_steps"):
     if key in run:
       found[key] = run[key]
   return found
@@ -161,7 +162,8 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            f"`python benchmarks/l2hmc_default.py --suite {suite}` at `{commit}`; settings: "
            + ", ".join(f"{k}={v}" for k, v in settings.items()) + ". Means over seeds; R-hat "
            "and the moments' errors: the worst seed. ESS/grad: Geyer's ESS (min over "
-           "coordinates) per gradient of sampling; adaptation gradients per chain beside.", "",
+           "coordinates) per gradient of sampling; adaptation gradients per chain beside; K: the "
+           "leapfrog steps adapt chose, per seed.", "",
            "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
            "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -173,8 +175,11 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
       ratio = (f"{_mean(r, 'ess_per_grad_x') / nuts_x:.2f} / "
                f"{_mean(r, 'ess_per_grad_x2') / nuts_x2:.2f}")
       ess_per_second = float(np.mean([1.0 / row["seconds_per_ess_x"] for row in r]))
+      label = sampler
+      if sampler == "l2hmc" and all("num_steps" in row for row in r):
+        label += " (K = " + ", ".join(str(row["num_steps"]) for row in r) + ")"
       lines.append(
-          f"| {name} | {sampler} | {_mean(r, 'ess_per_grad_x'):.3g} | "
+          f"| {name} | {label} | {_mean(r, 'ess_per_grad_x'):.3g} | "
           f"{_mean(r, 'ess_per_grad_x2'):.3g} | {ratio} | {ess_per_second:.3g} | "
           f"{_mean(r, 'warmup_grads'):.3g} | "
           f"{max(max(row['rhat_x'], row['rhat_x2']) for row in r):.3f} | "

@@ -4,7 +4,7 @@ Start with :func:`adapt`: one call from a log density to a checked, ready sample
 """
 
 from metaoptax.l2hmc import (diagnostics, ess, integrators, interweaving, local_step_sizes,
-                             posteriors, targets)
+                             posteriors, targets, trajectory_length)
 from metaoptax.l2hmc.adaptation import WarmupResult, warmup
 from metaoptax.l2hmc.default_adaptation import (Adaptation, AdaptationInfo,
                                                 ConvergenceWarning, adapt)
@@ -23,7 +23,7 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
 __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_sizes",
-           "posteriors", "targets",
+           "posteriors", "targets", "trajectory_length",
            "Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt", "split_rhat",
            "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
            "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability",

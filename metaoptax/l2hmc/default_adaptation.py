@@ -8,7 +8,10 @@ In blackjax's conventions (``blackjax.window_adaptation``, ``blackjax.chees_adap
 starts; ``jax.flatten_util.ravel_pytree`` inside). The ``num_steps`` transitions split
 40 % warm-up (:func:`metaoptax.l2hmc.warmup`: the chains find the typical set, then the
 whitening and step sizes), 40 % training (:func:`metaoptax.l2hmc.train`) and 20 % a check
-with the trained sampler, whose draws give the diagnostics:
+with the trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per
+transition; the sampler's follow from the warm-up's step size, a trajectory of a quarter
+period in the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`).
+The check's draws give the diagnostics:
 
 * the split :math:`\hat R` of every coordinate and of :math:`\log p`
   (:func:`metaoptax.l2hmc.diagnostics.split_rhat`) over the check's transitions;
@@ -60,10 +63,12 @@ class AdaptationInfo(NamedTuple):
   acceptance: float  # mean acceptance probability of the check's transitions
   finite: float  # the fraction of finite positions in the check
   messages: tuple[str, ...]  # the warnings issued (empty where converged)
-  # per chain: warm-up (a Hessian counted as dim gradients), training and check
+  # per chain: warm-up (a Hessian counted as dim gradients), the choice of the number of
+  # steps, training and check
   num_gradient_evaluations: int
   warmup: WarmupResult
   training: TrainingResult
+  config: L2HMCConfig  # the sampler's (dim filled; num_steps chosen)
 
 
 class Adaptation(NamedTuple):
@@ -77,12 +82,13 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
           optimizer: optax.GradientTransformation | None = None,
           progress: str | Callable[[Progress], None] | None = "bar",
           max_rhat: float = 1.05, min_acceptance: float = 0.1,
-          max_acceptance: float = 0.99) -> Adaptation:
+          max_acceptance: float = 0.99, choose_num_steps: bool = True) -> Adaptation:
   r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
 
   Args:
     logdensity_fn: ``log p`` of one position (a pytree), up to a constant.
-    config: the sampler (default: the default recipe; ``dim`` comes from the positions).
+    config: the sampler (default: the default recipe; ``dim`` comes from the positions;
+      with ``choose_num_steps``, ``num_steps`` is the warm-up's and the sampler's is chosen).
     training: the training (default: the default recipe). Its ``num_chains`` and
       ``warmup_iterations`` are set by ``run`` from the positions and ``num_steps``.
     optimizer: the step sizes' optimizer (default
@@ -91,6 +97,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     max_rhat: the check's largest split R-hat of a converged run.
     min_acceptance, max_acceptance: the check's mean acceptance of a run that moves with
       steps of a useful size (near 0: the chains barely move; near 1: the steps are tiny).
+    choose_num_steps: choose the sampler's leapfrog steps per transition from the
+      warm-up's step size (module docstring); ``False``: ``config.num_steps`` throughout.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -140,7 +148,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     run_config = config._replace(dim=dim)
     run_training = training._replace(num_chains=num_chains, warmup_iterations=num_warmup)
     k_init, k_check = jax.random.split(rng_key)
-    state, found = _initial_state(k_init, target, run_config, run_training, optimizer, flat)
+    state, found, run_config = _initial_state(
+        k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=progress,
                    log_every=max(num_training // 10, 1))
@@ -148,13 +157,13 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     draws, acceptance, states = _check(k_check, flat_sampler, result.state.chains, num_check)
     gradients = gradient_evaluations(run_config)
     # the warm-up's transitions, and its Hessians (dim gradient-sized products each)
-    warmup_gradients = (int(found.num_transitions) * run_config.num_steps
+    warmup_gradients = (int(found.num_transitions) * config.num_steps
                         + int(found.num_hessian_evaluations) * dim)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
     info = _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance,
                      warmup_gradients + per_iteration * num_training + gradients * num_check,
-                     found, result, num_steps)
+                     found, result, num_steps, run_config)
     sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
     states = L2HMCState(jax.vmap(unravel)(states.position), states.logdensity,
                         jax.vmap(unravel)(states.logdensity_grad))
@@ -183,7 +192,7 @@ def _check(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_check: i
 
 
 def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradients, found,
-              result, num_steps) -> AdaptationInfo:
+              result, num_steps, config) -> AdaptationInfo:
   """The checks of :func:`adapt` and their warnings."""
   finite = float(jnp.mean(jnp.isfinite(draws)))
   rhat = np.asarray(split_rhat(jnp.where(jnp.isfinite(draws), draws, 0.0)))
@@ -214,4 +223,4 @@ def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradi
   for message in messages:
     warnings.warn(message, ConvergenceWarning, stacklevel=3)
   return AdaptationInfo(not messages, largest, rhat, mean_acceptance, finite, tuple(messages),
-                        int(gradients), found, result)
+                        int(gradients), found, result, config)

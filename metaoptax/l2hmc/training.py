@@ -58,7 +58,7 @@ from metaoptax._src.data_parallel import (DataParallel, data_parallel, hashable_
                                           on_local_device)
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
-from metaoptax.l2hmc import local_step_sizes
+from metaoptax.l2hmc import local_step_sizes, trajectory_length
 from metaoptax.l2hmc.adaptation import SLOPES, warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
@@ -465,9 +465,14 @@ def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HM
   return _initial_state(rng_key, target, config, training, optimizer, positions)[0]
 
 
-def _initial_state(rng_key, target, config, training, optimizer, positions):
-  """:func:`init_training`'s state and the warm-up's :class:`WarmupResult` (``None``
-  without a warm-up)."""
+def _initial_state(rng_key, target, config, training, optimizer, positions,
+                   choose_num_steps=False):
+  """:func:`init_training`'s state, the warm-up's :class:`WarmupResult` (``None``
+  without a warm-up) and the configuration. With ``choose_num_steps`` (and a warm-up),
+  the warm-up runs with ``config.num_steps`` leapfrog steps, and the sampler's number of
+  steps then follows from the warm-up's step size
+  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`); the configuration returned
+  has it."""
   _check_training(training)
   config = _with_dim(target, config)
   optimizer = optimizer or default_optimizer()
@@ -495,6 +500,8 @@ def _initial_state(rng_key, target, config, training, optimizer, positions):
                            config.jitter)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
+    if choose_num_steps:
+      config = config._replace(num_steps=trajectory_length.num_steps_for(step_size))
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
                                                     config.integrator)
@@ -517,7 +524,7 @@ def _initial_state(rng_key, target, config, training, optimizer, positions):
   zero = jnp.zeros([], jnp.int32)
   return on_local_device(
       TrainingState(params, optimizer.init(params), chains, make_masks(k_masks, config),
-                    key, zero, zero, whitening)), found
+                    key, zero, zero, whitening)), found, config
 
 
 def build_training_step(

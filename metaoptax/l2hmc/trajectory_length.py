@@ -1,0 +1,41 @@
+r"""The number of leapfrog steps, from the warm-up's step size.
+
+After the warm-up the sampler moves in whitened coordinates :math:`z`, in which the
+posterior is near a standard normal, with a step size :math:`h` adapted to an acceptance
+of 0.8. On a standard normal, exact Hamiltonian dynamics rotate :math:`(z, v)`; after a
+quarter period, a trajectory of length :math:`\pi/2`, the new position is the old
+momentum, independent of the old position, so both :math:`z` and :math:`z^2` decorrelate
+in one transition. Shorter trajectories make a diffusion, and longer ones no more
+independent draws per gradient, until the half period sends :math:`z \to -z`, which
+leaves :math:`z^2` where it was. So the sampler takes
+
+.. math::
+
+  K = \min\big(\lceil \tfrac{\pi/2}{h} \rceil,\; K_\text{max}\big)
+
+steps: the fewest whose trajectory reaches the quarter period. Where the posterior is near Gaussian after whitening, :math:`h` is near 1 and
+:math:`K` is a few steps; where its curvature varies, the acceptance target makes
+:math:`h` small and the trajectory keeps its length with more steps. Training then
+adapts each step's sizes (the jittered trajectory's length varies around
+:math:`K h`).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ("MAX_NUM_STEPS", "QUARTER_PERIOD", "num_steps_for")
+
+QUARTER_PERIOD = 0.5 * math.pi  # the trajectory's length, in whitened units
+MAX_NUM_STEPS = 16  # the most leapfrog steps the rule gives
+
+
+def num_steps_for(step_size: float, max_num_steps: int = MAX_NUM_STEPS) -> int:
+  """``ceil(QUARTER_PERIOD / step_size)``, at most ``max_num_steps`` (module docstring);
+  ``max_num_steps`` where ``step_size`` is not a positive finite number."""
+  if max_num_steps < 1:
+    raise ValueError(f"max_num_steps must be >= 1, got {max_num_steps}.")
+  step_size = float(step_size)
+  if not (math.isfinite(step_size) and step_size > 0.0):
+    return max_num_steps
+  return int(min(math.ceil(QUARTER_PERIOD / step_size), max_num_steps))

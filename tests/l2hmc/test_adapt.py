@@ -40,9 +40,13 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
   assert info.converged and info.messages == () and info.rhat < 1.05
   assert 0.1 < info.acceptance < 0.99 and info.finite == 1.0
   assert info.rhat_per_coordinate.shape == (5 + 1,)
-  # gradients: the warm-up's transitions (at least the nominal 240), training's 240 and the
-  # check's 120, K = 10 each
-  assert info.num_gradient_evaluations >= (240 + 240 + 120) * 10
+  # the sampler's K: the fewest steps of the warm-up's h that reach a quarter period
+  h, k = float(info.warmup.step_size), info.config.num_steps
+  assert k == l2hmc.trajectory_length.num_steps_for(h) and (k - 1) * h < np.pi / 2 <= k * h
+  assert info.training.params.log_step_size_x.shape == (k, 5)  # per step and coordinate
+  # gradients: the warm-up's transitions (at least the nominal 240) with K = 10, training's
+  # 240 and the check's 120 with the chosen K
+  assert info.num_gradient_evaluations >= 240 * 10 + (240 + 120) * k
   draws, acceptance = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
       jax.random.key(2), states)
   assert draws["w"].shape == (500, 32, 2, 2) and acceptance.shape == (500, 32)
@@ -151,3 +155,13 @@ def test_the_jittered_kernel_draws_its_scales_in_range():
   u = l2hmc.draw_step_scale(jax.random.key(0), config, (10_000,))
   assert 0.5 <= float(u.min()) < 0.52 and 1.48 < float(u.max()) <= 1.5
   assert l2hmc.draw_step_scale(jax.random.key(0), config._replace(jitter=0.0)) is None
+
+
+def test_choose_num_steps_false_keeps_the_configured_number_of_steps():
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
+    (_, _), info = l2hmc.adapt(_logdensity, l2hmc.L2HMCConfig(num_steps=7), progress=None,
+                               choose_num_steps=False).run(
+                                   jax.random.key(0), _positions(jax.random.key(1), 8),
+                                   num_steps=100)
+  assert info.config.num_steps == 7 and info.training.params.log_step_size_x.shape == (7, 5)

@@ -26,8 +26,10 @@ import math
 
 __all__ = ("MAX_NUM_STEPS", "QUARTER_PERIOD", "num_steps_for")
 
-QUARTER_PERIOD = 0.5 * math.pi  # the trajectory's length, in whitened units
-MAX_NUM_STEPS = 16  # the most leapfrog steps the rule gives
+#: The trajectory's length in whitened units: a quarter period of a standard normal.
+QUARTER_PERIOD = 0.5 * math.pi
+#: The most leapfrog steps the rule gives.
+MAX_NUM_STEPS = 16
 
 
 def num_steps_for(step_size: float, max_num_steps: int = MAX_NUM_STEPS) -> int:

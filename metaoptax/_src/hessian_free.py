@@ -168,9 +168,10 @@ def _written_after(delta: Any, base_state: Any) -> Any:
   updates the moment in place both read the gradient and the old moment, and
   nothing orders the second after the first: XLA then copies the donated
   moment before overwriting it. Each leaf here is selected on
-  ``(d == d) | (d != d)`` with ``d`` its params leaf's :math:`\Delta`, a
+  ``(d == d) | (d != d)`` with ``d`` one entry of its params leaf's :math:`\Delta`, a
   predicate that always holds and that XLA does not fold, so the in-place
-  update reads :math:`\Delta` and runs after it, and the copy goes. (With
+  update reads that entry of :math:`\Delta` and runs after it, and the copy goes. One
+  entry orders the kernels as all of :math:`\Delta` would, without a pass over it. (With
   ``weight_decay=0`` XLA fuses :math:`\Delta` into its readers instead of
   writing it, and the copy stays, as in ``optax.lion``'s own step.)
   """
@@ -179,6 +180,8 @@ def _written_after(delta: Any, base_state: Any) -> Any:
   def leaf(x, d):
     if jnp.shape(x) != jnp.shape(d) or not jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact):
       return x
+    if jnp.size(d):
+      d = d[(0,) * jnp.ndim(d)]
     return jnp.where((d == d) | (d != d), x, jnp.zeros_like(x))
 
   def subtree(tree):

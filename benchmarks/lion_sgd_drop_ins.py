@@ -2,6 +2,7 @@
 
     python benchmarks/lion_sgd_drop_ins.py                   # digits and MNIST-1D
     python benchmarks/lion_sgd_drop_ins.py --tasks digits --quick
+    python benchmarks/lion_sgd_drop_ins.py --average-only    # the average on vs off alone
 
 For each task (the suite's digits MLP and MNIST-1D MLP, ``benchmarks/suite_tasks/``),
 at ``STEPS`` steps and 3 seeds, the train-loss metric (digits: train loss −
@@ -18,8 +19,16 @@ floor; MNIST-1D: train loss) at 10, 25, 50 and 100 % of the budget:
   parameter-free SGD;
 * prodigy at its defaults, the strongest parameter-free optimizer of the suite.
 
-Writes ``lion_sgd_drop_ins.md``, ``.json`` and ``lion_sgd_drop_ins_<task>.png`` (the
-curves of both families) into ``--out`` (git-ignored ``benchmarks/out/`` unless given).
+The drop-ins above are scored on their iterates. Both keep an average of the
+weights by default (``average``); the second table, ``lion_sgd_drop_ins_average.md``,
+scores each drop-in with the average on (the default, evaluated at
+``metaoptax.averaged_params(state)``) and off (``average=None``, its iterates) on the
+held-out metric, the task's test accuracy, with the train-loss metric beside it.
+``--average-only`` runs that table alone.
+
+Writes ``lion_sgd_drop_ins.md``, ``.json``, ``lion_sgd_drop_ins_<task>.png`` (the
+curves of both families) and ``lion_sgd_drop_ins_average.md`` and ``.json`` into
+``--out`` (git-ignored ``benchmarks/out/`` unless given).
 """
 
 from __future__ import annotations
@@ -44,7 +53,9 @@ from suite_tasks import runner  # pylint: disable=g-import-not-at-top,wrong-impo
 #: The files under benchmarks/results/ that this script writes (glob patterns;
 #: tests/integration/test_repository_shape.py checks every committed result against them).
 OUTPUTS = ("lion_sgd_drop_ins/lion_sgd_drop_ins.md", "lion_sgd_drop_ins/lion_sgd_drop_ins.json",
-           "lion_sgd_drop_ins/lion_sgd_drop_ins_*.png",)
+           "lion_sgd_drop_ins/lion_sgd_drop_ins_*.png",
+           "lion_sgd_drop_ins/lion_sgd_drop_ins_average.md",
+           "lion_sgd_drop_ins/lion_sgd_drop_ins_average.json")
 
 
 TASKS = ("digits", "mnist1d")
@@ -56,17 +67,19 @@ FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 # (key in the run logs, lower is better, label): the metric of each task.
 METRIC = {"digits": ("train_loss", True, "train loss − floor"),
           "mnist1d": ("train_loss", True, "train loss")}
+#: The held-out metric of both tasks (``RunLog.test``), on which the average is judged.
+HELD_OUT = ("test", False, "test accuracy")
 
 
-def values(log, task, floor):
-  key, _, _ = METRIC[task]
+def values(log, task, floor, metric=None):
+  key, _, _ = metric or METRIC[task]
   v = getattr(log, key)
   return v - floor if key == "train_loss" else v
 
 
-def at(log, task, floor, fraction):
-  """The metric of every seed at ``fraction`` of the budget."""
-  v = values(log, task, floor)
+def at(log, task, floor, fraction, metric=None):
+  """The metric (the task's unless given) of every seed at ``fraction`` of the budget."""
+  v = values(log, task, floor, metric)
   return v[:, int(round(fraction * (v.shape[1] - 1)))]
 
 
@@ -89,6 +102,24 @@ def lion_with_adam_meta() -> optax.GradientTransformation:
 def grid(name, make, rates) -> runner.Method:
   return runner.Method(f"{name} grid", "grid", make, values=tuple(rates),
                        names=tuple((f"{name} {lr:g}", f"lr {lr:g}") for lr in rates))
+
+
+def averaged(log_name, make) -> list[runner.Method]:
+  """The drop-in ``make(average)`` with its average (the default, scored on
+  ``metaoptax.averaged_params``) and without (``average=None``, scored on its iterates)."""
+  m = runner.Method
+  return [m(f"{log_name}, average on (default)", "average", lambda _: make(drop_ins.AVERAGE),
+            eval_params=lambda state, params: metaoptax.averaged_params(state),
+            learned_step_size=True),
+          m(f"{log_name}, average off (average=None)", "average", lambda _: make(None),
+            learned_step_size=True)]
+
+
+def average_methods():
+  """(drop-in, [average on, average off]) for ``metaoptax.lion()`` and ``metaoptax.sgd()``."""
+  return {"lion": averaged("metaoptax.lion()", lambda a: metaoptax.lion(average=a)),
+          "sgd": averaged("metaoptax.sgd(momentum=0.9)",
+                          lambda a: metaoptax.sgd(momentum=0.9, average=a))}
 
 
 def methods():
@@ -127,17 +158,20 @@ def plot(task, label, families, floor, out):
   _report.save_figure(fig, out / f"lion_sgd_drop_ins_{task}.png")
 
 
-def run_task(task, *, quick, seeds, progress, out_dir):
+def train_families(task, families, *, quick, seeds, progress):
+  """``(out, logs)``: every family's methods on ``task``; ``out`` holds per row the
+  task's metric (``"metric"``), the held-out one (``"held_out"``) and the learned α at
+  ``FRACTIONS`` of the budget, ``logs`` the run logs by family and name."""
   module = importlib.import_module(f"suite_tasks.{task}")
   problem, config = module.make_problem(), module.CONFIG
-  key, lower_is_better, label = METRIC[task]
+  key, _, label = METRIC[task]
   floor = problem.train_loss_floor if key == "train_loss" else 0.0
   steps = config.quick_steps if quick else STEPS[task]
   chunk = config.quick_chunk if quick else 500
-  sign = 1 if lower_is_better else -1
-  out = {"task": task, "label": label, "steps": steps, "families": {}}
+  out = {"task": task, "label": label, "held_out": HELD_OUT[2], "steps": steps,
+         "floor": floor, "families": {}}
   logs = {}
-  for family, ms in methods().items():
+  for family, ms in families.items():
     rows = logs.setdefault(family, {})
     for method in ms:
       for log in runner.train(problem, method, steps=steps, seeds=seeds, chunk=chunk,
@@ -145,11 +179,19 @@ def run_task(task, *, quick, seeds, progress, out_dir):
         rows[log.method.name] = log
     out["families"][family] = {
         name: {"metric": [at(log, task, floor, f).tolist() for f in FRACTIONS],
+               "held_out": [at(log, task, floor, f, HELD_OUT).tolist() for f in FRACTIONS],
                "alpha": (None if log.step_sizes is None else
                          [float(np.exp(np.log(log.step_sizes[:, int(round(f * (
                              log.step_sizes.shape[1] - 1)))]).mean()))
                           for f in FRACTIONS])}
         for name, log in rows.items()}
+  return out, logs
+
+
+def run_task(task, *, quick, seeds, progress, out_dir):
+  out, logs = train_families(task, methods(), quick=quick, seeds=seeds, progress=progress)
+  sign = 1 if METRIC[task][1] else -1
+  for family in logs:
     graded = {n: r for n, r in out["families"][family].items() if " grid" not in n}
     finals = {n: sign * np.mean(r["metric"][-1]) for n, r in graded.items()
               if n.split()[0].startswith("optax")}
@@ -157,8 +199,56 @@ def run_task(task, *, quick, seeds, progress, out_dir):
       out["families"][family]["best of the grid (final)"] = graded[min(
           finals, key=lambda n: finals[n] if np.isfinite(finals[n]) else np.inf)]
   prodigy = logs.pop("any")
-  plot(task, label, {f: {**rows, **prodigy} for f, rows in logs.items()}, floor, out_dir)
+  plot(task, out["label"], {f: {**rows, **prodigy} for f, rows in logs.items()}, out["floor"],
+       out_dir)
   return out
+
+
+def no_worse(on, off):
+  """Whether ``on``'s mean held-out metric (higher is better) is at most one seed
+  standard deviation (of ``off``) below ``off``'s."""
+  return bool(np.mean(on) >= np.mean(off) - np.std(off))
+
+
+def average_report(results, commit, quick):
+  """The average on vs off: the held-out metric, the train-loss metric, the verdict."""
+  lines = ["# The drop-ins' average of the weights: on (default) vs off", "",
+           f"Commit `{commit}`{' (QUICK smoke budgets, not results)' if quick else ''}; "
+           "3 seeds, mean ± std; `metaoptax.lion()` and `metaoptax.sgd(momentum=0.9)` at "
+           "their defaults, with the average (scored on `metaoptax.averaged_params(state)`) "
+           "and with `average=None` (scored on the iterates). Command: "
+           "`python benchmarks/lion_sgd_drop_ins.py --average-only`. A cell of the verdict "
+           "is `ok` where the average's mean held-out metric is at most one seed std (of "
+           "off) below off's.", ""]
+  for r in results:
+    fr = [int(f * r["steps"]) for f in FRACTIONS]
+    lines += [f"## {r['task']} ({r['steps']} steps; held out: {r['held_out']})", "",
+              "| drop-in | average | " + " | ".join(f"{r['held_out']} @{s}" for s in fr)
+              + " | " + " | ".join(f"{r['label']} @{s}" for s in fr) + " |",
+              "|---" * (2 + 2 * len(fr)) + "|"]
+    for rows in r["families"].values():
+      (on_name, on), (_, off) = rows.items()
+      name = on_name.split(", average")[0]
+      for which, row in (("on (default)", on), ("off (`average=None`)", off)):
+        lines.append(f"| {name} | {which} | " + " | ".join(fmt(v, 4) for v in row["held_out"])
+                     + " | " + " | ".join(fmt(v) for v in row["metric"]) + " |")
+      verdict = ["ok" if no_worse(a, b) else "**worse**"
+                 for a, b in zip(on["held_out"], off["held_out"])]
+      lines.append(f"| {name} | on no worse than off? | " + " | ".join(verdict)
+                   + " |" + "  |" * len(fr))
+    lines.append("")
+  return lines
+
+
+def run_average(tasks, *, quick, seeds, progress, out_dir, commit):
+  """The average on vs off on every task: ``lion_sgd_drop_ins_average.md`` and ``.json``."""
+  results = [train_families(t, average_methods(), quick=quick, seeds=seeds,
+                            progress=progress)[0] for t in tasks]
+  (out_dir / "lion_sgd_drop_ins_average.json").write_text(
+      json.dumps({"commit": commit, "results": results}, indent=1))
+  _report.write_table(average_report(results, commit, quick),
+                      out_dir / "lion_sgd_drop_ins_average.md")
+  print(f"wrote {out_dir / 'lion_sgd_drop_ins_average.md'} and lion_sgd_drop_ins_average.json")
 
 
 def report(results, commit, quick):
@@ -182,10 +272,17 @@ def report(results, commit, quick):
 
 
 def main(argv=None):
-  args = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT).parse_args(argv)
+  parser = _report.task_arguments(__doc__.splitlines()[0], TASKS, OUT)
+  parser.add_argument("--average-only", action="store_true",
+                      help="only the drop-ins with the average on vs off")
+  args = parser.parse_args(argv)
   args.out.mkdir(parents=True, exist_ok=True)
   progress = _report.progress_bars()
   commit = _report.git_commit()
+  run_average(args.tasks, quick=args.quick, seeds=args.seeds, progress=progress,
+              out_dir=args.out, commit=commit)
+  if args.average_only:
+    return None
   results = [run_task(t, quick=args.quick, seeds=args.seeds, progress=progress, out_dir=args.out)
              for t in args.tasks]
   (args.out / "lion_sgd_drop_ins.json").write_text(

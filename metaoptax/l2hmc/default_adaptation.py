@@ -115,7 +115,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     >>> positions = {"w": jax.random.normal(keys[0], (16, 2)),
     ...              "b": jax.random.normal(keys[1], (16,))}
     >>> (states, sampler), info = l2hmc.adapt(logdensity_fn, progress=None).run(
-    ...     keys[2], positions, num_steps=300)
+    ...     keys[2], positions, num_steps=500)
     >>> states.position["w"].shape, info.converged
     ((16, 2), True)
   """

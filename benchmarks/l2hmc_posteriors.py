@@ -543,6 +543,9 @@ def main(argv=None):
           jobs, desc=f"{name}: L2HMC"):
         rows.append(l2hmc_row(target, ref, label, variant, objective, seed, args, anneal,
                               iterations, warmup, aux_weight, budget, commit)[0])
+        # each variant compiles its own programs: drop them (XLA:CPU maps each executable's
+        # code, and a run of every target and variant exhausts the process's memory maps)
+        jax.clear_caches()
       if kept is not None:  # the variants not run keep their rows (and commits)
         ran = {row["sampler"] for row in rows}
         rows = [dict(row, commit=row.get("commit", kept["commit"])) for row in kept["l2hmc"]

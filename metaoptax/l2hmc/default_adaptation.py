@@ -63,8 +63,7 @@ class AdaptationInfo(NamedTuple):
   acceptance: float  # mean acceptance probability of the check's transitions
   finite: float  # the fraction of finite positions in the check
   messages: tuple[str, ...]  # the warnings issued (empty where converged)
-  # per chain: warm-up (a Hessian counted as dim gradients), the choice of the number of
-  # steps, training and check
+  # per chain: warm-up (a Hessian counted as dim gradients), training and check
   num_gradient_evaluations: int
   warmup: WarmupResult
   training: TrainingResult

@@ -128,7 +128,8 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
                warmup_grads=float(info.num_gradient_evaluations), seconds=seconds,
                acceptance=float(np.mean(acceptance)), warned=bool(caught),
                adaptation_rhat=info.rhat, messages=list(info.messages),
-               num_steps=info.config.num_steps)
+               num_steps=info.config.num_steps,
+               local_step_sizes=bool(info.config.local_step_sizes))
   if not right(_checks(problem, found["draws"])):
     count = int(min(max(np.ceil(budget_grads / grads), num_samples), MAX_BUDGET_DRAWS))
     budget_draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, count))(
@@ -161,7 +162,7 @@ def score(problem: Problem, run: dict) -> dict:
     found["at_budget"] = dict(run["at_budget"], right=right(run["at_budget"]))
   right_at_budget = found.get("at_budget", found)["right"]
   found["silently_wrong"] = bool(not right_at_budget and not found["warned"])
-  for key in ("adaptation_rhat", "messages", "num_steps"):
+  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes"):
     if key in run:
       found[key] = run[key]
   return found
@@ -208,7 +209,8 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            + ", ".join(f"{k}={v}" for k, v in settings.items()) + ". Means over seeds; R-hat "
            "and the moments' errors: the worst seed. ESS/grad: Geyer's ESS (min over "
            "coordinates) per gradient of sampling; adaptation gradients per chain beside; K: the "
-           "leapfrog steps adapt chose, per seed. Where L2HMC's 1,000 draws miss R-hat < 1.01 or "
+           "leapfrog steps adapt chose, per seed, and on how many seeds it turned local step "
+           "sizes on. Where L2HMC's 1,000 draws miss R-hat < 1.01 or "
            "the moments, it runs again to NUTS's sampling gradients (R-hat there in brackets); "
            "silently wrong: off there without a warning.", "",
            "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
@@ -224,7 +226,9 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
       ess_per_second = float(np.mean([1.0 / row["seconds_per_ess_x"] for row in r]))
       label = sampler
       if sampler == "l2hmc" and all("num_steps" in row for row in r):
-        label += " (K = " + ", ".join(str(row["num_steps"]) for row in r) + ")"
+        label += " (K = " + ", ".join(str(row["num_steps"]) for row in r)
+        local = sum(row.get("local_step_sizes", False) for row in r)
+        label += f"; local step sizes on {local} of {len(r)} seeds)" if local else ")"
       lines.append(
           f"| {name} | {label} | {_mean(r, 'ess_per_grad_x'):.3g} | "
           f"{_mean(r, 'ess_per_grad_x2'):.3g} | {ratio} | {ess_per_second:.3g} | "

@@ -2,7 +2,8 @@
 
     python benchmarks/lr_free.py                          # every task, 3 seeds
     python benchmarks/lr_free.py --tasks digits cnn1d     # some of them
-    python benchmarks/lr_free.py --tasks digits --quick   # a smoke run (not results)
+    python benchmarks/lr_free.py --quick                  # a smoke run (not results): the
+                                                          # library's designs, 3 rates a grid
     # on an accelerator with a time limit: a rerun trains only what the cache lacks
     python benchmarks/lr_free.py --tasks transformer-stdlib --with-baselines \
         --designs "climb x2, gamma=1 + average" --cache out/cache --no-warmup
@@ -125,11 +126,11 @@ TASKS = {
     "cnn1d": Task(cnn1d.make_problem, 3000, 200),
     "charlm": Task(lambda: charlm.make_problem(charlm.SMALL, held_out_test=True), 5000, 200),
     "transformer": Task(lambda: charlm.make_problem(charlm.LARGE, held_out_test=True,
-                                                    name="transformer"), 5000, 40),
+                                                    name="transformer"), 5000, 20),
     # the same model on the whole standard library's source (~12M characters): the
     # 14 modules above are seen ~50 times in 5,000 steps and overfit
     "transformer-stdlib": Task(lambda: charlm.make_problem(
-        charlm.LARGE, held_out_test=True, name="transformer-stdlib", corpus="stdlib"), 5000, 40),
+        charlm.LARGE, held_out_test=True, name="transformer-stdlib", corpus="stdlib"), 5000, 20),
 }
 
 
@@ -1103,6 +1104,12 @@ LIBRARY_GATE = "the new default, held once validation trends up for 100 steps (q
 FORMER_DEFAULT = "climb x2, gamma=1 + average"
 
 
+#: ``--quick`` (a smoke run, not results): the library's two designs, and the grids' rates
+#: among these, unless ``--designs`` or ``--rates`` say otherwise.
+QUICK_DESIGNS = (LIBRARY_DEFAULT, LIBRARY_GATE)
+QUICK_RATES = (1e-3, 1e-2, 1e-1)
+
+
 def default_in(result) -> str:
   """The library's default, or the former default where ``result``'s task did not run it."""
   return (LIBRARY_DEFAULT if f"ours: {LIBRARY_DEFAULT}" in result["cells"]["1.0"]
@@ -1271,6 +1278,10 @@ def main(argv=None):
   args = args.parse_args(argv)
   grid, sf_grid = ((GRID, SF_GRID) if not args.rates else
                     (tuple(r for r in g if r in args.rates) for g in (GRID, SF_GRID)))
+  if args.quick and not (args.rates or args.combine):  # a smoke run of every code path
+    grid, sf_grid = (tuple(r for r in g if r in QUICK_RATES) for g in (GRID, SF_GRID))
+    if not args.designs:
+      args.designs, args.with_baselines = list(QUICK_DESIGNS), True
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   command = "python benchmarks/lr_free.py " + " ".join(argv if argv is not None else sys.argv[1:])

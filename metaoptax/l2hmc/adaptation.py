@@ -68,7 +68,7 @@ from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
 from metaoptax.l2hmc.kernel import build_kernel, init
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
-__all__ = ("WarmupResult", "warmup")
+__all__ = ("WarmupResult", "diagonal_curvature", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
@@ -99,7 +99,8 @@ class WarmupResult(NamedTuple):
   num_transitions: jax.Array | None = None  # int, the transitions the warm-up made
   burn_in_rhat: jax.Array | None = None  # the largest split R-hat of the last burn-in window
   # int, the Hessians of log p each chain evaluated (the dense metric's Newton metrics: one
-  # per burn-in window and one for window 2), each dim forward-over-reverse products
+  # per burn-in window and one for window 2; the curvature slopes' diagonal: one per
+  # transition of the final window's second half), each dim forward-over-reverse products
   num_hessian_evaluations: jax.Array | None = None
 
 
@@ -132,8 +133,9 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
     if curvature:  # -log of the curvature: a local variance, without sampling noise
       log_square = jax.lax.cond(
           t >= length - half,
-          lambda p: -jnp.log(jnp.maximum(jax.vmap(_curvature, (None, 0))(logdensity_fn, p),
-                                         CURVATURE_FLOOR / whitening.scale**2)),
+          lambda p: -jnp.log(jnp.maximum(
+              jax.vmap(diagonal_curvature, (None, 0))(logdensity_fn, p),
+              CURVATURE_FLOOR / whitening.scale**2)),
           lambda p: jnp.zeros_like(p), states.position)
     else:
       log_square = jnp.log(jnp.maximum(x * x, 1e-30))
@@ -251,7 +253,7 @@ def _midpoint(chain_means, mean):
   return jnp.where((counts[0] > 0) & (counts[1] > 0), 0.5 * (high + low), mean)
 
 
-def _curvature(logdensity_fn, position):
+def diagonal_curvature(logdensity_fn, position):
   r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i`` (one Hessian-vector product
   per coordinate, forward over reverse)."""
   grad = jax.grad(logdensity_fn)
@@ -459,4 +461,5 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, _whitened(fitted, scale), samples, rhat,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
-                      (count + 1) * (metric == "dense"))
+                      (count + 1) * (metric == "dense")
+                      + (slopes == "curvature") * (lengths[2] - lengths[2] // 2))

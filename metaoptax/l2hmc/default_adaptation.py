@@ -11,15 +11,30 @@ whitening and step sizes), 40 % training (:func:`metaoptax.l2hmc.train`) and 20 
 with the trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per
 transition; the sampler's follow from the warm-up's step size, a trajectory of a quarter
 period in the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`).
+
+Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
+step size per coordinate cannot suit it everywhere. ``run`` screens for that after the
+warm-up: each chain's Hessian diagonal (:func:`metaoptax.l2hmc.local_step_sizes.scales_vary`).
+Where some coordinate's local scale varies across the chains, a second warm-up, from the
+first one's chains, fits position-dependent step sizes
+(:mod:`metaoptax.l2hmc.local_step_sizes`, ``TrainingConfig(local_fit="saturating")``) and the
+sampler gets them with a scale move of sd ``LOCAL_SCALE_MOVE`` (``L2HMCConfig.scale_move``),
+unless that fit finds the step sizes would hardly vary
+(:func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`). Elsewhere the sampler is the one
+the first warm-up gave. Both warm-ups' gradients are counted.
 The check's draws give the diagnostics:
 
 * the split :math:`\hat R` of every coordinate and of :math:`\log p`
   (:func:`metaoptax.l2hmc.diagnostics.split_rhat`) over the check's transitions;
 * the mean acceptance probability;
-* the fraction of finite positions.
+* the fraction of finite positions;
+* the Monte Carlo error of each coordinate's standard deviation (from the ESS of its squares):
+  converged chains of a heavy-tailed posterior (a funnel's mouth) still give spreads that
+  many more draws would change.
 
 Where :math:`\hat R` exceeds ``max_rhat``, the acceptance is below ``min_acceptance`` or
-above ``max_acceptance``, or a position is not finite, ``run`` warns
+above ``max_acceptance``, a position is not finite, or that error exceeds ``max_sd_error``,
+``run`` warns
 (:class:`ConvergenceWarning`) with what to do, and ``info.converged`` is ``False``. The
 returned states are the check's last: the chains continue from there
 (:func:`metaoptax.l2hmc.sample_chains`, or ``blackjax.util.run_inference_algorithm`` per
@@ -38,8 +53,10 @@ import numpy as np
 import optax
 
 from metaoptax._src.progress import Progress
-from metaoptax.l2hmc.adaptation import WarmupResult
+from metaoptax.l2hmc import local_step_sizes
+from metaoptax.l2hmc.adaptation import WarmupResult, diagonal_curvature
 from metaoptax.l2hmc.diagnostics import split_rhat
+from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm, gradient_evaluations, l2hmc
 from metaoptax.l2hmc.targets import Target
@@ -48,6 +65,7 @@ from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_st
 __all__ = ("Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt")
 
 SHARES = (0.4, 0.4, 0.2)  # of num_steps: warm-up, training, check
+LOCAL_SCALE_MOVE = 2.0  # the scale move's sd where adapt turns local step sizes on
 
 
 class ConvergenceWarning(UserWarning):
@@ -62,6 +80,7 @@ class AdaptationInfo(NamedTuple):
   rhat_per_coordinate: np.ndarray  # (dim + 1,): each flat coordinate's, then log p's
   acceptance: float  # mean acceptance probability of the check's transitions
   finite: float  # the fraction of finite positions in the check
+  sd_error: float  # the largest relative Monte Carlo error of a coordinate's sd (check's draws)
   messages: tuple[str, ...]  # the warnings issued (empty where converged)
   # per chain: warm-up (a Hessian counted as dim gradients), training and check
   num_gradient_evaluations: int
@@ -81,7 +100,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
           optimizer: optax.GradientTransformation | None = None,
           progress: str | Callable[[Progress], None] | None = "bar",
           max_rhat: float = 1.05, min_acceptance: float = 0.1,
-          max_acceptance: float = 0.99, choose_num_steps: bool = True) -> Adaptation:
+          max_acceptance: float = 0.99, max_sd_error: float = 0.1,
+          choose_num_steps: bool = True,
+          choose_local_step_sizes: bool = True) -> Adaptation:
   r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
 
   Args:
@@ -96,8 +117,13 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     max_rhat: the check's largest split R-hat of a converged run.
     min_acceptance, max_acceptance: the check's mean acceptance of a run that moves with
       steps of a useful size (near 0: the chains barely move; near 1: the steps are tiny).
+    max_sd_error: the check's largest relative Monte Carlo error of a coordinate's standard
+      deviation (heavy tails make it large; module docstring).
     choose_num_steps: choose the sampler's leapfrog steps per transition from the
       warm-up's step size (module docstring); ``False``: ``config.num_steps`` throughout.
+    choose_local_step_sizes: where the warm-up's chains show a local scale that varies,
+      warm up again for local step sizes with a scale move (module docstring); ``False``:
+      ``config`` as it is.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -120,6 +146,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
   """
   if not max_rhat > 1.0:
     raise ValueError(f"max_rhat must be > 1, got {max_rhat}.")
+  if not max_sd_error > 0.0:
+    raise ValueError(f"max_sd_error must be > 0, got {max_sd_error}.")
   if not 0.0 <= min_acceptance < max_acceptance <= 1.0:
     raise ValueError("need 0 <= min_acceptance < max_acceptance <= 1, got "
                      f"{min_acceptance} and {max_acceptance}.")
@@ -149,26 +177,45 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     k_init, k_check = jax.random.split(rng_key)
     state, found, run_config = _initial_state(
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
+    warmup_gradients = _warmup_gradients(found, config.num_steps, dim)
+    if choose_local_step_sizes and not config.local_step_sizes:
+      curvatures = jax.jit(jax.vmap(lambda x: diagonal_curvature(flat_logdensity, x)))(
+          found.positions)
+      warmup_gradients += dim  # one Hessian diagonal per chain
+      if bool(local_step_sizes.scales_vary(curvatures)):
+        local_config = config._replace(dim=dim, local_step_sizes=True,
+                                       scale_move=LOCAL_SCALE_MOVE)
+        local_training = run_training._replace(local_fit="saturating")
+        local_state, local_found, local_config = _initial_state(
+            jax.random.fold_in(k_init, 1), target, local_config, local_training, optimizer,
+            found.positions, choose_num_steps)
+        warmup_gradients += _warmup_gradients(local_found, config.num_steps, dim)
+        if bool(jnp.any(local_state.params.local.exponent != 0)):  # keep_if_varying kept it
+          state, found, run_config = local_state, local_found, local_config
+          run_training = local_training
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=progress,
                    log_every=max(num_training // 10, 1))
     flat_sampler = result.sampler
     draws, acceptance, states = _check(k_check, flat_sampler, result.state.chains, num_check)
     gradients = gradient_evaluations(run_config)
-    # the warm-up's transitions, and its Hessians (dim gradient-sized products each)
-    warmup_gradients = (int(found.num_transitions) * config.num_steps
-                        + int(found.num_hessian_evaluations) * dim)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
     info = _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance,
                      warmup_gradients + per_iteration * num_training + gradients * num_check,
-                     found, result, num_steps, run_config)
+                     found, result, num_steps, run_config, max_sd_error)
     sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
     states = L2HMCState(jax.vmap(unravel)(states.position), states.logdensity,
                         jax.vmap(unravel)(states.logdensity_grad))
     return (states, sampler), info
 
   return Adaptation(run)
+
+
+def _warmup_gradients(found: WarmupResult, num_steps: int, dim: int) -> int:
+  """The gradients of a warm-up per chain: its transitions of ``num_steps`` leapfrog steps,
+  and its Hessians (``dim`` gradient-sized products each)."""
+  return int(found.num_transitions) * num_steps + int(found.num_hessian_evaluations) * dim
 
 
 def _check(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_check: int):
@@ -190,8 +237,25 @@ def _check(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_check: i
   return run(rng_key, states)
 
 
+def _sd_monte_carlo_error(draws: np.ndarray) -> float:
+  r"""The largest relative Monte Carlo standard error of a coordinate's standard deviation
+  estimated from ``draws`` ``(transitions, chains, dim)``: with :math:`q = (x - \bar x)^2`,
+  :math:`\tfrac12\,\mathrm{sd}(q) / (\bar q\sqrt{\mathrm{ESS}(q)})` (the delta method,
+  :math:`\hat\sigma = \sqrt{\bar q}`; ESS: Geyer's over the chains)."""
+  squares = (draws - draws.mean(axis=(0, 1))) ** 2
+  count = squares.shape[0] * squares.shape[1]
+  errors = []
+  for d in range(squares.shape[2]):
+    q = squares[..., d:d + 1]
+    if not np.std(q) > 0:
+      continue
+    ess = geyer_ess(q) * count
+    errors.append(0.5 * np.std(q) / (np.mean(q) * np.sqrt(ess)))
+  return float(max(errors, default=0.0))
+
+
 def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradients, found,
-              result, num_steps, config) -> AdaptationInfo:
+              result, num_steps, config, max_sd_error) -> AdaptationInfo:
   """The checks of :func:`adapt` and their warnings."""
   finite = float(jnp.mean(jnp.isfinite(draws)))
   rhat = np.asarray(split_rhat(jnp.where(jnp.isfinite(draws), draws, 0.0)))
@@ -216,10 +280,19 @@ def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradi
     messages.append(
         f"the mean acceptance is {mean_acceptance:.3g} > {max_acceptance}: the step sizes are "
         f"tiny and the chains move slowly. Run a longer adaptation ({longer}).")
+  sd_error = _sd_monte_carlo_error(np.asarray(draws[..., :-1], np.float64))
+  if finite == 1.0 and not sd_error <= max_sd_error:
+    messages.append(
+        f"the draws' spread is poorly determined: the Monte Carlo error of a standard "
+        f"deviation over the check's {draws.shape[0] * draws.shape[1]} draws is "
+        f"{sd_error:.0%} (heavy tails, or slow mixing of the squares). Sample many more draws "
+        "before trusting standard deviations or tail quantiles (the error falls as one over "
+        "the square root of the draws); check that the posterior has finite variance.")
   if finite < 1.0:
     messages.append(f"{1.0 - finite:.3g} of the chains' positions or log densities are not "
                     "finite: check the log density (and its gradient) where it fails.")
   for message in messages:
     warnings.warn(message, ConvergenceWarning, stacklevel=3)
-  return AdaptationInfo(not messages, largest, rhat, mean_acceptance, finite, tuple(messages),
+  return AdaptationInfo(not messages, largest, rhat, mean_acceptance, finite, sd_error,
+                        tuple(messages),
                         int(gradients), found, result, config)

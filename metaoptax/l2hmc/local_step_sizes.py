@@ -111,7 +111,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ("LocalStepSizes", "fit", "fit_caps", "fit_centre", "keep_if_varying",
-           "scale_move")
+           "scale_move", "scales_vary")
 
 INIT_EXPONENT = 0.1  # c without a fit: a +-10 % jitter, whose gradient moves beta
 JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
@@ -207,6 +207,24 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
                                                                                  jnp.inf),
                        local.centre)
   return jax.tree.map(lambda on, off: jnp.where(spread >= MIN_SPREAD, on, off), local, off)
+
+
+def scales_vary(curvatures: jax.Array) -> jax.Array:
+  r"""Whether some coordinate's local scale varies across the chains: its curvature
+  :math:`-\partial^2\log p/\partial x_i^2` (``curvatures``, ``(chains, dim)``, one row per
+  chain's position) is positive at every chain and :math:`\tfrac12\log` of it has a
+  standard deviation over the chains of at least ``MIN_SPREAD``.
+
+  A cheap screen (one Hessian diagonal per chain) before a warm-up for local step sizes:
+  a Gaussian's curvature is the same everywhere (spread 0), the funnel's :math:`x_i` have
+  :math:`e^{-v}` (spread :math:`\tfrac12\mathrm{sd}(v)`), and a coordinate whose curvature
+  changes sign somewhere (a non-log-concave direction) has no local scale to follow.
+  Whether a position-dependent step size then follows the variation is
+  :func:`keep_if_varying`'s decision, on the warm-up's fit.
+  """
+  positive = jnp.all(curvatures > 0, axis=0)
+  half_log = 0.5 * jnp.log(jnp.where(curvatures > 0, curvatures, 1.0))
+  return jnp.any(positive & (jnp.std(half_log, axis=0) >= MIN_SPREAD))
 
 
 def fit_centre(positions: jax.Array, log_scales: jax.Array) -> jax.Array:

@@ -44,6 +44,8 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
   h, k = float(info.warmup.step_size), info.config.num_steps
   assert k == l2hmc.trajectory_length.num_steps_for(h) and (k - 1) * h < np.pi / 2 <= k * h
   assert info.training.params.log_step_size_x.shape == (k, 5)  # per step and coordinate
+  # a Gaussian's curvature is the same everywhere: no local step sizes, no second warm-up
+  assert not info.config.local_step_sizes and info.config.scale_move == 0.0
   # gradients: the warm-up's transitions (at least the nominal 240) with K = 10, training's
   # 240 and the check's 120 with the chosen K
   assert info.num_gradient_evaluations >= 240 * 10 + (240 + 120) * k
@@ -165,3 +167,63 @@ def test_choose_num_steps_false_keeps_the_configured_number_of_steps():
                                    jax.random.key(0), _positions(jax.random.key(1), 8),
                                    num_steps=100)
   assert info.config.num_steps == 7 and info.training.params.log_step_size_x.shape == (7, 5)
+
+
+def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
+  """Neal's funnel (4-d): the scale of x_i is e^{v/2}, so the screen after the warm-up finds
+  varying curvatures and adapt warms up again for position-dependent step sizes, counting
+  both warm-ups' gradients; the sampler has them, with the scale move."""
+  target = l2hmc.posteriors.neals_funnel(dim=4)
+  positions = jax.random.normal(jax.random.key(0), (32, 4))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
+    (states, sampler), info = l2hmc.adapt(target.logdensity_fn, progress=None).run(
+        jax.random.key(1), positions, num_steps=400)
+  assert info.config.local_step_sizes
+  assert info.config.scale_move == l2hmc.default_adaptation.LOCAL_SCALE_MOVE
+  assert info.training.params.local is not None
+  assert np.any(np.asarray(info.training.params.local.exponent) != 0)
+  # two warm-ups of 160 transitions of 10 steps each, at the least
+  assert info.num_gradient_evaluations >= 2 * 160 * 10
+  draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 50))(
+      jax.random.key(2), states)
+  assert np.all(np.isfinite(np.asarray(draws)))
+
+
+def test_choose_local_step_sizes_false_keeps_the_config():
+  target = l2hmc.posteriors.neals_funnel(dim=4)
+  positions = jax.random.normal(jax.random.key(0), (8, 4))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
+    _, info = l2hmc.adapt(target.logdensity_fn, progress=None,
+                          choose_local_step_sizes=False).run(jax.random.key(1), positions,
+                                                              num_steps=100)
+  assert not info.config.local_step_sizes and info.training.params.local is None
+
+
+def test_sd_monte_carlo_error_of_iid_gaussian_draws_is_the_closed_form():
+  """iid N(0, 1) draws: the relative standard error of the sd is 1/sqrt(2n) (delta method,
+  Var(x^2) = 2); within 10 % (the ESS of iid squares has a few % of noise)."""
+  draws = np.asarray(jax.random.normal(jax.random.key(0), (500, 8, 3)), np.float64)
+  error = l2hmc.default_adaptation._sd_monte_carlo_error(draws)
+  np.testing.assert_allclose(error, 1.0 / np.sqrt(2 * 500 * 8), rtol=0.1)
+
+
+def test_heavy_tails_warn_that_the_spread_is_poorly_determined():
+  """iid Student-t draws with 2.1 degrees of freedom (finite variance, infinite fourth
+  moment) as the check's draws: R-hat and acceptance pass, but the sd's Monte Carlo error is
+  large (0.34 at this key; Gaussian draws of the same shape: 0.013) and the check says so.
+  This test fails if that warning is removed."""
+  draws = jnp.concatenate([jax.random.t(jax.random.key(2), 2.1, (200, 16, 3)),
+                           jax.random.normal(jax.random.key(3), (200, 16, 1))], axis=-1)
+  acceptance = jnp.full((200, 16), 0.7)
+  with pytest.warns(l2hmc.ConvergenceWarning, match="spread is poorly determined"):
+    info = l2hmc.default_adaptation._diagnose(draws, acceptance, 1.05, 0.1, 0.99, 0, None,
+                                              None, 1000, None, 0.1)
+  assert not info.converged and len(info.messages) == 1 and info.sd_error > 0.3
+  gaussian = jax.random.normal(jax.random.key(2), (200, 16, 4))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", l2hmc.ConvergenceWarning)
+    info = l2hmc.default_adaptation._diagnose(gaussian, acceptance, 1.05, 0.1, 0.99, 0, None,
+                                              None, 1000, None, 0.1)
+  assert info.converged and info.sd_error < 0.02

@@ -118,14 +118,15 @@ def test_fit_recovers_a_rank_one_slope_matrix(size):
 
 
 def test_curvature_is_the_hessian_diagonal():
-  """adaptation._curvature against jax.hessian's diagonal (a non-separable density), 1e-5."""
+  """adaptation.diagonal_curvature against jax.hessian's diagonal (a non-separable density),
+  1e-5."""
   from metaoptax.l2hmc import adaptation  # pylint: disable=g-import-not-at-top
 
   def logdensity(x):
     return -0.5 * x[0] ** 2 * jnp.exp(x[1]) - jnp.sum(jnp.sin(x) * x[::-1]) - x[2] ** 4
 
   x = jnp.array([0.3, -0.7, 1.2])
-  np.testing.assert_allclose(adaptation._curvature(logdensity, x),
+  np.testing.assert_allclose(adaptation.diagonal_curvature(logdensity, x),
                              -jnp.diagonal(jax.hessian(logdensity)(x)), rtol=1e-5)
 
 
@@ -267,3 +268,22 @@ def test_scale_move_about_a_centre_and_fit_centre_by_hand():
   w = np.exp(-2.0 * np.array([[0.0, 1.0], [1.0, 0.0]]))
   np.testing.assert_allclose(l2hmc.local_step_sizes.fit_centre(positions, log_scales),
                              (w * np.asarray(positions)).sum(0) / w.sum(0), rtol=1e-6)
+
+
+def test_scales_vary_screens_curvatures():
+  """The screen of adapt (MIN_SPREAD = 0.4 on the sd of half the log curvature): constant
+  curvatures (a Gaussian) no; the funnel's e^{-v} with v ~ N(0, 9) yes (sd 1.5); the same
+  coordinate with a curvature <= 0 at one chain no (no local scale to follow)."""
+  v = 3.0 * jax.random.normal(jax.random.key(0), (32,))
+  constant = jnp.ones((32, 3)) * jnp.array([1.0, 4.0, 0.5])
+  funnel = jnp.stack([jnp.full(32, 1 / 9.0), jnp.exp(-v), jnp.exp(-v)], axis=1)
+  assert not bool(l2hmc.local_step_sizes.scales_vary(constant))
+  assert bool(l2hmc.local_step_sizes.scales_vary(funnel))
+  assert not bool(l2hmc.local_step_sizes.scales_vary(funnel.at[0, 1:].set(-1.0)))
+  # at the threshold: half the log curvature with sd just below / above 0.4
+  ramp = jnp.linspace(-1.0, 1.0, 32)
+  half_log_sd = float(jnp.std(ramp))
+  below = jnp.exp(2 * ramp * 0.39 / half_log_sd)[:, None]
+  above = jnp.exp(2 * ramp * 0.41 / half_log_sd)[:, None]
+  assert not bool(l2hmc.local_step_sizes.scales_vary(below))
+  assert bool(l2hmc.local_step_sizes.scales_vary(above))

@@ -3,7 +3,8 @@
     python benchmarks/lr_free.py                          # every task, 3 seeds
     python benchmarks/lr_free.py --tasks digits cnn1d     # some of them
     python benchmarks/lr_free.py --quick                  # a smoke run (not results): the
-                                                          # library's designs, 3 rates a grid
+                                                          # library's designs, 2 rates a grid,
+                                                          # 1 seed
     # on an accelerator with a time limit: a rerun trains only what the cache lacks
     python benchmarks/lr_free.py --tasks transformer-stdlib --with-baselines \
         --designs "climb x2, gamma=1 + average" --cache out/cache --no-warmup
@@ -1104,10 +1105,11 @@ LIBRARY_GATE = "the new default, held once validation trends up for 100 steps (q
 FORMER_DEFAULT = "climb x2, gamma=1 + average"
 
 
-#: ``--quick`` (a smoke run, not results): the library's two designs, and the grids' rates
-#: among these, unless ``--designs`` or ``--rates`` say otherwise.
+#: ``--quick`` (a smoke run, not results): the library's two designs, the grids' rates
+#: among these, unless ``--designs`` or ``--rates`` say otherwise, and one seed.
 QUICK_DESIGNS = (LIBRARY_DEFAULT, LIBRARY_GATE)
-QUICK_RATES = (1e-3, 1e-2, 1e-1)
+QUICK_RATES = (1e-3, 1e-1)
+QUICK_SEEDS = 1
 
 
 def default_in(result) -> str:
@@ -1280,6 +1282,7 @@ def main(argv=None):
                     (tuple(r for r in g if r in args.rates) for g in (GRID, SF_GRID)))
   if args.quick and not (args.rates or args.combine):  # a smoke run of every code path
     grid, sf_grid = (tuple(r for r in g if r in QUICK_RATES) for g in (GRID, SF_GRID))
+    args.seeds = QUICK_SEEDS
     if not args.designs:
       args.designs, args.with_baselines = list(QUICK_DESIGNS), True
   out = pathlib.Path(args.out)

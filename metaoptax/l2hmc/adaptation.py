@@ -65,10 +65,11 @@ import jax
 import jax.numpy as jnp
 
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
+from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
 from metaoptax.l2hmc.kernel import build_kernel, init
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
-__all__ = ("WarmupResult", "diagonal_curvature", "warmup")
+__all__ = ("WarmupResult", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
@@ -251,15 +252,6 @@ def _midpoint(chain_means, mean):
   high = jnp.sum(jnp.where(upper, chain_means, 0.0), 0) / jnp.maximum(counts[0], 1)
   low = jnp.sum(jnp.where(upper, 0.0, chain_means), 0) / jnp.maximum(counts[1], 1)
   return jnp.where((counts[0] > 0) & (counts[1] > 0), 0.5 * (high + low), mean)
-
-
-def diagonal_curvature(logdensity_fn, position):
-  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i`` (one Hessian-vector product
-  per coordinate, forward over reverse)."""
-  grad = jax.grad(logdensity_fn)
-  basis = jnp.eye(position.shape[0], dtype=position.dtype)
-  column = jax.vmap(lambda e: jax.jvp(grad, (position,), (e,))[1])(basis)
-  return -jnp.diagonal(column)
 
 
 def _log_scale_slopes(covariance, cross):

@@ -54,7 +54,7 @@ import optax
 
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
-from metaoptax.l2hmc.adaptation import WarmupResult, diagonal_curvature
+from metaoptax.l2hmc.adaptation import WarmupResult
 from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.dynamics import L2HMCConfig
@@ -179,8 +179,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
     warmup_gradients = _warmup_gradients(found, config.num_steps, dim)
     if choose_local_step_sizes and not config.local_step_sizes:
-      curvatures = jax.jit(jax.vmap(lambda x: diagonal_curvature(flat_logdensity, x)))(
-          found.positions)
+      curvatures = jax.jit(jax.vmap(
+          lambda x: local_step_sizes.diagonal_curvature(flat_logdensity, x)))(found.positions)
       warmup_gradients += dim  # one Hessian diagonal per chain
       if bool(local_step_sizes.scales_vary(curvatures)):
         local_config = config._replace(dim=dim, local_step_sizes=True,

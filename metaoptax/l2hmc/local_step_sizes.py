@@ -111,7 +111,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ("LocalStepSizes", "fit", "fit_caps", "fit_centre", "keep_if_varying",
-           "scale_move", "scales_vary")
+           "scale_move", "scales_vary", "diagonal_curvature")
 
 INIT_EXPONENT = 0.1  # c without a fit: a +-10 % jitter, whose gradient moves beta
 JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
@@ -207,6 +207,15 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
                                                                                  jnp.inf),
                        local.centre)
   return jax.tree.map(lambda on, off: jnp.where(spread >= MIN_SPREAD, on, off), local, off)
+
+
+def diagonal_curvature(logdensity_fn, position):
+  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i`` (one Hessian-vector product
+  per coordinate, forward over reverse)."""
+  grad = jax.grad(logdensity_fn)
+  basis = jnp.eye(position.shape[0], dtype=position.dtype)
+  column = jax.vmap(lambda e: jax.jvp(grad, (position,), (e,))[1])(basis)
+  return -jnp.diagonal(column)
 
 
 def scales_vary(curvatures: jax.Array) -> jax.Array:

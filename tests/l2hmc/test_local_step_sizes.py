@@ -118,15 +118,13 @@ def test_fit_recovers_a_rank_one_slope_matrix(size):
 
 
 def test_curvature_is_the_hessian_diagonal():
-  """adaptation.diagonal_curvature against jax.hessian's diagonal (a non-separable density),
-  1e-5."""
-  from metaoptax.l2hmc import adaptation  # pylint: disable=g-import-not-at-top
-
+  """local_step_sizes.diagonal_curvature against jax.hessian's diagonal (a non-separable
+  density), 1e-5."""
   def logdensity(x):
     return -0.5 * x[0] ** 2 * jnp.exp(x[1]) - jnp.sum(jnp.sin(x) * x[::-1]) - x[2] ** 4
 
   x = jnp.array([0.3, -0.7, 1.2])
-  np.testing.assert_allclose(adaptation.diagonal_curvature(logdensity, x),
+  np.testing.assert_allclose(l2hmc.local_step_sizes.diagonal_curvature(logdensity, x),
                              -jnp.diagonal(jax.hessian(logdensity)(x)), rtol=1e-5)
 
 

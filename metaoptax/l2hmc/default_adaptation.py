@@ -179,20 +179,12 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
     warmup_gradients = _warmup_gradients(found, config.num_steps, dim)
     if choose_local_step_sizes and not config.local_step_sizes:
-      curvatures = jax.jit(jax.vmap(
-          lambda x: local_step_sizes.diagonal_curvature(flat_logdensity, x)))(found.positions)
-      warmup_gradients += dim  # one Hessian diagonal per chain
-      if bool(local_step_sizes.scales_vary(curvatures)):
-        local_config = config._replace(dim=dim, local_step_sizes=True,
-                                       scale_move=LOCAL_SCALE_MOVE)
-        local_training = run_training._replace(local_fit="saturating")
-        local_state, local_found, local_config = _initial_state(
-            jax.random.fold_in(k_init, 1), target, local_config, local_training, optimizer,
-            found.positions, choose_num_steps)
-        warmup_gradients += _warmup_gradients(local_found, config.num_steps, dim)
-        if bool(jnp.any(local_state.params.local.exponent != 0)):  # keep_if_varying kept it
-          state, found, run_config = local_state, local_found, local_config
-          run_training = local_training
+      chosen, screened = _screen_local_step_sizes(
+          jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
+          optimizer, found.positions, choose_num_steps)
+      warmup_gradients += screened
+      if chosen is not None:
+        state, found, run_config, run_training = chosen
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=progress,
                    log_every=max(num_training // 10, 1))
@@ -210,6 +202,28 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     return (states, sampler), info
 
   return Adaptation(run)
+
+
+def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
+                             training: TrainingConfig, optimizer, positions,
+                             choose_num_steps: bool):
+  """The screen for local step sizes (module docstring) from the warm-up's ``positions``:
+  ``(chosen, gradients)``, ``chosen`` the second warm-up's ``(state, found, config,
+  training)`` where the scales vary and its fit keeps them (else ``None``), ``gradients``
+  per chain what the screen and that warm-up cost."""
+  curvatures = jax.jit(jax.vmap(
+      lambda x: local_step_sizes.diagonal_curvature(target.logdensity_fn, x)))(positions)
+  gradients = config.dim  # one Hessian diagonal per chain
+  if not bool(local_step_sizes.scales_vary(curvatures)):
+    return None, gradients
+  local_config = config._replace(local_step_sizes=True, scale_move=LOCAL_SCALE_MOVE)
+  local_training = training._replace(local_fit="saturating")
+  state, found, local_config = _initial_state(rng_key, target, local_config, local_training,
+                                              optimizer, positions, choose_num_steps)
+  gradients += _warmup_gradients(found, config.num_steps, config.dim)
+  if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
+    return None, gradients
+  return (state, found, local_config, local_training), gradients
 
 
 def _warmup_gradients(found: WarmupResult, num_steps: int, dim: int) -> int:

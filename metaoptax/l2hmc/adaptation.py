@@ -65,8 +65,8 @@ import jax
 import jax.numpy as jnp
 
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
-from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
 from metaoptax.l2hmc.kernel import build_kernel, init
+from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
 __all__ = ("WarmupResult", "warmup")

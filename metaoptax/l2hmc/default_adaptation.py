@@ -22,6 +22,7 @@ sampler gets them with a scale move of sd ``LOCAL_SCALE_MOVE`` (``L2HMCConfig.sc
 unless that fit finds the step sizes would hardly vary
 (:func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`). Elsewhere the sampler is the one
 the first warm-up gave. Both warm-ups' gradients are counted.
+
 The check's draws give the diagnostics:
 
 * the split :math:`\hat R` of every coordinate and of :math:`\log p`
@@ -56,8 +57,8 @@ from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
 from metaoptax.l2hmc.adaptation import WarmupResult
 from metaoptax.l2hmc.diagnostics import split_rhat
-from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.dynamics import L2HMCConfig
+from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm, gradient_evaluations, l2hmc
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_state, train

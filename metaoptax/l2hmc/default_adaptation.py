@@ -21,7 +21,8 @@ first one's chains, fits position-dependent step sizes
 sampler gets them with a scale move of sd ``LOCAL_SCALE_MOVE`` (``L2HMCConfig.scale_move``),
 unless that fit finds the step sizes would hardly vary
 (:func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`). Elsewhere the sampler is the one
-the first warm-up gave. Both warm-ups' gradients are counted.
+the first warm-up gave. Both warm-ups' gradients are counted. Above ``LOCAL_MAX_DIM``
+coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
 The check's draws give the diagnostics:
 
@@ -67,6 +68,10 @@ __all__ = ("Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt")
 
 SHARES = (0.4, 0.4, 0.2)  # of num_steps: warm-up, training, check
 LOCAL_SCALE_MOVE = 2.0  # the scale move's sd where adapt turns local step sizes on
+# the most coordinates adapt screens for local step sizes: the screen evaluates dim
+# Hessian-vector products per chain, and the local warm-up as many per transition of its
+# final window (memory and time that grow as dim squared)
+LOCAL_MAX_DIM = 256
 
 
 class ConvergenceWarning(UserWarning):
@@ -123,8 +128,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     choose_num_steps: choose the sampler's leapfrog steps per transition from the
       warm-up's step size (module docstring); ``False``: ``config.num_steps`` throughout.
     choose_local_step_sizes: where the warm-up's chains show a local scale that varies,
-      warm up again for local step sizes with a scale move (module docstring); ``False``:
-      ``config`` as it is.
+      warm up again for local step sizes with a scale move (module docstring), up to
+      ``LOCAL_MAX_DIM`` coordinates; ``False``: ``config`` as it is.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -179,7 +184,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     state, found, run_config = _initial_state(
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
     warmup_gradients = _warmup_gradients(found, config.num_steps, dim)
-    if choose_local_step_sizes and not config.local_step_sizes:
+    if choose_local_step_sizes and not config.local_step_sizes and dim <= LOCAL_MAX_DIM:
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
           optimizer, found.positions, choose_num_steps)

@@ -190,6 +190,24 @@ def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
   assert np.all(np.isfinite(np.asarray(draws)))
 
 
+def test_no_screen_above_local_max_dim():
+  """A funnel of LOCAL_MAX_DIM + 1 coordinates: no Hessian diagonals (dim^2 products per
+  chain), so no local step sizes, and no screen's gradients in the count."""
+  dim = l2hmc.default_adaptation.LOCAL_MAX_DIM + 1
+  target = l2hmc.posteriors.neals_funnel(dim=dim)
+  positions = jax.random.normal(jax.random.key(0), (4, dim))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
+    _, info = l2hmc.adapt(target.logdensity_fn, progress=None).run(jax.random.key(1),
+                                                                   positions, num_steps=100)
+  assert not info.config.local_step_sizes
+  found = info.warmup
+  k = info.config.num_steps
+  assert info.num_gradient_evaluations == (int(found.num_transitions) * 10
+                                           + int(found.num_hessian_evaluations) * dim
+                                           + (40 + 20) * k)
+
+
 def test_choose_local_step_sizes_false_keeps_the_config():
   target = l2hmc.posteriors.neals_funnel(dim=4)
   positions = jax.random.normal(jax.random.key(0), (8, 4))

@@ -237,24 +237,17 @@ def reference(name, target, key, chains, samples) -> dict:
     exact = _schools_exact.moments()
     return dict(mean=exact["mean"].tolist(), sd=exact["sd"].tolist(),
                 source="exact (quadrature over log tau, `_schools_exact`)")
-  if exact_moments(target) is not None:
-    return exact_moments(target)
+  exact = exact_moments(target)
+  if exact is not None:
+    return exact
   if target.sample is not None:
     draws = np.asarray(target.sample(key, 1_000_000), np.float64)[:, None]
     source = "exact draws (10^6)"
   else:
-    source_target = target
-    if name == "schools_centered":
-      source_target = l2hmc.posteriors.eight_schools(centered=False)
-    run = sampler_baselines.sample_nuts(source_target, key, chains, 1000, samples)
+    run = sampler_baselines.sample_nuts(target, key, chains, 1000, samples)
     draws = np.asarray(run["draws"], np.float64)
-    if name == "schools_centered":
-      draws = np.concatenate([draws[..., :2], draws[..., :1] + np.exp(draws[..., 1:2])
-                              * draws[..., 2:]], -1)
-    source = (f"NUTS, {chains} chains x {samples} after 1,000 adaptation steps"
-              + (" (non-centered, mapped)" if name == "schools_centered" else "")
-              + f", divergent {run['divergent']:.4f}, R-hat "
-              f"{_sampler_metrics.split_rhat(draws):.4f}")
+    source = (f"NUTS, {chains} chains x {samples} after 1,000 adaptation steps, divergent "
+              f"{run['divergent']:.4f}, R-hat {_sampler_metrics.split_rhat(draws):.4f}")
   flat = draws.reshape(-1, draws.shape[-1])
   return dict(mean=flat.mean(0).tolist(), sd=flat.std(0).tolist(), source=source)
 

@@ -24,6 +24,16 @@ unless that fit finds the step sizes would hardly vary
 the first warm-up gave. Both warm-ups' gradients are counted. Above ``LOCAL_MAX_DIM``
 coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
+Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
+coordinate or of :math:`\log p` over its final window at least ``MODES_RHAT``), no
+whitening and no trajectory joins them. ``run`` then tries the reflection
+:math:`x \to 2\mu - x` through the midpoint :math:`\mu` of the two groups of chains
+(:func:`reflection_acceptance`): where its mean acceptance probability is at least
+``REFLECTION_ACCEPTANCE``, the modes map onto each other, and a second warm-up from the
+first one's chains gives the sampler ``L2HMCConfig(reflection=True)`` (each chain's own
+spread as the whitening's scale, the midpoint as its location); this screen goes before
+the one for local step sizes, which then does not run.
+
 The check's draws give the diagnostics:
 
 * the split :math:`\hat R` of every coordinate and of :math:`\log p`
@@ -45,6 +55,7 @@ chain).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Callable, NamedTuple
 
@@ -56,7 +67,7 @@ import optax
 
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
-from metaoptax.l2hmc.adaptation import WarmupResult
+from metaoptax.l2hmc.adaptation import WarmupResult, _midpoint
 from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
@@ -72,6 +83,11 @@ LOCAL_SCALE_MOVE = 2.0  # the scale move's sd where adapt turns local step sizes
 # Hessian-vector products per chain, and the local warm-up as many per transition of its
 # final window (memory and time that grow as dim squared)
 LOCAL_MAX_DIM = 256
+# the reflection's screen: the warm-up's chains sit in separate modes (the split R-hat of some
+# coordinate or of log p over its final window at least MODES_RHAT) and the reflection through
+# their midpoint is accepted with a mean probability of at least REFLECTION_ACCEPTANCE
+MODES_RHAT = 2.0
+REFLECTION_ACCEPTANCE = 0.5
 
 
 class ConvergenceWarning(UserWarning):
@@ -108,7 +124,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
           max_rhat: float = 1.05, min_acceptance: float = 0.1,
           max_acceptance: float = 0.99, max_sd_error: float = 0.1,
           choose_num_steps: bool = True,
-          choose_local_step_sizes: bool = True) -> Adaptation:
+          choose_local_step_sizes: bool = True,
+          choose_reflection: bool = True) -> Adaptation:
   r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
 
   Args:
@@ -130,6 +147,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     choose_local_step_sizes: where the warm-up's chains show a local scale that varies,
       warm up again for local step sizes with a scale move (module docstring), up to
       ``LOCAL_MAX_DIM`` coordinates; ``False``: ``config`` as it is.
+    choose_reflection: where the warm-up's chains sit in separate modes that a reflection
+      through their midpoint maps onto each other, warm up again with
+      ``L2HMCConfig(reflection=True)`` (module docstring); ``False``: ``config`` as it is.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -184,7 +204,16 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     state, found, run_config = _initial_state(
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
     warmup_gradients = _warmup_gradients(found, config.num_steps, dim)
-    if choose_local_step_sizes and not config.local_step_sizes and dim <= LOCAL_MAX_DIM:
+    reflected = None
+    if choose_reflection and not config.reflection and not config.local_step_sizes:
+      reflected, screened = _screen_reflection(
+          jax.random.fold_in(k_init, 2), target, config._replace(dim=dim), run_training,
+          optimizer, found, choose_num_steps)
+      warmup_gradients += screened
+      if reflected is not None:
+        state, found, run_config = reflected
+    if (reflected is None and choose_local_step_sizes and not config.local_step_sizes
+        and dim <= LOCAL_MAX_DIM):
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
           optimizer, found.positions, choose_num_steps)
@@ -230,6 +259,38 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
   if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
     return None, gradients
   return (state, found, local_config, local_training), gradients
+
+
+def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,
+                       training: TrainingConfig, optimizer, found: WarmupResult,
+                       choose_num_steps: bool):
+  """The screen for the reflection (module docstring) from the warm-up's result ``found``:
+  ``(chosen, gradients)``, ``chosen`` the second warm-up's ``(state, found, config)`` where
+  the chains sit in separate modes that the reflection maps onto each other (else
+  ``None``), ``gradients`` per chain what the screen and that warm-up cost."""
+  gradients = 1  # log p at each chain's reflected point
+  if not float(jnp.max(found.rhat)) >= MODES_RHAT:
+    return None, 0
+  if not float(reflection_acceptance(target.logdensity_fn, found.positions)) >= (
+      REFLECTION_ACCEPTANCE):
+    return None, gradients
+  reflect_config = config._replace(reflection=True)
+  state, found, reflect_config = _initial_state(rng_key, target, reflect_config, training,
+                                                optimizer, found.positions, choose_num_steps)
+  gradients += _warmup_gradients(found, config.num_steps, config.dim)
+  return (state, found, reflect_config), gradients
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def reflection_acceptance(logdensity_fn: Callable, positions: jax.Array) -> jax.Array:
+  r"""The mean over the chains ``positions`` (chains, dim) of the Metropolis acceptance
+  probability of the reflection :math:`x \to 2\mu - x` through their midpoint :math:`\mu`
+  (``metaoptax.l2hmc.warmup(location="midpoint")``, from one position per chain)."""
+  center = _midpoint(positions, jnp.mean(positions, 0))
+  before = jax.vmap(logdensity_fn)(positions)
+  after = jax.vmap(logdensity_fn)(2.0 * center - positions)
+  log_ratio = jnp.where(jnp.isnan(after - before), -jnp.inf, after - before)
+  return jnp.mean(jnp.exp(jnp.minimum(log_ratio, 0.0)))
 
 
 def _warmup_gradients(found: WarmupResult, num_steps: int, dim: int) -> int:

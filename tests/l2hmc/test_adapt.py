@@ -69,17 +69,62 @@ def test_the_sampler_runs_in_blackjax_run_inference_algorithm(adapted):
   assert final.position["w"].shape == (2, 2) and history[0]["w"].shape == (20, 2, 2)
 
 
+def _two_modes(x, sd_high=1.0):
+  """Two Gaussian modes 60 apart in 3-d (at +30 with sd ``sd_high``, at -30 with sd 1), of
+  equal weight: a chain stays in the mode nearest its start."""
+  log_high = -0.5 * jnp.sum(((x - 30.0) / sd_high) ** 2) - 3 * jnp.log(sd_high)
+  return jax.scipy.special.logsumexp(jnp.stack([log_high, -0.5 * jnp.sum((x + 30.0) ** 2)]))
+
+
 def test_chains_that_cannot_agree_warn():
-  # two modes 60 sds apart: each chain stays in the mode nearest its start, so the chains
-  # never agree (R-hat ~30), whatever the adaptation's length
-  def two_modes(x):
-    return jax.scipy.special.logsumexp(jnp.stack([-0.5 * jnp.sum((x - 30.0) ** 2),
-                                                  -0.5 * jnp.sum((x + 30.0) ** 2)]))
-  positions = jax.random.normal(jax.random.key(0), (8, 3))
+  # modes of sd 0.2 and 1: the reflection maps neither onto the other (mean acceptance
+  # ~0.03, below the screen's REFLECTION_ACCEPTANCE), so chains started in each mode never
+  # agree (R-hat ~30)
+  logdensity_fn = lambda x: _two_modes(x, sd_high=0.2)
+  positions = jax.random.normal(jax.random.key(0), (8, 3)) + jnp.repeat(
+      jnp.array([30.0, -30.0]), 4)[:, None]
   with pytest.warns(l2hmc.ConvergenceWarning, match="not converged"):
-    _, info = l2hmc.adapt(two_modes, progress=None).run(jax.random.key(1), positions,
-                                                        num_steps=100)
+    _, info = l2hmc.adapt(logdensity_fn, progress=None).run(jax.random.key(1), positions,
+                                                            num_steps=100)
   assert not info.converged and info.rhat > 2.0 and info.messages
+  assert not info.config.reflection
+
+
+def test_modes_that_a_reflection_maps_onto_each_other_get_the_reflection():
+  """Two equal modes 60 sds apart: the warm-up's chains split between them (R-hat ~30), the
+  reflection through their midpoint is accepted at every chain, so adapt warms up again with
+  ``reflection=True`` and counts both warm-ups; its chains then cross between the modes and
+  agree, with half their draws in each mode. With ``choose_reflection=False`` they stay."""
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", l2hmc.ConvergenceWarning)  # converged: no warning
+    (states, sampler), info = l2hmc.adapt(_two_modes, progress=None).run(
+        jax.random.key(1), positions, num_steps=300)
+  assert info.config.reflection and info.converged and info.rhat < 1.05
+  # two warm-ups of at least 120 transitions of 10 steps, the screen's one log p each
+  assert info.num_gradient_evaluations >= 2 * 120 * 10 + 1
+  draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
+      jax.random.key(2), states)
+  in_high = np.asarray(draws[..., 0] > 0.0)
+  assert 0.4 < in_high.mean() < 0.6  # 8,000 draws; the modes' weights are a half each
+  assert np.all(in_high.any(axis=0) & ~in_high.all(axis=0))  # every chain visits both
+  with pytest.warns(l2hmc.ConvergenceWarning, match="not converged"):
+    _, stuck = l2hmc.adapt(_two_modes, progress=None, choose_reflection=False).run(
+        jax.random.key(1), positions, num_steps=300)
+  assert not stuck.config.reflection and stuck.rhat > 2.0
+
+
+def test_reflection_acceptance_is_the_metropolis_probability_through_the_midpoint():
+  """Closed forms: chains at the two equal modes' centres map exactly onto each other
+  (probability 1); on a standard normal, chains at +-1 and one at 3 reflect through the
+  midpoint of the groups' means (2 + (-1))/2 = 0.5 each to 1-x: min(1, p(1-x)/p(x))."""
+  at_modes = jnp.array([[30.0, 30.0, 30.0], [-30.0, -30.0, -30.0]])
+  assert float(l2hmc.default_adaptation.reflection_acceptance(_two_modes, at_modes)) == 1.0
+  normal = lambda x: -0.5 * jnp.sum(x**2)
+  positions = jnp.array([[1.0], [-1.0], [3.0]])
+  expected = np.mean([min(1.0, np.exp(-0.5 * (1 - x) ** 2 + 0.5 * x**2)) for x in (1, -1, 3)])
+  np.testing.assert_allclose(
+      l2hmc.default_adaptation.reflection_acceptance(normal, positions), expected, rtol=1e-6)
 
 
 def test_the_warm_up_finds_a_typical_set_far_from_the_starts_before_the_whitening():

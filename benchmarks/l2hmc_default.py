@@ -131,7 +131,8 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
                acceptance=float(np.mean(acceptance)), warned=bool(caught),
                adaptation_rhat=info.rhat, messages=list(info.messages),
                num_steps=info.config.num_steps,
-               local_step_sizes=bool(info.config.local_step_sizes))
+               local_step_sizes=bool(info.config.local_step_sizes),
+               reflection=bool(info.config.reflection))
   if not right(_checks(problem, found["draws"])):
     count = int(min(max(np.ceil(budget_grads / grads), num_samples), MAX_BUDGET_DRAWS))
     budget_draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, count))(
@@ -164,7 +165,7 @@ def score(problem: Problem, run: dict) -> dict:
     found["at_budget"] = dict(run["at_budget"], right=right(run["at_budget"]))
   right_at_budget = found.get("at_budget", found)["right"]
   found["silently_wrong"] = bool(not right_at_budget and not found["warned"])
-  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes"):
+  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes", "reflection"):
     if key in run:
       found[key] = run[key]
   return found
@@ -212,7 +213,7 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            "and the moments' errors: the worst seed. ESS/grad: Geyer's ESS (min over "
            "coordinates) per gradient of sampling; adaptation gradients per chain beside; K: the "
            "leapfrog steps adapt chose, per seed, and on how many seeds it turned local step "
-           "sizes on. Where L2HMC's 1,000 draws miss R-hat < 1.01 or "
+           "sizes or the reflection on. Where L2HMC's 1,000 draws miss R-hat < 1.01 or "
            "the moments, it runs again to NUTS's sampling gradients (R-hat there in brackets); "
            "silently wrong: off there without a warning.", "",
            "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
@@ -229,8 +230,10 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
       label = sampler
       if sampler == "l2hmc" and all("num_steps" in row for row in r):
         label += " (K = " + ", ".join(str(row["num_steps"]) for row in r)
-        local = sum(row.get("local_step_sizes", False) for row in r)
-        label += f"; local step sizes on {local} of {len(r)} seeds)" if local else ")"
+        for option in ("local step sizes", "reflection"):
+          on = sum(row.get(option.replace(" ", "_"), False) for row in r)
+          label += f"; {option} on {on} of {len(r)} seeds" if on else ""
+        label += ")"
       lines.append(
           f"| {name} | {label} | {_mean(r, 'ess_per_grad_x'):.3g} | "
           f"{_mean(r, 'ess_per_grad_x2'):.3g} | {ratio} | {ess_per_second:.3g} | "

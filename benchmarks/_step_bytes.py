@@ -8,7 +8,9 @@ parameter-sized passes (bytes / (4 x parameters)), the ratio to ``optax.adamw``'
 and how many parameter-sized float32 buffers the state holds. An optimizer step is
 memory-bound: on an accelerator its time is about these bytes over the bandwidth.
 The figure is XLA:CPU's, whose fusions have one output each; a GPU's multi-output
-fusions read less. ``step_time_scale.py --bytes`` writes it.
+fusions read less. Beside the optimizers, the drop-in's arithmetic alone, written by hand
+(``_arithmetic_floor``): what its outputs cost under those fusions. ``step_time_scale.py
+--bytes`` writes it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax
 from tqdm.auto import tqdm
 
 import _report
+from _arithmetic_floor import floors
 from _optimizer_step import (accessed_bytes, compiled_update, mlp_shapes, optimizers,
                              params_sized_buffers)
 
@@ -89,7 +92,7 @@ def plot(rows, path) -> None:
 def write(out, sizes, commit) -> None:
   """Measures ``sizes`` and writes ``step_bytes.{json,md,png}`` to ``out``."""
   import json  # pylint: disable=g-import-not-at-top
-  rows = measure(sizes, optimizers())
+  rows = measure(sizes, {**optimizers(), **floors()})
   (out / "step_bytes.json").write_text(json.dumps(
       {"commit": commit, "jax": jax.__version__, "sizes": {s: SIZES[s] for s in rows},
        "targets": TARGETS, "rows": rows}, indent=1) + "\n")

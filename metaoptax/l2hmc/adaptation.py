@@ -110,7 +110,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   """``length`` HMC transitions of every chain in ``z = (x - location) / scale`` with step
   size ``h`` (with ``local``: times :math:`e^{c w}`, Gibbs self-tuning), ``log h`` adapted;
   the chains' mean and variance over the second half (pooled, and the mean of the chains'
-  own variances, and the midpoint of their means: :func:`_midpoint`), and the mean
+  own variances, and the midpoint of their means: :func:`midpoint`), and the mean
   ``log h`` and acceptance there."""
   half = length // 2
   # Sums of x - shift, with shift the chains' mean at the window's start: the
@@ -179,7 +179,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   rhat = _split_rhat(quarters, half // 2, half - half // 2)
   covariance = (s_xx / n - jnp.outer(centred_mean, centred_mean)) * n / max(n - 1, 1)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
-          s_chain / half, slopes, kept, _midpoint(shift + c1 / half, mean), rhat, covariance,
+          s_chain / half, slopes, kept, midpoint(shift + c1 / half, mean), rhat, covariance,
           n)
 
 
@@ -244,7 +244,7 @@ def _newton_whitening(logdensity_fn, position, floor=NEWTON_FLOOR):
   return Whitening(jnp.zeros_like(position), jnp.sqrt(jnp.sum(root**2, axis=1)), root, inverse)
 
 
-def _midpoint(chain_means, mean):
+def midpoint(chain_means, mean):
   """Per coordinate, the midpoint of the average of the chains' means at or above ``mean``
   and of those below (``mean`` where they are all on one side)."""
   upper = chain_means >= mean

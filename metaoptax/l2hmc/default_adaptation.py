@@ -67,11 +67,12 @@ import optax
 
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes
-from metaoptax.l2hmc.adaptation import WarmupResult, _midpoint
+from metaoptax.l2hmc.adaptation import WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
-from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm, gradient_evaluations, l2hmc
+from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, acceptance_probability,
+                                   gradient_evaluations, l2hmc)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_state, train
 
@@ -286,11 +287,10 @@ def reflection_acceptance(logdensity_fn: Callable, positions: jax.Array) -> jax.
   r"""The mean over the chains ``positions`` (chains, dim) of the Metropolis acceptance
   probability of the reflection :math:`x \to 2\mu - x` through their midpoint :math:`\mu`
   (``metaoptax.l2hmc.warmup(location="midpoint")``, from one position per chain)."""
-  center = _midpoint(positions, jnp.mean(positions, 0))
+  center = midpoint(positions, jnp.mean(positions, 0))
   before = jax.vmap(logdensity_fn)(positions)
   after = jax.vmap(logdensity_fn)(2.0 * center - positions)
-  log_ratio = jnp.where(jnp.isnan(after - before), -jnp.inf, after - before)
-  return jnp.mean(jnp.exp(jnp.minimum(log_ratio, 0.0)))
+  return jnp.mean(acceptance_probability(-before, -after, 0.0))
 
 
 def _warmup_gradients(found: WarmupResult, num_steps: int, dim: int) -> int:

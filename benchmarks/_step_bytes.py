@@ -57,7 +57,8 @@ def markdown(rows, commit) -> list[str]:
   lines = [f"XLA's bytes accessed of the donated step (update + `optax.apply_updates`), in "
            "float32 parameter-sized passes, and its ratio to optax.adamw's; MLPs "
            + ", ".join(f"{s}: {w}x{w} x{d}" for s, (w, d) in SIZES.items() if s in rows)
-           + f". jax {jax.__version__} (XLA:CPU), commit `{commit}`.", "",
+           + f". jax {jax.__version__} (XLA:{jax.default_backend().upper()}, "
+           f"{jax.devices()[0].device_kind}), commit `{commit}`.", "",
            "| optimizer | state buffers | " + " | ".join(f"{s} passes (ratio)" for s in sizes)
            + " | target |",
            "|---|---|" + "---|" * len(sizes) + "---|"]
@@ -83,18 +84,21 @@ def plot(rows, path) -> None:
   ax.axvline(1.0, color="black", lw=0.8)
   ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize=8)
   ax.invert_yaxis()
-  ax.set_xlabel("bytes accessed per step / optax.adamw's (XLA:CPU cost analysis)")
+  ax.set_xlabel(f"bytes accessed per step / optax.adamw's "
+                f"(XLA:{jax.default_backend().upper()} cost analysis)")
   ax.legend(fontsize=8)
   _report.save_figure(fig, path)
 
 
 
-def write(out, sizes, commit) -> None:
-  """Measures ``sizes`` and writes ``step_bytes.{json,md,png}`` to ``out``."""
+def write(out, sizes, commit, suffix: str = "") -> None:
+  """Measures ``sizes`` and writes ``step_bytes{suffix}.{json,md,png}`` to ``out``."""
   import json  # pylint: disable=g-import-not-at-top
   rows = measure(sizes, {**optimizers(), **floors()})
-  (out / "step_bytes.json").write_text(json.dumps(
-      {"commit": commit, "jax": jax.__version__, "sizes": {s: SIZES[s] for s in rows},
+  stem = f"step_bytes{suffix}"
+  (out / f"{stem}.json").write_text(json.dumps(
+      {"commit": commit, "jax": jax.__version__, "backend": jax.default_backend(),
+       "device": jax.devices()[0].device_kind, "sizes": {s: SIZES[s] for s in rows},
        "targets": TARGETS, "rows": rows}, indent=1) + "\n")
-  _report.write_table(markdown(rows, commit), str(out / "step_bytes.md"))
-  plot(rows, out / "step_bytes.png")
+  _report.write_table(markdown(rows, commit), str(out / f"{stem}.md"))
+  plot(rows, out / f"{stem}.png")

@@ -41,8 +41,9 @@ from step_time import init_mlp, loss_fn, make_step, nbytes
 #: tests/integration/test_repository_shape.py checks every committed result against them).
 OUTPUTS = ("step_time_scale.md", "step_time_scale.png",
            "step_bytes.json", "step_bytes.md", "step_bytes.png",  # with --bytes
-           # on an H100:
-           "step_time_scale_h100.md", "step_time_scale_h100.png")
+           # on a GPU (--suffix _h100, _h200):
+           "step_time_scale_h*.md", "step_time_scale_h*.png",
+           "step_bytes_h*.json", "step_bytes_h*.md", "step_bytes_h*.png")
 
 
 #: Hidden width W of a 1024-W-W-10 MLP for each size (1024 W + W^2 + 11 W + 10 params).
@@ -131,6 +132,7 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, default=5)
   parser.add_argument("--out", type=pathlib.Path, default=OUT,
                       help="output folder (default: benchmarks/out, git-ignored)")
+  parser.add_argument("--suffix", default="", help="of the file names, e.g. _h200")
   parser.add_argument("--quick", action="store_true", help="0.1M only, 2 repeats x 2 steps")
   parser.add_argument("--bytes", action="store_true",
                       help="XLA's bytes accessed of each step instead of its time (with "
@@ -139,7 +141,7 @@ def main(argv=None):
   if args.bytes:
     args.out.mkdir(parents=True, exist_ok=True)
     _step_bytes.write(args.out, ["1M"] if args.quick else list(_step_bytes.SIZES),
-                      _report.git_commit(short=True))
+                      _report.git_commit(short=True), args.suffix)
     return
   sizes = ["0.1M"] if args.quick else args.sizes.split(",")
   if args.quick:
@@ -181,9 +183,9 @@ def main(argv=None):
       "| size | method | donated | median step (ms) | ratio to adamw | optimizer state MB "
       "(vs adamw) | step peak MB (vs adamw) | temporaries MB |",
       "|---|---|---|---|---|---|---|---|", *rows]
-  md = args.out / "step_time_scale.md"
+  md = args.out / f"step_time_scale{args.suffix}.md"
   _report.write_table(lines, str(md))
-  png = args.out / "step_time_scale.png"
+  png = args.out / f"step_time_scale{args.suffix}.png"
   plot(ratios, png)
   print(f"wrote {md}\nwrote {png}")
 

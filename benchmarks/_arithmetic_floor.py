@@ -1,20 +1,21 @@
-"""The drop-in's per-step arithmetic alone, written by hand: the bytes XLA:CPU's fusion
-gives its outputs, whatever the library around it does.
+r"""The drop-in's per-step arithmetic alone, written by hand: the bytes XLA's fusion gives
+its outputs, whatever the library around it does.
 
 :func:`arithmetic_floor` is one ``optax`` transformation with ``metaoptax.adamw()``'s
 parameter-sized work and nothing else (no guard, no climb, no blocks, a plain step on
-:math:`\\log\\alpha`): the meta-gradient's reduction :math:`\\sum h \\cdot g`, Adam's
-moments, the weight change :math:`\\Delta = -\\alpha(\\hat m / (\\sqrt{\\hat v} + \\epsilon)
-+ \\kappa w)`, the Hessian-free trace :math:`h' = (1 - \\kappa\\alpha) h + \\Delta`
-(``gamma=1``) and the iterate average :math:`\\bar w' = \\bar w + (w + \\Delta - \\bar w) /
+:math:`\log\alpha`): the meta-gradient's reduction :math:`\sum h \cdot g`, Adam's
+moments, the weight change :math:`\Delta = -\alpha(\hat m / (\sqrt{\hat v} + \epsilon)
++ \kappa w)`, the Hessian-free trace :math:`h' = (1 - \kappa\alpha) h + \Delta`
+(``gamma=1``) and the iterate average :math:`\bar w' = \bar w + (w + \Delta - \bar w) /
 (0.1 t + 1)`. Its bytes accessed (``_step_bytes``) are what a step with these outputs
-costs under XLA:CPU's one-output fusions. It is a benchmark reference, not an optimizer
-to train with.
+costs under XLA's fusions (one output each on XLA:CPU, several on XLA:GPU). It is a
+benchmark reference, not an optimizer to train with.
 
 Two design alternatives have rows of their own, to show what each would save where
-fusions may have several outputs (XLA:GPU): ``late=True`` applies the meta-step to the
-*next* step's :math:`\log\alpha`, so that the reduction and the elementwise update share
-one pass over :math:`h` and :math:`g`; ``storage=jnp.bfloat16`` keeps the trace and the
+fusions may have several outputs (XLA:GPU): ``late=True`` takes the step with the
+current :math:`\alpha` (as the library does) and no selection on the meta-gradient (the
+library's guard makes one), so that the reduction and the elementwise update may share one
+pass over :math:`h` and :math:`g`; ``storage=jnp.bfloat16`` keeps the trace and the
 average in bfloat16 (rounded to nearest).
 """
 

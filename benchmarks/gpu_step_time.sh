@@ -12,7 +12,7 @@ export PYTHONPATH="$PWD:$PWD/benchmarks" PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import jax, optax, flax; print(jax.__version__, optax.__version__, flax.__version__, jax.devices())"
   timeout 120 python3 benchmarks/step_time_scale.py --bytes --out "$out" --suffix "$suffix"
-  timeout 150 python3 benchmarks/update_time.py --sizes 1M,10M,100M --repeats 7 --steps 20 \
+  timeout 150 python3 benchmarks/step_time_scale.py --update --sizes 1M,10M,100M --repeats 7 --steps 20 \
       --out "$out" --suffix "$suffix"
   timeout 120 python3 benchmarks/step_time_scale.py --sizes 1M,10M,100M --repeats 5 --steps 20 \
       --out "$out" --suffix "$suffix"

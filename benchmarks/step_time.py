@@ -27,9 +27,9 @@ from _optimizer_step import accessed_bytes, nbytes, update_and_apply
 #: The files under benchmarks/results/ that this script writes (glob patterns;
 #: tests/integration/test_repository_shape.py checks every committed result against them).
 OUTPUTS = ("step_time.md", "step_time.png",
-           # --only "metaoptax.adamw(" (the README's row), on CPU and on an H100
+           # --only "metaoptax.adamw(" (the README's row), on CPU and on a GPU (gpu_step_time.sh)
            "step_time_adamw.md", "step_time_adamw.png",
-           "step_time_adamw_h100.md", "step_time_adamw_h100.png",)
+           "step_time_adamw_h*.md", "step_time_adamw_h*.png",)
 
 
 TARGETS = {"Hessian-free": 1.10, "exact 2x2": 2.5, "averaged": 1.15,

@@ -17,6 +17,9 @@ For each size and method, with and without donated params and state:
     python benchmarks/step_time_scale.py --bytes --out benchmarks/results
         # XLA's bytes accessed of the donated step at 1M, 10M, 100M (compile only, ~2 min;
         # ``_step_bytes``): step_bytes.{json,md,png}
+    python benchmarks/step_time_scale.py --update --sizes 1M
+        # the optimizer step alone (update + apply_updates) timed against optax.adamw's
+        # (``_update_time``): update_time.{json,md,png}
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from tqdm.auto import tqdm
 
 import _report
 import _step_bytes
+import _update_time
 import metaoptax
 from step_time import init_mlp, loss_fn, make_step, nbytes
 
@@ -43,7 +47,9 @@ OUTPUTS = ("step_time_scale.md", "step_time_scale.png",
            "step_bytes.json", "step_bytes.md", "step_bytes.png",  # with --bytes
            # on a GPU (--suffix _h100, _h200):
            "step_time_scale_h*.md", "step_time_scale_h*.png",
-           "step_bytes_h*.json", "step_bytes_h*.md", "step_bytes_h*.png")
+           "step_bytes_h*.json", "step_bytes_h*.md", "step_bytes_h*.png",
+           # with --update, on CPU and on a GPU
+           "update_time*.json", "update_time*.md", "update_time*.png")
 
 
 #: Hidden width W of a 1024-W-W-10 MLP for each size (1024 W + W^2 + 11 W + 10 params).
@@ -137,11 +143,21 @@ def main(argv=None):
   parser.add_argument("--bytes", action="store_true",
                       help="XLA's bytes accessed of each step instead of its time (with "
                            "--quick: 1M only)")
+  parser.add_argument("--update", action="store_true",
+                      help="time the optimizer step alone (sizes of --bytes: 1M, 10M, 100M; "
+                           "with --quick: 1M, 2 repeats x 2 steps)")
   args = parser.parse_args(argv)
   if args.bytes:
     args.out.mkdir(parents=True, exist_ok=True)
     _step_bytes.write(args.out, ["1M"] if args.quick else list(_step_bytes.SIZES),
                       _report.git_commit(short=True), args.suffix)
+    return
+  if args.update:
+    args.out.mkdir(parents=True, exist_ok=True)
+    sizes = ["1M"] if args.quick else args.sizes.split(",")
+    repeats, steps = (2, 2) if args.quick else (args.repeats, args.steps)
+    _update_time.write(args.out, sizes, repeats, steps, _report.git_commit(short=True),
+                       args.suffix)
     return
   sizes = ["0.1M"] if args.quick else args.sizes.split(",")
   if args.quick:

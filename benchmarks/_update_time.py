@@ -7,17 +7,16 @@ in place, or not) and optimizer, the median over ``--repeats`` of the mean step 
 over ``--steps`` steps, each optimizer's repeats interleaved with optax.adamw's in one
 process, and its ratio to that pair's optax.adamw median. XLA's bytes accessed of the
 same compiled step stand beside it (``_optimizer_step.accessed_bytes``).
+``step_time_scale.py --update`` writes it:
 
-    python benchmarks/update_time.py --sizes 1M          # ~1 min on 2 CPU cores
-    python benchmarks/update_time.py --quick             # smoke run
-    python benchmarks/update_time.py --sizes 1M,10M,100M --suffix _h200   # on a GPU
+    python benchmarks/step_time_scale.py --update --sizes 1M     # ~1 min on 2 CPU cores
+    python benchmarks/step_time_scale.py --update --quick        # smoke run
+    python benchmarks/step_time_scale.py --update --sizes 1M,10M,100M --suffix _h200  # a GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import pathlib
 import time
 
 import jax
@@ -29,11 +28,6 @@ import _report
 from _arithmetic_floor import floors
 from _optimizer_step import accessed_bytes, compiled_update, mlp_shapes, optimizers
 from _step_bytes import REFERENCE, SIZES, TARGETS
-
-#: The files under benchmarks/results/ that this script writes (glob patterns;
-#: tests/integration/test_repository_shape.py checks every committed result against them).
-OUTPUTS = ("update_time*.md", "update_time*.json", "update_time*.png")
-OUT = pathlib.Path(__file__).resolve().parent / "out"
 
 
 def _arrays(shapes, key):
@@ -139,32 +133,14 @@ def plot(rows, table, path) -> None:
   _report.save_figure(fig, path)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--sizes", default="1M", help=f"of {', '.join(SIZES)}")
-  parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--steps", type=int, default=20)
-  parser.add_argument("--suffix", default="", help="of the file names, e.g. _h200")
-  parser.add_argument("--out", type=pathlib.Path, default=OUT,
-                      help="output folder (default: benchmarks/out, git-ignored)")
-  parser.add_argument("--quick", action="store_true", help="1M, 2 repeats x 2 steps")
-  args = parser.parse_args(argv)
-  sizes = ["1M"] if args.quick else args.sizes.split(",")
-  if args.quick:
-    args.repeats, args.steps = 2, 2
-  args.out.mkdir(parents=True, exist_ok=True)
+def write(out, sizes, repeats, steps, commit, suffix: str = "") -> None:
+  """Measures ``sizes`` and writes ``update_time{suffix}.{json,md,png}`` to ``out``."""
   table = {**optimizers(), **floors()}
-  commit = _report.git_commit(short=True)
-  rows = measure(sizes, table, args.repeats, args.steps)
-  stem = args.out / f"update_time{args.suffix}"
-  _report.write_table(markdown(rows, table, args.repeats, args.steps, commit), f"{stem}.md")
-  stem.with_suffix(".json").write_text(json.dumps(
+  rows = measure(sizes, table, repeats, steps)
+  stem = f"update_time{suffix}"
+  _report.write_table(markdown(rows, table, repeats, steps, commit), str(out / f"{stem}.md"))
+  (out / f"{stem}.json").write_text(json.dumps(
       {"commit": commit, "jax": jax.__version__, "device": jax.devices()[0].device_kind,
        "rows": {s: [{"optimizer": n, "donated": d, **c} for (n, d), c in cells.items()]
                 for s, cells in rows.items()}}, indent=1) + "\n")
-  plot(rows, table, f"{stem}.png")
-  print(f"wrote {stem}.md")
-
-
-if __name__ == "__main__":
-  main()
+  plot(rows, table, out / f"{stem}.png")

@@ -77,6 +77,9 @@ def optimizers() -> dict:
       "optax.adamw(1e-3)": (optax.adamw(1e-3), None),
       "metaoptax.adamw()": (metaoptax.adamw(), None),
       "metaoptax.lion()": (metaoptax.lion(), None),
+      "metaoptax.adamw(trace_dtype=bfloat16)": (metaoptax.adamw(trace_dtype=jnp.bfloat16), None),
+      "metaoptax.adamw(trace_dtype=bfloat16, average_dtype=bfloat16)": (
+          metaoptax.adamw(trace_dtype=jnp.bfloat16, average_dtype=jnp.bfloat16), None),
       "metaoptax.sgd()": (metaoptax.sgd(), None),
       "metaoptax.overfitting_gate(metaoptax.adamw())": (
           metaoptax.overfitting_gate(metaoptax.adamw()), "validation_loss"),

@@ -48,6 +48,7 @@ class StepConfig:
   meta_update_first: bool  # the base step uses beta_{t+1} (IDBD's ordering)
   sensitivity_radius: Any  # the exact variants' trust radius r (exact.stabilize)
   learn: tuple[str, ...] = ()  # hyperparameters learned beside the step sizes
+  trace_dtype: Any = None  # the Hessian-free trace's storage (None: float32 or wider)
 
   def step_sizes(self, meta_params: MetaParams) -> Any:
     """``alpha = sigma(beta)``, one per block."""

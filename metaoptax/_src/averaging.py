@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import tree_utils
+from metaoptax._src import rounding, tree_utils
 from metaoptax._src.hyperparams import concrete_number
 
 
@@ -38,12 +38,15 @@ class AverageState(NamedTuple):
   average: optax.Params
 
 
-def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
+def average_iterates(horizon: float = 0.1, dtype: Any = None) -> optax.GradientTransformation:
   r"""Keeps an average of the weights whose horizon is ``horizon`` times the step count.
 
   Args:
     horizon: :math:`c`, the average's horizon as a fraction of the steps taken
       (``0.1``: the last ~10 % of the run weigh most). In ``(0, 1]``.
+    dtype: the average's storage: ``None`` (float32, or the params' dtype if wider) or
+      ``jnp.bfloat16``, computed in float32 and stored stochastically rounded
+      (:mod:`metaoptax._src.rounding`), which halves its bytes. Real params only.
 
   Returns:
     An ``optax.GradientTransformation`` whose ``update`` needs ``params`` and
@@ -58,6 +61,7 @@ def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
     >>> round(float(metaoptax.averaged_params(state)["w"][0]), 4)  # 1 + (0.9 - 1) / 1.1
     0.9091
   """
+  dtype = rounding.check_storage_dtype("dtype", dtype)
   number = concrete_number("horizon", horizon)  # a traced value (inject_hyperparams) passes
   if number is not None and not 0.0 < number <= 1.0:
     raise ValueError(f"average_iterates(horizon={horizon!r}): the horizon is a fraction "
@@ -66,6 +70,12 @@ def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
   def init_fn(params):
     # float32 or wider (as the library's other state), and a copy: the params and the
     # state may both be donated to a jitted step.
+    if dtype is not None:
+      if any(jnp.iscomplexobj(x) for x in jax.tree.leaves(params)):
+        raise ValueError(f"average_iterates(dtype={dtype}) stores a real average: complex "
+                         "params need dtype=None.")
+      return AverageState(count=jnp.zeros([], jnp.int32),
+                          average=jax.tree.map(lambda p: p.astype(dtype), params))
     return AverageState(count=jnp.zeros([], jnp.int32),
                         average=jax.tree.map(jnp.copy, tree_utils.widen(params)))
 
@@ -76,10 +86,17 @@ def average_iterates(horizon: float = 0.1) -> optax.GradientTransformation:
     weight = 1.0 / (horizon * count.astype(jnp.float32) + 1.0)
 
     def step(average, p, u):
-      new = p.astype(average.dtype) + u.astype(average.dtype)
-      return (average + weight.astype(average.dtype) * (new - average)).astype(average.dtype)
+      wide = tree_utils.wide_dtype(average.dtype)
+      average = average.astype(wide)
+      new = p.astype(wide) + u.astype(wide)
+      return average + weight.astype(wide) * (new - average)
 
     average = jax.tree.map(step, state.average, params, updates)
+    if dtype is not None:  # each leaf rounded with its own bits, new ones each step
+      leaves, treedef = jax.tree.flatten(average)
+      seed = (count.astype(jnp.uint32) * jnp.uint32(len(leaves))) ^ jnp.uint32(0x5BD1E995)
+      average = jax.tree.unflatten(treedef, [
+          rounding.stochastic_round(a, dtype, seed + jnp.uint32(i)) for i, a in enumerate(leaves)])
     return updates, AverageState(count=count, average=average)
 
   return optax.GradientTransformation(init_fn, update_fn)

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import learned, tree_utils
+from metaoptax._src import learned, rounding, tree_utils
 from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.blocks import BlockLayout
 from metaoptax._src.dependence import dependent_outputs, outputs_read_outputs
@@ -53,11 +53,12 @@ def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_s
   columns = hyperparam_dependent_leaves(config.base.update, zero_grads, base_state, wide_params,
                                         meta_params.hyperparams)
   return HessianFreeTrace(
-      weights=zeros(wide_params),
+      weights=jax.tree.map(lambda w: jnp.zeros_like(w, config.trace_dtype), wide_params),
       base_state=tuple(jnp.zeros_like(floats[i]) for i in reading),
       hyperparams=HyperparamTrace(
           weights=tuple(zeros(wide_params) for _ in columns),
-          base_state=tuple(tuple(zeros(floats[i]) for i in leaves) for leaves in columns)))
+          base_state=tuple(tuple(zeros(floats[i]) for i in leaves) for leaves in columns)),
+      count=jnp.zeros([], jnp.int32))
 
 
 def initial_trace(trace: HessianFreeTrace, meta_params: MetaParams) -> HessianFreeTrace:
@@ -77,6 +78,7 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any,
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
   def product(h, g):
+    h = h.astype(tree_utils.wide_dtype(h.dtype))  # a bfloat16 trace is read as float32
     return tree_utils.real_product(h, g.astype(h.dtype), tree_utils.product_with_finite_derivative)
 
   s = layout.reduce(jax.tree.map(product, trace.weights, grads))
@@ -111,13 +113,26 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
   change = _weight_change(config, base_update, wide_grads, base_state, reading, kappa)
   delta, weights, state_dot, new_base_state = _trace_step(
       config, change, wide_params, base_state, reading, step_sizes, state.trace)
-  new_trace = HessianFreeTrace(weights, state_dot, _hyperparam_trace_step(
+  count = state.trace.count + 1
+  new_trace = HessianFreeTrace(_stored(config, weights, count), state_dot, _hyperparam_trace_step(
       config, base_update, wide_grads, wide_params, base_state, used.hyperparams, step_sizes,
-      state.trace.hyperparams))
+      state.trace.hyperparams), count)
   if direction_beside_state(base_update, wide_grads, base_state, wide_params):
     new_base_state = _written_after(delta, new_base_state)
   return delta, state._replace(base_state=new_base_state, meta_params=new_meta,
                                meta_state=new_meta_state, trace=new_trace)
+
+
+def _stored(config: StepConfig, weights: Any, count: jax.Array) -> Any:
+  """The new trace in its storage dtype: as computed, or stochastically rounded to
+  ``config.trace_dtype`` (:mod:`metaoptax._src.rounding`), each leaf with its own bits."""
+  if config.trace_dtype is None:
+    return weights
+  leaves, treedef = jax.tree.flatten(weights)
+  seeds = [count.astype(jnp.uint32) * jnp.uint32(len(leaves)) + jnp.uint32(i)
+           for i in range(len(leaves))]
+  return jax.tree.unflatten(treedef, [rounding.stochastic_round(h, config.trace_dtype, seed)
+                                      for h, seed in zip(leaves, seeds)])
 
 
 def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,
@@ -229,7 +244,7 @@ def _trace_step(config: StepConfig, change: Callable, wide_params: Any, base_sta
   :math:`\beta` is :math:`\mathbf 1` on every weight's step size.
   """
   floats, _ = tree_utils.split_floats(base_state)
-  carried = optax.tree_utils.tree_scale(config.gamma, trace.weights)
+  carried = optax.tree_utils.tree_scale(config.gamma, tree_utils.widen(trace.weights))
   carried_state = optax.tree_utils.tree_scale(config.gamma, trace.base_state)
   primals = (wide_params, tuple(floats[i] for i in reading), step_sizes)
   if config.log_parametrization:

@@ -37,9 +37,10 @@ class HessianFreeTrace(NamedTuple):
   hyperparameter (none when only the step sizes are learned).
   """
 
-  weights: Any  # h, params-shaped
+  weights: Any  # h, params-shaped (float32, or bfloat16 with ``trace_dtype``)
   base_state: tuple  # sensitivities of params-reading base-state float leaves
   hyperparams: HyperparamTrace  # the learned hyperparameters' columns
+  count: jax.Array  # int32: steps since the trace (re)started; seeds its rounding
 
 
 class ExactTrace(NamedTuple):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import optax
 
 from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
-from metaoptax._src import restart, validation
+from metaoptax._src import restart, rounding, validation
 from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
@@ -47,6 +47,7 @@ def metaoptimize(
     held_out: str = "all",
     sensitivity_radius: float = exact.DEFAULT_SENSITIVITY_RADIUS,
     climb_memory: int | None = None,
+    trace_dtype: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -136,6 +137,11 @@ def metaoptimize(
       instead of ~1,000. :func:`metaoptax.adamw` passes ``3``. A traced count (from
       ``optax.inject_hyperparams``) counts Adam's moments, ``0`` included (for Adam the
       same as the restart).
+    trace_dtype: the Hessian-free trace's storage: ``None`` (float32, or float64 for
+      float64 params) or ``jnp.bfloat16``, which halves the trace's bytes. The trace is
+      computed in float32 and stored stochastically rounded, so that its small
+      increments are kept on average (:mod:`metaoptax._src.rounding`); the meta-gradient
+      reads it as float32. Real params and ``approximation="hessian_free"`` only.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -167,6 +173,10 @@ def metaoptimize(
   """
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization, sensitivity_radius)
+  trace_dtype = rounding.check_storage_dtype("trace_dtype", trace_dtype)
+  if trace_dtype is not None and approximation != "hessian_free":
+    raise ValueError(f"trace_dtype={trace_dtype} needs approximation='hessian_free' (the exact "
+                     f"variants keep their sensitivities in float32), got {approximation!r}.")
   learn = learned.check_learn(learn)
   learned.check_exposed(learn, base)
   meta_probed = validation.check_meta_ignores_beta(meta)
@@ -183,7 +193,8 @@ def metaoptimize(
       weight_decay=weight_decay, log_parametrization=log,
       beta_bounds=((math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log
                    else (lower, upper)),
-      meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn)
+      meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn,
+      trace_dtype=trace_dtype)
   implementation = _APPROXIMATIONS[approximation]
   restarting = climb_memory is not None and restart.restarts(climb_memory)
   # Adam's (1 - b1, 1 - b2), read off the base once, for the moments counted as steps
@@ -192,6 +203,9 @@ def metaoptimize(
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
+    if trace_dtype is not None and any(jnp.iscomplexobj(x) for x in jax.tree.leaves(params)):
+      raise ValueError(f"trace_dtype={trace_dtype} stores a real trace: complex params need "
+                       "trace_dtype=None.")
     layout = blocks_lib.resolve(blocks, params)
     # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)

@@ -96,11 +96,11 @@ def _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_adam):
   return climb(follow(meta_step_size), rate=climb_rate, backoff=climb_backoff)
 
 
-def _averaged(transform, average):
+def _averaged(transform, average, dtype=None):
   """``transform``, followed by :func:`average_iterates` when ``average`` is a horizon."""
   if average is None:
     return transform
-  return optax.chain(transform, average_iterates(average))
+  return optax.chain(transform, average_iterates(average, dtype))
 
 
 def _direction_with_decay(direction, weight_decay, mask, learn=()):
@@ -130,6 +130,7 @@ def adamw(
     climb_backoff: float = ADAMW_CLIMB_BACKOFF,
     gamma: float = ADAMW_GAMMA,
     average: float | None = AVERAGE,
+    average_dtype: Any = None,
     climb_memory: int | None = ADAMW_CLIMB_MEMORY,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
@@ -179,6 +180,9 @@ def adamw(
       whole run, the paper's; 0.99: ~100 steps).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
+    average_dtype: the average's storage, ``None`` (float32) or ``jnp.bfloat16``
+      (:func:`metaoptax.average_iterates`' ``dtype``). The trace's is
+      :func:`metaoptax.metaoptimize`'s ``trace_dtype``, a keyword of ``**kwargs``.
     climb_memory: how many steps Adam's moments count as when the climb ends
       (:func:`metaoptax.metaoptimize`; their bias-corrected values are kept). The
       climb's gradients, taken while the weights hardly moved, otherwise fill Adam's
@@ -212,7 +216,7 @@ def adamw(
   return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
                                 init_step_size=init_step_size, weight_decay=decay,
                                 gamma=gamma, climb_memory=climb_memory,
-                                **kwargs), average)
+                                **kwargs), average, average_dtype)
 
 
 @forwarding_metaoptimize_keywords
@@ -229,6 +233,7 @@ def lion(
     climb_backoff: float = CLIMB_BACKOFF,
     gamma: float = GAMMA,
     average: float | None = AVERAGE,
+    average_dtype: Any = None,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Lion without a learning rate: a drop-in for ``optax.lion``.
@@ -248,7 +253,8 @@ def lion(
       weight_decay, mask, learn)
   meta = _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_lion)
   return _averaged(metaoptimize(direction, meta, init_step_size=init_step_size,
-                                weight_decay=decay, gamma=gamma, **kwargs), average)
+                                weight_decay=decay, gamma=gamma, **kwargs), average,
+                   average_dtype)
 
 
 @forwarding_metaoptimize_keywords
@@ -264,6 +270,7 @@ def sgd(
     climb_backoff: float = SGD_CLIMB_BACKOFF,
     gamma: float = SGD_GAMMA,
     average: float | None = AVERAGE,
+    average_dtype: Any = None,
     **kwargs,
 ) -> optax.GradientTransformationExtraArgs:
   r"""SGD (with optional heavy-ball or Nesterov momentum) without a learning rate.
@@ -292,7 +299,7 @@ def sgd(
                                  accumulator_dtype=accumulator_dtype))
   return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
                                 init_step_size=init_step_size, weight_decay=weight_decay,
-                                gamma=gamma, **kwargs), average)
+                                gamma=gamma, **kwargs), average, average_dtype)
 
 
 #: Every drop-in by name: ``{"adamw": adamw, "lion": lion, "sgd": sgd}``.

@@ -71,7 +71,8 @@ def test_overflowing_trace_restarts():
 def test_nan_in_the_trace_restarts_instead_of_skipping_forever(blocks):
   opt = make(blocks=blocks)
   state = opt.init(PARAMS)
-  bad = jax.tree.map(lambda h: h.at[(0,) * h.ndim].set(jnp.nan), state.trace)
+  bad = jax.tree.map(lambda h: h.at[(0,) * h.ndim].set(jnp.nan)
+                     if jnp.issubdtype(h.dtype, jnp.floating) else h, state.trace)
   state = state._replace(trace=bad)
   updates, state = opt.update(jax.grad(loss)(PARAMS), state, PARAMS)
   assert int(state.trace_resets) == 1 and int(state.skipped_steps) == 0

@@ -1,0 +1,140 @@
+"""The trace and the average stored in bfloat16 (``trace_dtype``, ``average_dtype``).
+
+Oracles:
+
+* stochastic rounding (``metaoptax/_src/rounding.py``) against its closed form: ``x = 1 +
+  2**-10`` lies 1/8 of the way from 1 to the next bfloat16 number, so it rounds up with
+  probability exactly 1/8. Tolerance: 5 binomial standard deviations over 10**6 draws.
+* the float32 path, run side by side for 1,000 steps on the digits MLP with the same
+  params and gradients fed to both (the bfloat16 run's own step sizes follow its own
+  meta-gradients). Measured with jax 0.10.2 on CPU: the meta-gradient's largest error
+  3.3 % of the run's largest |s|, correlation 0.9998, the step sizes at step 1,000
+  0.04 % apart; the bfloat16 average 0.9 % from the float32 one (relative norm) and its
+  loss 0.06 % apart. Tolerances: 5 %, 0.999, 1 %, 2 % and 1 %.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from sklearn.datasets import load_digits
+
+import metaoptax
+from metaoptax._src.rounding import stochastic_round
+from tests.conftest import TWO_LEAVES as PARAMS
+
+
+def test_stochastic_rounding_is_unbiased():
+  x = jnp.full((1000, 1000), 1.0 + 2.0**-10, jnp.float32)
+  up = np.asarray(stochastic_round(x, jnp.bfloat16, jnp.uint32(7)).astype(jnp.float32)) > 1
+  tolerance = 5 * np.sqrt(0.125 * 0.875 / up.size)
+  assert abs(up.mean() - 0.125) < tolerance, up.mean()
+  down = np.asarray(stochastic_round(-x, jnp.bfloat16, jnp.uint32(7)).astype(jnp.float32)) < -1
+  assert abs(down.mean() - 0.125) < tolerance, down.mean()  # the magnitude, either sign
+  other = np.asarray(stochastic_round(x, jnp.bfloat16, jnp.uint32(8)).astype(jnp.float32)) > 1
+  assert (up != other).mean() > 0.1  # another seed, other bits
+
+
+def test_stochastic_rounding_keeps_what_bfloat16_holds():
+  x = jnp.array([jnp.nan, jnp.inf, -jnp.inf, 0.0, -0.0, 1.5, -3.0, 2.0**-100], jnp.float32)
+  rounded = stochastic_round(x, jnp.bfloat16, jnp.uint32(1))
+  assert rounded.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(np.asarray(rounded.astype(jnp.float32)), np.asarray(x))
+  # the derivative is the cast's
+  grad = jax.grad(lambda v: stochastic_round(v, jnp.bfloat16, jnp.uint32(1))
+                  .astype(jnp.float32).sum())(jnp.ones(3))
+  np.testing.assert_array_equal(grad, np.ones(3))
+
+
+def test_stochastic_rounding_writes_no_random_array():
+  """The bits come from a hash inside the kernel: float32 read, bfloat16 written."""
+  n = 4096
+  compiled = jax.jit(lambda v, s: stochastic_round(v, jnp.bfloat16, s)).lower(
+      jnp.ones(n), jnp.uint32(1)).compile()
+  analysis = compiled.cost_analysis()
+  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+  assert analysis["bytes accessed"] <= 6 * n + 64, analysis["bytes accessed"]
+
+
+def _digits_loss(p, x, y):
+  h = jax.nn.relu(x @ p["w1"] + p["b1"])
+  return optax.softmax_cross_entropy_with_integer_labels(h @ p["w2"] + p["b2"], y).mean()
+
+
+def _meta_gradient(state, grads):
+  return sum(jnp.sum(h.astype(jnp.float32) * g) for h, g in
+             zip(jax.tree.leaves(metaoptax.sensitivity_trace(state)), jax.tree.leaves(grads)))
+
+
+def test_bfloat16_trace_and_average_against_float32():
+  x, y = load_digits(return_X_y=True)
+  x, y = jnp.asarray(x / 16.0, jnp.float32), jnp.asarray(y)
+  k1, k2 = jax.random.split(jax.random.key(0))
+  params = {"w1": jax.random.normal(k1, (64, 64)) / 8, "b1": jnp.zeros(64),
+            "w2": jax.random.normal(k2, (64, 10)) / 8, "b2": jnp.zeros(10)}
+  wide = metaoptax.adamw(weight_decay=1e-2)
+  narrow = metaoptax.adamw(weight_decay=1e-2, trace_dtype=jnp.bfloat16,
+                           average_dtype=jnp.bfloat16)
+  wide_state, narrow_state = wide.init(params), narrow.init(params)
+
+  @jax.jit
+  def step(params, wide_state, narrow_state, key):
+    batch = jax.random.randint(key, (64,), 0, x.shape[0])
+    grads = jax.grad(_digits_loss)(params, x[batch], y[batch])
+    s = jnp.stack([_meta_gradient(wide_state, grads), _meta_gradient(narrow_state, grads)])
+    updates, wide_state = wide.update(grads, wide_state, params)
+    _, narrow_state = narrow.update(grads, narrow_state, params)  # the same params
+    return optax.apply_updates(params, updates), wide_state, narrow_state, s
+
+  meta_gradients = []
+  for key in jax.random.split(jax.random.key(1), 1000):
+    params, wide_state, narrow_state, s = step(params, wide_state, narrow_state, key)
+    meta_gradients.append(np.asarray(s))
+  s = np.array(meta_gradients)
+  assert metaoptax.sensitivity_trace(narrow_state)["w1"].dtype == jnp.bfloat16
+  assert np.abs(s[:, 1] - s[:, 0]).max() <= 0.05 * np.abs(s[:, 0]).max()
+  assert np.corrcoef(s[:, 0], s[:, 1])[0, 1] > 0.999
+  np.testing.assert_allclose(metaoptax.step_sizes(narrow_state),
+                             metaoptax.step_sizes(wide_state), rtol=0.01)
+  wide_average = metaoptax.averaged_params(wide_state)
+  narrow_average = jax.tree.map(lambda a: a.astype(jnp.float32),
+                                metaoptax.averaged_params(narrow_state))
+  assert metaoptax.averaged_params(narrow_state)["w1"].dtype == jnp.bfloat16
+  for name in params:
+    error = jnp.linalg.norm(narrow_average[name] - wide_average[name])
+    assert error <= 0.02 * jnp.linalg.norm(wide_average[name]), name
+  np.testing.assert_allclose(_digits_loss(narrow_average, x, y), _digits_loss(wide_average, x, y),
+                             rtol=0.01)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: metaoptax.adamw(trace_dtype=jnp.float16), "trace_dtype=float16 is not supported"),
+    (lambda: metaoptax.adamw(average_dtype=jnp.float16), "dtype=float16 is not supported"),
+    (lambda: metaoptax.adamw(trace_dtype="nonsense"), "is not a dtype"),
+    (lambda: metaoptax.presets.adamw_adam(1e-3, approximation="2x2", trace_dtype=jnp.bfloat16),
+     "needs approximation='hessian_free'"),
+])
+def test_unsupported_storage_is_refused_at_construction(make, message):
+  with pytest.raises(ValueError, match=message):
+    make()
+
+
+def test_complex_params_need_float32_storage():
+  params = {"w": jnp.ones(3, jnp.complex64)}
+  with pytest.raises(ValueError, match="complex params need trace_dtype=None"):
+    metaoptax.adamw(trace_dtype=jnp.bfloat16, average=None).init(params)
+  with pytest.raises(ValueError, match="complex params need dtype=None"):
+    metaoptax.average_iterates(dtype=jnp.bfloat16).init(params)
+
+
+def test_a_restart_keeps_the_storage_dtype():
+  opt = metaoptax.adamw(trace_dtype=jnp.bfloat16, average=None)
+  state = opt.init(PARAMS)
+  weights = jax.tree.map(lambda h: jnp.full_like(h, jnp.nan), state.trace.weights)
+  state = state._replace(trace=state.trace._replace(weights=weights))
+  grads = jax.tree.map(jnp.ones_like, PARAMS)
+  _, state = opt.update(grads, state, PARAMS)
+  assert int(state.trace_resets) == 1
+  for h in jax.tree.leaves(state.trace.weights):
+    assert h.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(h)))

@@ -68,7 +68,8 @@ def metaoptimize(
 
   Precision: whatever the params' dtype, every floating leaf of the state
   (:math:`\beta`, the trace, the meta state and the base direction's own state,
-  e.g. Adam's moments) is float32, or float64 for float64 params, and the
+  e.g. Adam's moments) is float32, or float64 for float64 params (the trace
+  bfloat16 with ``trace_dtype=jnp.bfloat16``), and the
   direction and step are computed at that precision; only the updates have the
   params' dtypes. (In float16, Adam's second moment underflows for
   :math:`|g| \lesssim 5\cdot 10^{-3}` and its ``eps = 1e-8`` is 0: NaN or infinite updates; in

@@ -92,11 +92,8 @@ def average_iterates(horizon: float = 0.1, dtype: Any = None) -> optax.GradientT
       return average + weight.astype(wide) * (new - average)
 
     average = jax.tree.map(step, state.average, params, updates)
-    if dtype is not None:  # each leaf rounded with its own bits, new ones each step
-      leaves, treedef = jax.tree.flatten(average)
-      seed = (count.astype(jnp.uint32) * jnp.uint32(len(leaves))) ^ jnp.uint32(0x5BD1E995)
-      average = jax.tree.unflatten(treedef, [
-          rounding.stochastic_round(a, dtype, seed + jnp.uint32(i)) for i, a in enumerate(leaves)])
+    if dtype is not None:  # bits other than the trace's (salt)
+      average = rounding.stochastic_round_tree(average, dtype, count, salt=0x5BD1E995)
     return updates, AverageState(count=count, average=average)
 
   return optax.GradientTransformation(init_fn, update_fn)

@@ -128,11 +128,7 @@ def _stored(config: StepConfig, weights: Any, count: jax.Array) -> Any:
   ``config.trace_dtype`` (:mod:`metaoptax._src.rounding`), each leaf with its own bits."""
   if config.trace_dtype is None:
     return weights
-  leaves, treedef = jax.tree.flatten(weights)
-  seeds = [count.astype(jnp.uint32) * jnp.uint32(len(leaves)) + jnp.uint32(i)
-           for i in range(len(leaves))]
-  return jax.tree.unflatten(treedef, [rounding.stochastic_round(h, config.trace_dtype, seed)
-                                      for h, seed in zip(leaves, seeds)])
+  return rounding.stochastic_round_tree(weights, config.trace_dtype, count)
 
 
 def params_reading_leaves(base_update: Callable, grads: Any, base_state: Any,

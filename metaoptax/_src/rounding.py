@@ -17,6 +17,7 @@ forward and reverse mode see a plain cast.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -87,3 +88,12 @@ def stochastic_round(x: jax.Array, dtype, seed: jax.Array) -> jax.Array:
 def _stochastic_round_jvp(dtype, primals, tangents):
   x, seed = primals
   return stochastic_round(x, dtype, seed), jnp.asarray(tangents[0], jnp.float32).astype(dtype)
+
+
+def stochastic_round_tree(tree: Any, dtype, step: jax.Array, salt: int = 0) -> Any:
+  """:func:`stochastic_round` of every leaf of ``tree``, with bits of its own for each leaf
+  and each ``step`` (an integer scalar); ``salt`` gives another state other bits."""
+  leaves, treedef = jax.tree.flatten(tree)
+  first = step.astype(jnp.uint32) * jnp.uint32(len(leaves)) ^ jnp.uint32(salt)
+  return jax.tree.unflatten(treedef, [stochastic_round(x, dtype, first + jnp.uint32(i))
+                                      for i, x in enumerate(leaves)])

@@ -118,7 +118,10 @@ def step(config: StepConfig, layout: BlockLayout, grads: Any, state: MetaOptimiz
       config, base_update, wide_grads, wide_params, base_state, used.hyperparams, step_sizes,
       state.trace.hyperparams), count)
   if direction_beside_state(base_update, wide_grads, base_state, wide_params):
-    new_base_state = _written_after(delta, new_base_state)
+    # XLA:CPU only: XLA:GPU fuses Delta and the moment's update into one kernel with
+    # several outputs, which the ordering would split.
+    new_base_state = jax.lax.platform_dependent(
+        delta, new_base_state, cpu=_written_after, default=lambda _, state: state)
   return delta, state._replace(base_state=new_base_state, meta_params=new_meta,
                                meta_state=new_meta_state, trace=new_trace)
 
@@ -184,7 +187,9 @@ def _written_after(delta: Any, base_state: Any) -> Any:
   update reads that entry of :math:`\Delta` and runs after it, and the copy goes. One
   entry orders the kernels as all of :math:`\Delta` would, without a pass over it. (With
   ``weight_decay=0`` XLA fuses :math:`\Delta` into its readers instead of
-  writing it, and the copy stays, as in ``optax.lion``'s own step.)
+  writing it, and the copy stays, as in ``optax.lion``'s own step.) On CPU only: where
+  fusions have several outputs (XLA:GPU), one kernel computes :math:`\Delta` and the
+  moment's update together, and the ordering would split it in two.
   """
   treedef = jax.tree.structure(delta)
 

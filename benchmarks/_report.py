@@ -33,6 +33,18 @@ def save_figure(fig, path) -> None:
   plt.close(fig)
 
 
+def bars_by_size(ax, names: list[str], values: dict, fontsize: int = 8) -> None:
+  """Horizontal bars, one group per name and one bar per size: ``values`` maps each size
+  to its values in the order of ``names``."""
+  height = 0.8 / len(values)
+  for k, (size, row) in enumerate(values.items()):
+    ax.barh([i + k * height for i in range(len(names))], row, height=height, label=size)
+  ax.axvline(1.0, color="black", lw=0.8)
+  ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize=fontsize)
+  if not ax.yaxis_inverted():  # the first name on top (axes sharing y are inverted once)
+    ax.invert_yaxis()
+
+
 def git_commit(short: bool = False) -> str:
   """The commit of the working tree (with a note if it has uncommitted changes), or "unknown"."""
   here = pathlib.Path(__file__).resolve().parent

@@ -7,8 +7,8 @@ needs no accelerator. For each optimizer and size: XLA's bytes accessed in float
 parameter-sized passes (bytes / (4 x parameters)), the ratio to ``optax.adamw``'s,
 and how many parameter-sized float32 buffers the state holds. An optimizer step is
 memory-bound: on an accelerator its time is about these bytes over the bandwidth.
-The figure is XLA:CPU's, whose fusions have one output each; a GPU's multi-output
-fusions read less. Beside the optimizers, the drop-in's arithmetic alone, written by hand
+The figure is that of the backend at hand: XLA:CPU's fusions have one output each,
+XLA:GPU's several, which read less. Beside the optimizers, the drop-in's arithmetic alone, written by hand
 (``_arithmetic_floor``): what its outputs cost under those fusions. ``step_time_scale.py
 --bytes`` writes it.
 """
@@ -75,15 +75,10 @@ def plot(rows, path) -> None:
   sizes = list(rows)
   names = list(rows[sizes[0]])
   fig, ax = plt.subplots(figsize=(9, 4))
-  height = 0.8 / len(sizes)
-  for k, size in enumerate(sizes):
-    ax.barh([i + k * height for i in range(len(names))],
-            [rows[size][n]["ratio"] for n in names], height=height, label=size)
+  _report.bars_by_size(ax, names, {size: [rows[size][n]["ratio"] for n in names]
+                                   for size in sizes})
   for value in sorted(set(TARGETS.values())):
     ax.axvline(value, ls="--", color="tab:green", lw=1, label=f"target {value}x")
-  ax.axvline(1.0, color="black", lw=0.8)
-  ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize=8)
-  ax.invert_yaxis()
   ax.set_xlabel(f"bytes accessed per step / optax.adamw's "
                 f"(XLA:{jax.default_backend().upper()} cost analysis)")
   ax.legend(fontsize=8)

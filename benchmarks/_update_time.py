@@ -117,18 +117,12 @@ def markdown(rows, table, repeats, steps, commit) -> list[str]:
 def plot(rows, table, path) -> None:
   plt = _report.pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-  sizes = list(rows)
   names = [n for n in table if n != REFERENCE]
-  height = 0.8 / len(sizes)
   for ax, donate in zip(axes, (True, False)):
-    for k, size in enumerate(sizes):
-      ax.barh([i + k * height for i in range(len(names))],
-              [rows[size][n, donate]["ratio"] for n in names], height=height, label=size)
-    ax.axvline(1.0, color="black", lw=0.8)
+    _report.bars_by_size(ax, names, {size: [cells[n, donate]["ratio"] for n in names]
+                                     for size, cells in rows.items()}, fontsize=7)
     ax.set_title(f"donated: {'yes' if donate else 'no'}")
     ax.set_xlabel(f"step time / optax.adamw's ({jax.devices()[0].device_kind})")
-  axes[0].set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize=7)
-  axes[0].invert_yaxis()
   axes[0].legend(fontsize=8)
   _report.save_figure(fig, path)
 

@@ -32,7 +32,14 @@ from metaoptax._src.hyperparams import concrete_number
 
 
 class AverageState(NamedTuple):
-  """The step count and the averaged weights :math:`\\bar w_t`."""
+  r"""The step count and the averaged weights :math:`\bar w_t`.
+
+  Attributes:
+    count: int32 scalar, the steps taken.
+    average: params-shaped, the average :math:`\bar w_t` of the weights over the last
+      fraction of the steps (:func:`metaoptax.average_iterates`); what
+      :func:`metaoptax.averaged_params` returns.
+  """
 
   count: jax.Array
   average: optax.Params

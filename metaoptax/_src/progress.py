@@ -9,17 +9,26 @@ class Progress(NamedTuple):
   """What a training loop reports every ``log_every`` iterations and at the end.
 
   ``str(progress)`` is a labelled line, so ``progress=print`` prints readable reports.
+
+  Attributes:
+    label: which loop, e.g. ``"L2O meta-training"``.
+    iteration: iterations done (of the whole run).
+    num_iterations: iterations of the whole run.
+    loss: the loss since the previous report: the mean of the finite losses (NaN if
+      none); in L2O meta-training the median over the tasks (``metrics`` holds the
+      worst task's).
+    skipped_updates: updates skipped for a non-finite loss or gradient (whole run).
+    iterations_per_second: since the previous report.
+    metrics: further means since the previous report, e.g. ``{"acceptance": 0.6}``.
   """
 
-  label: str  # which loop, e.g. "L2O meta-training"
-  iteration: int  # iterations done (of the whole run)
-  num_iterations: int  # iterations of the whole run
-  # the loss since the previous report: the mean of the finite losses (NaN if none);
-  # L2O meta-training: the median over the tasks (metrics: the worst task's)
+  label: str
+  iteration: int
+  num_iterations: int
   loss: float
-  skipped_updates: int  # updates skipped for a non-finite loss or gradient (whole run)
-  iterations_per_second: float  # since the previous report
-  metrics: dict  # further means since the previous report, e.g. {"acceptance": 0.6}
+  skipped_updates: int
+  iterations_per_second: float
+  metrics: dict
 
   def __str__(self) -> str:
     extra = "".join(f", {name} {value:.4g}" for name, value in self.metrics.items())

@@ -20,10 +20,14 @@ class HyperparamTrace(NamedTuple):
   Each column carries the base-state leaves that depend on its hyperparameter
   (Adam's first moment for ``b1``, the second for ``b2``, none for
   ``weight_decay``).
+
+  Attributes:
+    weights: ``K`` params-shaped trees, :math:`dw/d\phi_k`.
+    base_state: ``K`` tuples, the base-state floating-point leaves each column carries.
   """
 
-  weights: tuple  # K params-shaped trees
-  base_state: tuple  # K tuples of the base-state float leaves each column carries
+  weights: tuple
+  base_state: tuple
 
 
 class HessianFreeTrace(NamedTuple):
@@ -35,12 +39,20 @@ class HessianFreeTrace(NamedTuple):
   Lion, RMSProp, momentum and SGD, whose states depend on the weights only
   through the gradient. ``hyperparams`` holds one column per learned
   hyperparameter (none when only the step sizes are learned).
+
+  Attributes:
+    weights: :math:`h`, params-shaped (float32, or bfloat16 with ``trace_dtype``).
+    base_state: the sensitivities of the base state's floating-point leaves that read
+      the params.
+    hyperparams: the learned hyperparameters' columns (:class:`~metaoptax.HyperparamTrace`).
+    count: int32 scalar, the steps since the trace (re)started; it seeds the
+      stochastic rounding of a bfloat16 trace.
   """
 
-  weights: Any  # h, params-shaped (float32, or bfloat16 with ``trace_dtype``)
-  base_state: tuple  # sensitivities of params-reading base-state float leaves
-  hyperparams: HyperparamTrace  # the learned hyperparameters' columns
-  count: jax.Array  # int32: steps since the trace (re)started; seeds its rounding
+  weights: Any
+  base_state: tuple
+  hyperparams: HyperparamTrace
+  count: jax.Array
 
 
 class ExactTrace(NamedTuple):
@@ -50,34 +62,66 @@ class ExactTrace(NamedTuple):
   of learned hyperparameters); column ``j`` is the discounted sensitivity to
   meta-parameter ``j``. Only the
   floating-point leaves of the optimizer states carry sensitivities.
+
+  Attributes:
+    weights: :math:`X^w = H`, params-shaped leaves with a leading ``m`` axis.
+    base_state: :math:`X` for the floating-point leaves of the base optimizer's state.
+    meta_params: :math:`Y`, a :class:`~metaoptax.MetaParams` tree whose leaves have a
+      leading ``m`` axis.
+    meta_state: :math:`Y` for the floating-point leaves of the meta optimizer's state.
   """
 
-  weights: Any  # X^w = H, params-shaped leaves with a leading m axis
-  base_state: tuple  # X for the float leaves of the base optimizer state
-  meta_params: Any  # Y, a MetaParams tree whose leaves have a leading m axis
-  meta_state: tuple  # Y for the float leaves of the meta optimizer state
+  weights: Any
+  base_state: tuple
+  meta_params: Any
+  meta_state: tuple
 
 
 class ClimbState(NamedTuple):
-  """State of :func:`metaoptax.climb`."""
+  r"""State of :func:`metaoptax.climb`.
 
-  average: jax.Array  # the smoothed total meta-gradient (a scalar in beta's dtype)
-  climbing: jax.Array  # bool scalar: the climb has not ended
-  climb_steps: jax.Array  # int32: steps taken while climbing
-  ended: jax.Array  # bool scalar: the climb ended at the last step
-  meta_state: optax.OptState  # state of the meta optimizer that takes over
+  Attributes:
+    average: the smoothed total meta-gradient, a scalar in :math:`\beta`'s dtype.
+    climbing: bool scalar, the climb has not ended.
+    climb_steps: int32 scalar, the steps taken while climbing.
+    ended: bool scalar, the climb ended at the last step.
+    meta_state: the state of the meta optimizer that takes over after the climb.
+  """
+
+  average: jax.Array
+  climbing: jax.Array
+  climb_steps: jax.Array
+  ended: jax.Array
+  meta_state: optax.OptState
 
 
 class MetaOptimizeState(NamedTuple):
-  """State of :func:`metaoptax.metaoptimize`."""
+  r"""State of :func:`metaoptax.metaoptimize`.
 
-  base_state: optax.OptState  # state of the base (direction) transformation
-  meta_params: learned.MetaParams  # beta (log step sizes, or step sizes) and phi
-  meta_state: optax.OptState  # state of the meta transformation acting on beta
-  trace: Any  # a HessianFreeTrace or an ExactTrace
-  log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
-  skipped_steps: jax.Array  # int32: steps skipped (non-finite gradient or update)
-  trace_resets: jax.Array  # int32: trace restarts (finite step, non-finite trace)
+  Read it with :func:`metaoptax.step_sizes`, :func:`metaoptax.hyperparameters` and
+  :func:`metaoptax.sensitivity_trace` rather than by field: wrappers (the average, the
+  climb, the gate) nest it inside their own states.
+
+  Attributes:
+    base_state: the state of the base (direction) transformation.
+    meta_params: :math:`\beta` (log step sizes, or step sizes) and :math:`\phi`, the learned
+      hyperparameters (:class:`~metaoptax.MetaParams`).
+    meta_state: the state of the meta transformation acting on :math:`\beta`.
+    trace: a :class:`~metaoptax.HessianFreeTrace` or an :class:`~metaoptax.ExactTrace`.
+    log_parametrization: bool scalar: :math:`\alpha = e^\beta` if true, else
+      :math:`\alpha = \beta`.
+    skipped_steps: int32 scalar, the steps skipped (non-finite gradient or update).
+    trace_resets: int32 scalar, the trace's restarts (a finite step whose trace was not
+      finite).
+  """
+
+  base_state: optax.OptState
+  meta_params: learned.MetaParams
+  meta_state: optax.OptState
+  trace: Any
+  log_parametrization: jax.Array
+  skipped_steps: jax.Array
+  trace_resets: jax.Array
 
 
 def _find_states(state: Any) -> list[MetaOptimizeState]:

@@ -83,25 +83,39 @@ CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the ty
 
 
 class WarmupResult(NamedTuple):
-  """What :func:`warmup` found."""
+  r"""What :func:`warmup` found.
 
-  step_size: jax.Array  # h, the step size in the whitened coordinates
-  whitening: Whitening  # the chains' per-coordinate mean and standard deviation
-  positions: jax.Array  # (chains, dim) the chains at the end of the warm-up
-  acceptance: jax.Array  # mean acceptance probability over the final window's second half
-  # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup)
+  Attributes:
+    step_size: :math:`h`, the step size in the whitened coordinates.
+    whitening: the chains' :class:`Whitening` (their location and scale, and with the
+      dense metric their Cholesky factor).
+    positions: ``(chains, dim)``, the chains at the end of the warm-up.
+    acceptance: the mean acceptance probability over the final window's second half.
+    log_scale_slopes: ``(dim, dim)``: entry ``(j, i)`` is
+      :math:`\partial \log(\text{local scale of } z_i) / \partial z_j`, diagonal 0
+      (``slopes=``); ``None`` without.
+    log_scale_samples: with ``slopes="curvature"``: (positions :math:`z`, log local
+      scales of :math:`z`) over the final window's second half, ``(transitions * chains,
+      dim)`` each, for the saturating fit; ``None`` otherwise.
+    rhat: ``(dim + 1,)``, the split R-hat of each coordinate and of :math:`\log p` over
+      the final window's second half.
+    num_transitions: int, the transitions the warm-up made.
+    burn_in_rhat: the largest split R-hat of the last burn-in window.
+    num_hessian_evaluations: int, the Hessians of :math:`\log p` each chain evaluated
+      (the dense metric's Newton metrics: one per burn-in window and one for window 2;
+      the curvature slopes' diagonal: one per transition of the final window's second
+      half), each ``dim`` forward-over-reverse products.
+  """
+
+  step_size: jax.Array
+  whitening: Whitening
+  positions: jax.Array
+  acceptance: jax.Array
   log_scale_slopes: jax.Array | None = None
-  # with slopes="curvature": (positions z, log local scales of z) at the final window's
-  # second half, (transitions * chains, dim) each, for the saturating fit
   log_scale_samples: tuple[jax.Array, jax.Array] | None = None
-  # (dim + 1,) the split R-hat of each coordinate and of log p over the final window's
-  # second half
   rhat: jax.Array | None = None
-  num_transitions: jax.Array | None = None  # int, the transitions the warm-up made
-  burn_in_rhat: jax.Array | None = None  # the largest split R-hat of the last burn-in window
-  # int, the Hessians of log p each chain evaluated (the dense metric's Newton metrics: one
-  # per burn-in window and one for window 2; the curvature slopes' diagonal: one per
-  # transition of the final window's second half), each dim forward-over-reverse products
+  num_transitions: jax.Array | None = None
+  burn_in_rhat: jax.Array | None = None
   num_hessian_evaluations: jax.Array | None = None
 
 

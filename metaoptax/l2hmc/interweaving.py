@@ -57,13 +57,21 @@ __all__ = ("Interweaving", "move", "proposal_scales", "gradient_evaluations")
 
 
 class Interweaving(NamedTuple):
-  """The declared hierarchy (indices into the position) and the move's settings (static)."""
+  r"""The declared hierarchy (indices into the position) and the move's settings (static).
 
-  location: int  # mu
-  log_scale: int  # log tau
-  members: tuple[int, ...]  # theta_j ~ (mu, tau)
-  scales: tuple[float, float] = (1.0, 1.0)  # proposal sds of (s, t), in whitened units
-  num_moves: int = 1  # Metropolis steps per transition (one gradient evaluation each)
+  Attributes:
+    location: the index of the hierarchy's location :math:`\mu`.
+    log_scale: the index of its log scale :math:`\log\tau`.
+    members: the indices of its members, :math:`\theta_j \sim (\mu, \tau)`.
+    scales: the proposal standard deviations of :math:`(s, t)`, in whitened units.
+    num_moves: the Metropolis steps per transition (one gradient evaluation each).
+  """
+
+  location: int
+  log_scale: int
+  members: tuple[int, ...]
+  scales: tuple[float, float] = (1.0, 1.0)
+  num_moves: int = 1
 
 
 def validate(config: Interweaving, dim: int) -> None:

@@ -78,7 +78,13 @@ __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_p
 
 
 class L2HMCState(NamedTuple):
-  """Position of a chain, with its log density and gradient (carried, not recomputed)."""
+  r"""Position of a chain, with its log density and gradient (carried, not recomputed).
+
+  Attributes:
+    position: the chain's position, a pytree as ``logdensity_fn`` takes.
+    logdensity: :math:`\log p` at ``position``, a scalar.
+    logdensity_grad: :math:`\nabla \log p` at ``position``, shaped as ``position``.
+  """
 
   position: jax.Array
   logdensity: jax.Array
@@ -86,13 +92,25 @@ class L2HMCState(NamedTuple):
 
 
 class L2HMCInfo(NamedTuple):
-  """What one transition did."""
+  r"""What one transition did.
 
-  acceptance_rate: jax.Array  # A(xi'|xi)
+  Attributes:
+    acceptance_rate: :math:`A(\xi'|\xi)`, the Metropolis acceptance probability of the
+      proposal.
+    is_accepted: bool, whether the proposal was accepted.
+    direction: the trajectory's direction :math:`d`, +1 or -1.
+    log_det_jacobian: :math:`\log|\det \partial\xi'/\partial\xi|` of the proposal's map
+      (0 for the networks-off leapfrog, which preserves volume).
+    proposal: :math:`x'`, the proposed position (accepted or not).
+    num_gradient_evaluations: int32, the gradients of :math:`\log p` the transition
+      evaluated (:func:`gradient_evaluations`).
+  """
+
+  acceptance_rate: jax.Array
   is_accepted: jax.Array
-  direction: jax.Array  # +1 or -1
+  direction: jax.Array
   log_det_jacobian: jax.Array
-  proposal: jax.Array  # x'
+  proposal: jax.Array
   num_gradient_evaluations: jax.Array
 
   @property
@@ -108,6 +126,11 @@ class SamplingAlgorithm(NamedTuple):
   The fields and signatures of ``blackjax.base.SamplingAlgorithm``, so a sampler
   runs in blackjax's loops (``blackjax.util.run_inference_algorithm``) without
   metaoptax depending on blackjax.
+
+  Attributes:
+    init: ``(position, rng_key=None) -> L2HMCState``: a chain's state at ``position``.
+    step: ``(rng_key, state) -> (state, info)``: one transition
+      (:class:`L2HMCState`, :class:`L2HMCInfo`).
   """
 
   init: Callable

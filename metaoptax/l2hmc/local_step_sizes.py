@@ -118,13 +118,20 @@ JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
 
 
 class LocalStepSizes(NamedTuple):
-  """:math:`w \\sim \\mathcal N(\\beta^\\top z, 1)`, :math:`\\log\\varepsilon_i \\mathrel{+}= c_i w`
-  (saturating with ``cap``)."""
+  r""":math:`w \sim \mathcal N(\beta^\top z, 1)`, :math:`\log\varepsilon_i \mathrel{+}= c_i w`
+  (saturating with ``cap``).
 
-  slope: jax.Array  # (dim,) beta
-  exponent: jax.Array  # (dim,) c
-  cap: jax.Array | None = None  # (dim,) u of the saturating shift; None: log-linear
-  centre: jax.Array | None = None  # (dim,) what the scale move scales about; None: 0
+  Attributes:
+    slope: ``(dim,)``, :math:`\beta`.
+    exponent: ``(dim,)``, :math:`c`.
+    cap: ``(dim,)``, :math:`u`, the bound of the saturating shift; ``None``: log-linear.
+    centre: ``(dim,)``, the point the scale move scales about; ``None``: 0.
+  """
+
+  slope: jax.Array
+  exponent: jax.Array
+  cap: jax.Array | None = None
+  centre: jax.Array | None = None
 
 
 def init_local(dim: int) -> LocalStepSizes:

@@ -19,14 +19,23 @@ __all__ = ("Target", "gaussian", "ill_conditioned_gaussian", "strongly_correlate
 
 
 class Target(NamedTuple):
-  """A distribution to sample: ``logdensity_fn(x) = -U(x)`` up to a constant."""
+  """A distribution to sample: ``logdensity_fn(x) = -U(x)`` up to a constant.
+
+  Attributes:
+    name: the target's name (reports and tables).
+    dim: the number of coordinates of ``x``.
+    logdensity_fn: ``x (dim,) -> log p(x)`` up to a constant.
+    mean: the exact mean ``(dim,)``, if known; else ``None``.
+    covariance: the exact covariance ``(dim, dim)``, if known; else ``None``.
+    sample: ``(rng_key, n) -> (n, dim)`` exact draws, if known; else ``None``.
+  """
 
   name: str
   dim: int
   logdensity_fn: Callable[[jax.Array], jax.Array]
-  mean: jax.Array | None = None  # exact mean, if known
-  covariance: jax.Array | None = None  # exact covariance, if known
-  sample: Callable[[jax.Array, int], jax.Array] | None = None  # exact draws (key, n), if known
+  mean: jax.Array | None = None
+  covariance: jax.Array | None = None
+  sample: Callable[[jax.Array, int], jax.Array] | None = None
 
 
 def gaussian(covariance: jax.Array, mean: jax.Array | None = None, name: str = "gaussian"

@@ -138,38 +138,70 @@ class TrainingConfig(NamedTuple):
 
 
 class TrainingState(NamedTuple):
-  """Everything a training run carries from one iteration to the next."""
+  """Everything a training run carries from one iteration to the next.
+
+  Attributes:
+    params: the :class:`L2HMCParams` being trained.
+    opt_state: the optimizer's state.
+    chains: the chains' :class:`L2HMCState`, leaves ``(num_chains, ...)``, split over the
+      mesh's data axis.
+    masks: ``(K, dim)``, the sampler's fixed masks.
+    key: typed PRNG key; iteration ``i`` draws from ``fold_in(key, i)``.
+    iteration: int32 scalar, the iterations done.
+    skipped_updates: int32 scalar, the updates skipped (non-finite loss or gradient).
+    whitening: the warm-up's :class:`Whitening`; ``None`` without a warm-up.
+  """
 
   params: L2HMCParams
-  opt_state: Any  # the optimizer's state
-  chains: L2HMCState  # leaves (num_chains, ...): split over the mesh's data axis
-  masks: jax.Array  # (K, dim) the sampler's fixed masks
-  key: jax.Array  # typed PRNG key; iteration i draws from fold_in(key, i)
-  iteration: jax.Array  # int32 iterations done
-  skipped_updates: jax.Array  # int32 updates skipped (non-finite loss or gradient)
-  whitening: Whitening | None = None  # the warm-up's (mu, sigma); None without a warm-up
+  opt_state: Any
+  chains: L2HMCState
+  masks: jax.Array
+  key: jax.Array
+  iteration: jax.Array
+  skipped_updates: jax.Array
+  whitening: Whitening | None = None
 
 
 class TrainingInfo(NamedTuple):
-  """What one iteration (:func:`build_training_step`) reports."""
+  """What one iteration (:func:`build_training_step`) reports.
+
+  Attributes:
+    loss: the training loss of the iteration (:attr:`TrainingConfig.objective`).
+    acceptance: the mean acceptance probability of the chains' proposals.
+    finite: bool; false where the update was skipped (a non-finite loss or gradient).
+  """
 
   loss: jax.Array
-  acceptance: jax.Array  # mean acceptance probability of the chains' proposals
-  finite: jax.Array  # bool; False where the update was skipped
+  acceptance: jax.Array
+  finite: jax.Array
 
 
 class TrainingResult(NamedTuple):
-  """What :func:`train` returns."""
+  """What :func:`train` returns.
+
+  Attributes:
+    params: the trained :class:`L2HMCParams`.
+    masks: ``(K, dim)``, the sampler's fixed masks of the coordinates each leapfrog step
+      updates.
+    losses: one loss per iteration of this call (NaN where the update was skipped).
+    acceptance: the chains' mean acceptance probability, one per iteration of this call.
+    seconds: the wall-clock time of this call.
+    skipped_updates: the updates skipped for a non-finite loss or gradient (whole run).
+    state: the :class:`TrainingState` to continue from (``init_state=``) or to checkpoint.
+    whitening: the warm-up's :class:`Whitening` (already inside ``sampler``); ``None``
+      without a warm-up.
+    sampler: the trained sampler, its whitening included
+      (:class:`SamplingAlgorithm`: ``init(position)``, ``step(rng_key, state)``).
+  """
 
   params: L2HMCParams
   masks: jax.Array
-  losses: np.ndarray  # one per iteration of this call (NaN where skipped)
-  acceptance: np.ndarray  # mean acceptance of the chains, one per iteration
+  losses: np.ndarray
+  acceptance: np.ndarray
   seconds: float
-  skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient (whole run)
-  state: TrainingState | None = None  # to continue (``init_state=``) or checkpoint
-  whitening: Whitening | None = None  # the warm-up's (mu, sigma), already in ``sampler``
-  # the trained sampler (its whitening included): init(position), step(rng_key, state)
+  skipped_updates: int = 0
+  state: TrainingState | None = None
+  whitening: Whitening | None = None
   sampler: SamplingAlgorithm | None = None
 
 

@@ -211,16 +211,28 @@ class ScaledAdamConfig(NamedTuple):
 
 class ScaledAdamState(NamedTuple):
   """State of :meth:`ScaledAdamConfig.transformation`: Adam's moments, the LSTM state and
-  the multipliers."""
+  the multipliers.
 
-  mu: Any  # first moment, params-shaped (float32 or wider)
-  nu: Any  # second moment, params-shaped
-  carry: tuple  # LSTM (c, h) per layer, each (num_tensors, hidden)
-  log_scale: jax.Array  # (num_tensors,) the last log-multipliers s
-  count: jax.Array  # int32 steps taken
-  skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
-  mu_slow: Any = None  # slow first moment, params-shaped (``slow_b1``), else None
-  budget: jax.Array | None = None  # the run's length T in steps, a scalar (``budget``), else None
+  Attributes:
+    mu: Adam's first moment, params-shaped (float32 or wider).
+    nu: Adam's second moment, params-shaped.
+    carry: the LSTM's ``(c, h)`` per layer, each ``(num_tensors, hidden)``.
+    log_scale: ``(num_tensors,)``, the last log-multipliers :math:`s`.
+    count: int32 scalar, the steps taken.
+    skipped_steps: int32 scalar, the steps skipped (non-finite gradient or step).
+    mu_slow: the slow first moment, params-shaped (``slow_b1``); ``None`` without it.
+    budget: the run's length :math:`T` in steps, a scalar (``budget``); ``None``
+      without it.
+  """
+
+  mu: Any
+  nu: Any
+  carry: tuple
+  log_scale: jax.Array
+  count: jax.Array
+  skipped_steps: jax.Array
+  mu_slow: Any = None
+  budget: jax.Array | None = None
 
 
 def _check(config: ScaledAdamConfig) -> None:

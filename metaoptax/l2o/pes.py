@@ -67,10 +67,17 @@ class PES(NamedTuple):
 
 
 class PESState(NamedTuple):
-  """The particles of one unroll."""
+  r"""The particles of one unroll.
 
-  states: Any  # each particle's state, a leading axis of N particles (pairs interleaved)
-  accumulated: Any  # theta-shaped leaves with a leading axis N: each particle's sum xi
+  Attributes:
+    states: each particle's state, with a leading axis of ``N`` particles (the pairs
+      interleaved).
+    accumulated: :math:`\theta`-shaped leaves with a leading axis ``N``: each particle's
+      sum of perturbations :math:`\xi` so far.
+  """
+
+  states: Any
+  accumulated: Any
 
 
 def init(theta: Any, states: Any) -> PESState:

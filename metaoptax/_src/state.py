@@ -194,6 +194,13 @@ def sensitivity_trace(state: Any) -> Any:
   Exact variants: a params-shaped tree whose leaves have a leading axis of size
   ``m``, one column ``H[:, j]`` per block (then one per learned hyperparameter).
   With learned hyperparameters, the Hessian-free step sizes' trace ``h``.
+
+  Args:
+    state: a :class:`MetaOptimizeState`, or any optimizer state that contains exactly
+      one (e.g. of an ``optax.chain`` or of :func:`metaoptax.adamw`).
+
+  Returns:
+    The trace, as above.
   """
   return _the_state(state).trace.weights
 

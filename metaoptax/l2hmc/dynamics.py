@@ -209,7 +209,18 @@ def init_params(key: jax.Array, config: L2HMCConfig,
 
 
 def make_masks(key: jax.Array, config: L2HMCConfig) -> jax.Array:
-  """One random half-mask per leapfrog step, ``(K, dim)`` of 0/1 (fixed for a sampler)."""
+  """One random half-mask per leapfrog step, ``(K, dim)`` of 0/1 (fixed for a sampler).
+
+  Each mask has ``dim // 2`` ones: the coordinates its step's position update changes
+  first (the paper's :math:`m^t`).
+
+  Args:
+    key: PRNG key of the masks.
+    config: the :class:`L2HMCConfig`; its ``dim`` and ``num_steps`` set the shape.
+
+  Returns:
+    A float32 array ``(num_steps, dim)``.
+  """
   keys = jax.random.split(key, config.num_steps)
   ones = config.dim // 2
 

@@ -138,6 +138,15 @@ class SamplingAlgorithm(NamedTuple):
 
 
 def init(position: jax.Array, logdensity_fn: Callable) -> L2HMCState:
+  """The state of a chain at ``position``: its log density and gradient, evaluated once.
+
+  Args:
+    position: the chain's position, an array ``(dim,)``.
+    logdensity_fn: ``position -> log p(position)``, up to a constant.
+
+  Returns:
+    An :class:`L2HMCState`. (:func:`l2hmc`'s ``init`` takes any pytree of positions.)
+  """
   logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
   return L2HMCState(position, logdensity, grad)
 
@@ -149,15 +158,33 @@ def _moves(config: L2HMCConfig) -> int:
 
 
 def gradient_evaluations(config: L2HMCConfig) -> int:
-  """The gradients of ``log p`` one transition evaluates: one per leapfrog step, and with velocity
-  Verlet one at each point a move between trajectories proposes (the reflection, the scale
-  move, each interweaving move); position Verlet evaluates none there."""
+  """The gradients of ``log p`` one transition evaluates.
+
+  One per leapfrog step, and with velocity Verlet one at each point a move between
+  trajectories proposes (the reflection, the scale move, each interweaving move);
+  position Verlet evaluates none there.
+
+  Args:
+    config: the sampler's :class:`L2HMCConfig`.
+
+  Returns:
+    An int (:attr:`L2HMCInfo.num_gradient_evaluations` of every transition).
+  """
   return config.num_steps + INTEGRATORS[config.integrator].end_point_gradients * _moves(config)
 
 
 def logdensity_evaluations(config: L2HMCConfig) -> int:
-  """The evaluations of ``log p`` without its gradient one transition makes: none with velocity
-  Verlet; with position Verlet one at the trajectory's end point and one per move."""
+  """The evaluations of ``log p`` without its gradient one transition makes.
+
+  None with velocity Verlet; with position Verlet one at the trajectory's end point and
+  one per move between trajectories.
+
+  Args:
+    config: the sampler's :class:`L2HMCConfig`.
+
+  Returns:
+    An int.
+  """
   return INTEGRATORS[config.integrator].end_point_values * (1 + _moves(config))
 
 
@@ -168,7 +195,18 @@ def _evaluated(position: jax.Array, logdensity_fn: Callable,
 
 
 def acceptance_probability(energy_before, energy_after, log_det):
-  """``min(1, exp(H - H' + log|det J|))``; non-finite -> 0."""
+  r"""``min(1, exp(H - H' + log|det J|))``; non-finite -> 0.
+
+  Args:
+    energy_before: :math:`H`, the energy (:math:`-\log p` plus the kinetic energy)
+      before the trajectory.
+    energy_after: :math:`H'`, the energy at the proposal.
+    log_det: :math:`\log|\det J|` of the trajectory's map (0 for the plain leapfrog).
+
+  Returns:
+    The Metropolis acceptance probability, of the inputs' broadcast shape; 0 where the
+    log ratio is not finite (a diverging trajectory).
+  """
   log_ratio = energy_before - energy_after + log_det
   return jnp.where(jnp.isfinite(log_ratio), jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
 
@@ -224,8 +262,18 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 
 def draw_step_scale(rng_key, config: L2HMCConfig, shape=(), dtype=jnp.float32):
-  r"""The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`
-  (``None`` where :math:`j = 0`)."""
+  r"""The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`.
+
+  Args:
+    rng_key: PRNG key of the draw.
+    config: the :class:`L2HMCConfig`.
+    shape: the shape of the draw (``()``: one factor for the whole transition).
+    dtype: its dtype.
+
+  Returns:
+    The factor that multiplies all the transition's step sizes, or ``None`` where
+    :math:`j = 0`.
+  """
   if not config.jitter:
     return None
   return jax.random.uniform(rng_key, shape, dtype, 1.0 - config.jitter, 1.0 + config.jitter)
@@ -287,7 +335,21 @@ def _interweaving_steps(rng_key, state: L2HMCState, logdensity_fn: Callable,
 
 
 def build_kernel(config: L2HMCConfig):
-  """``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``."""
+  """The transition kernel of a configuration, with the sampler's parameters as arguments.
+
+  ``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``:
+  the moves ``config`` asks for (the reflection, the scale move, interweaving), then one
+  trajectory of :func:`propose` from a fresh momentum and direction, accepted by
+  Metropolis. :func:`l2hmc` binds the parameters and takes pytree positions.
+
+  Args:
+    config: the sampler's :class:`L2HMCConfig` (checked here: e.g. position Verlet with
+      the networks raises a ``ValueError``).
+
+  Returns:
+    The ``kernel`` function above, returning an :class:`L2HMCState` and an
+    :class:`L2HMCInfo`.
+  """
   validate(config)  # e.g. position Verlet with the networks: a ValueError here
   integrator = INTEGRATORS[config.integrator]
   gradients = gradient_evaluations(config)
@@ -387,12 +449,20 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
 
 def sample_chains(rng_key: jax.Array, sampler: SamplingAlgorithm, states: L2HMCState,
                   num_samples: int):
-  """Runs the chains of ``states`` (leaves with a leading chain axis; e.g.
-  ``jax.vmap(sampler.init)(positions)``) for ``num_samples`` transitions, vmapped.
+  """Runs the chains of ``states`` for ``num_samples`` transitions, vmapped over the chains.
 
-  Returns ``(draws, acceptance)``: the positions after each transition, with leaves
-  ``(num_samples, chains, ...)``, and the acceptance probabilities
-  ``(num_samples, chains)``.
+  Args:
+    rng_key: PRNG key of the run.
+    sampler: a :class:`SamplingAlgorithm`, e.g. ``result.sampler`` of :func:`train` or
+      the sampler of :func:`adapt`'s ``run``.
+    states: the chains' states, leaves with a leading chain axis (e.g.
+      ``jax.vmap(sampler.init)(positions)``).
+    num_samples: the transitions to run.
+
+  Returns:
+    ``(draws, acceptance)``: the positions after each transition, with leaves
+    ``(num_samples, chains, ...)``, and the acceptance probabilities
+    ``(num_samples, chains)``.
   """
   num_chains = jax.tree.leaves(states.position)[0].shape[0]
 

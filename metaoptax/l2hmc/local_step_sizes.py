@@ -140,7 +140,19 @@ def init_local(dim: int) -> LocalStepSizes:
 
 
 def fit(log_scale_slopes: jax.Array) -> LocalStepSizes:
-  """:math:`\beta, c` from the warm-up's slopes :math:`H` (module docstring)."""
+  r""":math:`\beta, c` from the warm-up's slopes :math:`H` (module docstring).
+
+  The leading singular triple :math:`(s, a, b)` of :math:`H`: :math:`\beta = \kappa a` and
+  :math:`c = s b / \kappa`, with :math:`\kappa \ge 1` the least that keeps every
+  :math:`|c_i|` at most ``JITTER``.
+
+  Args:
+    log_scale_slopes: :math:`H`, ``(dim, dim)``, the warm-up's ``log_scale_slopes``
+      (:class:`~metaoptax.l2hmc.WarmupResult`).
+
+  Returns:
+    A log-linear :class:`LocalStepSizes` (no cap, no centre).
+  """
   left, singular, right = jnp.linalg.svd(log_scale_slopes)
   a, s, b = left[:, 0], singular[0], right[0]
   kappa = jnp.maximum(1.0, s * jnp.max(jnp.abs(b)) / JITTER)
@@ -217,8 +229,18 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
 
 
 def diagonal_curvature(logdensity_fn, position):
-  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i`` (one Hessian-vector product
-  per coordinate, forward over reverse)."""
+  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i``.
+
+  One Hessian-vector product per coordinate, forward over reverse (``dim`` of them,
+  vmapped).
+
+  Args:
+    logdensity_fn: ``x (dim,) -> log p(x)``.
+    position: ``x``, ``(dim,)``.
+
+  Returns:
+    ``(dim,)``, the diagonal of minus the Hessian of :math:`\log p` at ``position``.
+  """
   grad = jax.grad(logdensity_fn)
   basis = jnp.eye(position.shape[0], dtype=position.dtype)
   column = jax.vmap(lambda e: jax.jvp(grad, (position,), (e,))[1])(basis)
@@ -252,7 +274,19 @@ def fit_centre(positions: jax.Array, log_scales: jax.Array) -> jax.Array:
 
 
 def scale_move(local: LocalStepSizes, z: jax.Array, t: jax.Array):
-  r""":math:`(T_t z, \log|\det\partial T_t/\partial z|)` of the scale move (module docstring)."""
+  r""":math:`(T_t z, \log|\det\partial T_t/\partial z|)` of the scale move (module docstring).
+
+  The pivot coordinate (the largest :math:`|\beta_k|`) moves by :math:`t`; every other
+  coordinate is scaled about ``local.centre`` by the change of its local step size.
+
+  Args:
+    local: the :class:`LocalStepSizes`.
+    z: the whitened position ``(dim,)``.
+    t: the move's size along the pivot.
+
+  Returns:
+    ``(moved, log_det)``.
+  """
   pivot = jnp.argmax(jnp.abs(local.slope))
   rate = local.exponent * local.slope[pivot]  # d S_i / d z_k below the caps
   other = jnp.arange(z.shape[0]) != pivot

@@ -137,7 +137,12 @@ def logistic_regression(features, labels, prior_scale: float = 1.0,
 
 
 def all_posteriors() -> dict[str, Target]:
-  """The funnel (10-d) and eight schools centered and non-centered, by short name."""
+  """The funnel (10-d) and eight schools centered and non-centered, by short name.
+
+  Returns:
+    ``{"funnel": ..., "schools_centered": ..., "schools_noncentered": ...}``, each a
+    :class:`~metaoptax.l2hmc.Target` with its default arguments.
+  """
   return {"funnel": neals_funnel(),
           "schools_centered": eight_schools(centered=True),
           "schools_noncentered": eight_schools(centered=False)}

@@ -211,8 +211,21 @@ def _accepted_jump(jump, acceptance):
 
 
 def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e-4):
-  """:math:`\\lambda^2/\\delta - \\delta/\\lambda^2`, :math:`\\delta = \\|x-x'\\|^2 A + \\epsilon`
-  (``scale`` is :math:`\\lambda^2`; a non-finite proposal counts as no jump)."""
+  r""":math:`\lambda^2/\delta - \delta/\lambda^2`, :math:`\delta = \|x-x'\|^2 A + \epsilon`.
+
+  The paper's loss on the expected squared jump distance: a non-finite proposal counts
+  as no jump.
+
+  Args:
+    x_before: positions ``(..., dim)`` before the transition.
+    x_after: the proposals ``(..., dim)``.
+    acceptance: :math:`A`, their acceptance probabilities ``(...)``.
+    scale: :math:`\lambda^2`.
+    eps: :math:`\epsilon`, which keeps :math:`\delta > 0`.
+
+  Returns:
+    The loss per chain, shape ``(...)``.
+  """
   delta = _accepted_jump(jnp.sum((x_before - x_after) ** 2, axis=-1), acceptance) + eps
   return scale / delta - delta / scale
 
@@ -390,9 +403,14 @@ def _first_order(logdensity_fn: Callable) -> Callable:
 
 @functools.cache
 def default_optimizer() -> optax.GradientTransformation:
-  """Adam, learning rate 1e-3 decayed by 0.96 every 1000 steps (the paper's).
+  """The sampler's training optimizer by default: the paper's Adam.
 
+  Adam with learning rate 1e-3, decayed by 0.96 every 1000 steps (staircase). Not
+  :func:`metaoptax.l2o.default_optimizer`, the meta-optimizer of a learned optimizer.
   The same object on every call, so runs with the default share compiled steps.
+
+  Returns:
+    An ``optax.GradientTransformation``.
   """
   return optax.adam(optax.exponential_decay(1e-3, 1000, 0.96, staircase=True))
 

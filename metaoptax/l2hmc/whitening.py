@@ -45,7 +45,16 @@ class Whitening(NamedTuple):
 
 
 def dense_whitening(location: jax.Array, covariance: jax.Array) -> Whitening:
-  """The whitening of ``covariance`` (symmetric positive definite) around ``location``."""
+  r"""The whitening of ``covariance`` (symmetric positive definite) around ``location``.
+
+  Args:
+    location: :math:`\mu`, ``(dim,)``.
+    covariance: :math:`\Sigma`, ``(dim, dim)``, symmetric positive definite.
+
+  Returns:
+    A :class:`Whitening` with :math:`L` the Cholesky factor of :math:`\Sigma`, its
+    inverse, and the standard deviations :math:`\sqrt{\Sigma_{ii}}` as ``scale``.
+  """
   cholesky = jnp.linalg.cholesky(covariance)
   eye = jnp.eye(covariance.shape[0], dtype=covariance.dtype)
   inverse = jax.scipy.linalg.solve_triangular(cholesky, eye, lower=True)

@@ -47,13 +47,31 @@ EPS_ROOT = 1e-30
 
 
 def meta_adam(meta_step_size):
-  """Adam on ``beta``, the paper's meta optimizer (also the drop-ins' after the climb)."""
+  r"""Adam on ``beta``, the paper's meta optimizer (also the drop-ins' after the climb).
+
+  Args:
+    meta_step_size: :math:`\eta`, Adam's step size on the log step sizes :math:`\beta`
+      (a positive number).
+
+  Returns:
+    ``optax.adam(meta_step_size, b1=0.9, b2=0.999)``, with :data:`EPS_ROOT` inside the
+    square root.
+  """
   check_meta_step_size("meta_step_size", meta_step_size)
   return optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=EPS_ROOT)
 
 
 def meta_lion(meta_step_size):
-  """Lion on ``beta``, without weight decay (also ``metaoptax.lion``'s after the climb)."""
+  r"""Lion on ``beta``, without weight decay (also ``metaoptax.lion``'s after the climb).
+
+  Args:
+    meta_step_size: :math:`\eta`, Lion's step size on the log step sizes :math:`\beta`
+      (a positive number).
+
+  Returns:
+    ``optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0)``: a weight decay on
+    :math:`\beta` would pull :math:`\log\alpha` to 0.
+  """
   check_meta_step_size("meta_step_size", meta_step_size)
   # optax.lion decays its params by default; on beta that would pull log alpha to 0.
   return optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0.0)
@@ -67,7 +85,20 @@ def _meta_sgd(meta_step_size):
 @forwarding_metaoptimize_keywords
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
-  """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
+  r"""(AdamW, Adam): AdamW's direction, Adam on the log step sizes.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -75,7 +106,20 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
-  """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
+  r"""(AdamW, Lion): AdamW's direction, Lion on the log step sizes.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -83,7 +127,20 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.99, **kwargs):
-  """(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta."""
+  r"""(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    b1, b2: Lion's interpolation and moment decays, as in ``optax.lion``.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_lion(b1=b1, b2=b2), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -91,7 +148,21 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, decay=0.999, eps=1e-8, **kwargs):
-  """(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``."""
+  r"""(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    decay, eps: the decay of ``v`` and the denominator constant, as in
+      ``optax.scale_by_rms``.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_rms(decay=decay, eps=eps), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -99,7 +170,20 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
 @forwarding_metaoptimize_keywords
 def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       weight_decay=WEIGHT_DECAY, momentum=0.9, **kwargs):
-  """(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction."""
+  r"""(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    momentum: :math:`\rho`, the decay of the heavy-ball trace (``optax.trace``).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.trace(decay=momentum), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -107,7 +191,19 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
 @forwarding_metaoptimize_keywords
 def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
             weight_decay=0.0, **kwargs):
-  """(SGD, SGD): plain gradient direction, plain gradient step on ``beta``."""
+  r"""(SGD, SGD): plain gradient direction, plain gradient step on ``beta``.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.identity(), _meta_sgd(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -115,7 +211,19 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
              weight_decay=0.0, **kwargs):
-  """(SGD, Adam): plain gradient direction, Adam on ``beta``."""
+  r"""(SGD, Adam): plain gradient direction, Adam on ``beta``.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.identity(), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -123,7 +231,20 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
-  """(AMSGrad, Adam): Adam with the running maximum of ``v``."""
+  r"""(AMSGrad, Adam): Adam with the running maximum of ``v``.
+
+  Args:
+    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
+    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    b1, b2, eps: the moment decays and denominator constant, as in ``optax.amsgrad``.
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
+      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+
+  Returns:
+    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
+    params (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 

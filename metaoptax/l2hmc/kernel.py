@@ -401,6 +401,20 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
   ``config.per_coordinate=False`` and ``config.jitter=0`` it is HMC with step size
   ``exp(params.log_step_size_x[0])`` and ``config.num_steps`` leapfrog steps.
 
+  Args:
+    logdensity_fn: ``position -> log p(position)`` up to a constant, on the pytree
+      positions the sampler will take.
+    config: the sampler's :class:`L2HMCConfig`, ``dim`` the number of numbers in a
+      position.
+    params: its :class:`L2HMCParams` (trained, or :func:`init_params`).
+    masks: ``(num_steps, dim)``, from :func:`make_masks` (``result.masks`` after
+      training).
+    whitening: the :class:`Whitening` the step sizes were trained in; ``None``: none.
+
+  Returns:
+    A :class:`SamplingAlgorithm`: ``init(position)`` and ``step(rng_key, state) ->
+    (state, info)``, with :class:`L2HMCState` and :class:`L2HMCInfo`.
+
   Examples:
     >>> import jax, jax.numpy as jnp
     >>> from metaoptax import l2hmc

@@ -511,6 +511,19 @@ def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HM
   (``optimizer`` must be the one the step uses). The state is committed to the
   default device, as :func:`train` places it: a loop over
   :func:`build_training_step` shares its compilation.
+
+  Args:
+    rng_key: PRNG key of the parameters, masks, starting points and warm-up.
+    target: the :class:`Target` to sample.
+    config: the sampler's :class:`L2HMCConfig` (``dim`` filled from the target).
+    training: the :class:`TrainingConfig`.
+    optimizer: the optax optimizer of the sampler's parameters (default
+      :func:`default_optimizer`).
+    positions: the chains' starting points ``(num_chains, dim)``; ``None``: standard
+      normal draws.
+
+  Returns:
+    A :class:`TrainingState`.
   """
   return _initial_state(rng_key, target, config, training, optimizer, positions)[0]
 
@@ -598,6 +611,19 @@ def build_training_step(
   over the devices of ``data_axis`` (default: every axis of the mesh), the
   parameters and optimizer state are replicated, and the means over chains
   become all-reduces. Arguments as in :func:`train`.
+
+  Args:
+    target: the :class:`Target` to sample.
+    config: the sampler's :class:`L2HMCConfig` (``dim`` filled from the target).
+    training: the :class:`TrainingConfig`.
+    optimizer: the optax optimizer of the sampler's parameters; the one
+      :func:`init_training` was given (default :func:`default_optimizer`).
+    mesh: a ``jax.sharding.Mesh`` to split the chains over; ``None``: one device.
+    data_axis: the mesh axes the chains are split over (default: every axis).
+
+  Returns:
+    The pure function ``step(state) -> (state, info)``: a :class:`TrainingState` and a
+    :class:`TrainingInfo`.
   """
   _check_training(training)
   config = _with_dim(target, config)

@@ -148,6 +148,17 @@ def ellipse(varying: bool = True, min_abs_det: float = 0.3, *, sampler: str = "d
     scale, condition numbers exactly :math:`\kappa`.
   * ``"mixture"``: each task from ``"reference"`` or ``"ill_conditioned"`` with
     probability 1/2 (a training distribution that covers both).
+
+  Args:
+    varying: draw each task (else the one fixed task).
+    min_abs_det: the least :math:`|\det A|` of ``"det_bounded"``.
+    sampler: how :math:`A` is drawn: ``"det_bounded"``, ``"reference"``,
+      ``"ill_conditioned"`` or ``"mixture"`` (above; :data:`ELLIPSE_SAMPLERS`).
+    max_condition: the largest condition number of ``"ill_conditioned"``.
+
+  Returns:
+    A :class:`TaskFamily` of 2-d problems :math:`\|Ax + b\|^2` with the group
+    SO(2) conjugated by :math:`x \mapsto Ax + b` (``group_dim=1``).
   """
   if sampler not in ELLIPSE_SAMPLERS:
     raise ValueError(f"sampler must be one of {ELLIPSE_SAMPLERS}, got {sampler!r}.")
@@ -258,6 +269,15 @@ def mlp_regression(width: int = 20, examples: int = 20, teleport_scale: float = 
   (from theta, width² numbers) rescaled to Frobenius norm ``teleport_scale``;
   the action is exact on the batch when ``examples <= width`` (the default has
   ``examples == width``).
+
+  Args:
+    width: the layers' width.
+    examples: the batch's examples.
+    teleport_scale: the Frobenius norm of :math:`T` in :math:`g = I + T`.
+    negative_slope: the LeakyReLU's slope below 0.
+
+  Returns:
+    A :class:`TaskFamily` with ``group_dim = width ** 2``.
   """
 
   def sample_task(key):

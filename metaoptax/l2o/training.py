@@ -312,6 +312,21 @@ def build_training_step(
   over the devices of ``data_axis`` (default: every axis of the mesh) and the
   network and meta-optimizer state are replicated; the batch mean becomes an
   all-reduce. Arguments as in :func:`train`.
+
+  Args:
+    family: the task family, or a sequence of families (batch ``k`` from family
+      ``k mod len(family)``).
+    config: the learned optimizer's configuration (:class:`L2OConfig`,
+      :class:`ScaledAdamConfig` or :class:`ClimbedAdamConfig`).
+    training: the :class:`TrainingConfig`.
+    optimizer: the network's optax optimizer; the one :func:`init_training` was given
+      (default :func:`default_optimizer`).
+    mesh: a ``jax.sharding.Mesh`` to split the tasks over; ``None``: one device.
+    data_axis: the mesh axes the tasks are split over (default: every axis).
+
+  Returns:
+    The pure function ``step(state) -> (state, info)``: a :class:`TrainingState` and a
+    :class:`TrainingInfo`.
   """
   training = _training_config(training)
   _check(config, _families(family))

@@ -240,8 +240,22 @@ def lion(
 
   :math:`w_{t+1} = w_t - \alpha_t(\operatorname{sign}(b_1 m_t + (1-b_1) g_t) + \kappa w_t)`,
   :math:`\alpha_t` learned as in :func:`adamw`, except that Lion, not Adam, moves
-  :math:`\log\alpha_t` after the climb (see the module's docstring). Arguments as
-  in ``optax.lion`` and :func:`adamw`.
+  :math:`\log\alpha_t` after the climb (see the module's docstring).
+
+  Args:
+    init_step_size: where the climb starts, as in :func:`adamw`.
+    b1, b2, mu_dtype: Lion's interpolation and moment decays and the moment's dtype, as
+      in ``optax.lion``.
+    weight_decay: decoupled weight decay :math:`\kappa` (optax's Lion default), scaled by
+      the learned step size.
+    mask: as in ``optax.lion``: which params are decayed.
+    meta_step_size: Lion's step on :math:`\log\alpha` after the climb.
+    climb_rate, climb_backoff, gamma, average, average_dtype: as in :func:`adamw`.
+    **kwargs: any keyword of :func:`metaoptax.metaoptimize`, as in :func:`adamw`.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. Evaluate
+    :func:`metaoptax.averaged_params` of its state.
 
   Examples:
     >>> import metaoptax
@@ -283,6 +297,22 @@ def sgd(
   overshoot of the stability limit :math:`2/\lambda_{\max}` diverges, and
   :func:`adamw`'s climb can end above it),
   and the paper's ``gamma = 1``.
+
+  Args:
+    init_step_size: where the climb starts, as in :func:`adamw`.
+    momentum: :math:`\mu`, the decay of the momentum trace; ``None``: plain SGD.
+    nesterov, accumulator_dtype: as in ``optax.sgd``.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    meta_step_size: Adam's step on :math:`\log\alpha` after the climb.
+    climb_rate, climb_backoff, gamma: the climb's rate, its back-off and the trace's
+      discount, as in :func:`adamw` (with the defaults above).
+    average, average_dtype: the average of the weights, as in :func:`adamw`.
+    **kwargs: any keyword of :func:`metaoptax.metaoptimize`, as in :func:`adamw`
+      (``learn`` may name ``momentum``, which needs a starting ``momentum``).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. Evaluate
+    :func:`metaoptax.averaged_params` of its state.
 
   Examples:
     >>> import metaoptax

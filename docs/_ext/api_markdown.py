@@ -189,6 +189,20 @@ def _fence(kind: str, lines: list[str]) -> list[str]:
   return [f"```{kind}", *body, "```"]
 
 
+def _math(lines: list[str]) -> list[str]:
+  """A ``.. math::`` block as a ```math fence. Rows aligned with ``&`` and ``\\\\`` (which
+  Sphinx sets in an ``align`` environment) go in an ``aligned`` one."""
+  text = "\n".join(lines)
+  if "\\begin{" not in text and ("&" in text or "\\\\" in text):
+    body = _dedent(lines)
+    while body and not body[-1].strip():
+      body.pop()
+    while body and not body[0].strip():
+      body.pop(0)
+    return ["```math", "\\begin{aligned}", *body, "\\end{aligned}", "```"]
+  return _fence("math", lines)
+
+
 def _indented_block(lines: list[str], start: int, base: int) -> int:
   """The end of the block of lines, from ``start``, indented deeper than ``base`` (blank
   lines inside it included, trailing ones not)."""
@@ -213,7 +227,7 @@ def text_blocks(lines: list[str], convert) -> list[str]:
     if math:
       end = _indented_block(lines, i + 1, base)
       body = ([math.group(1)] if math.group(1) else []) + lines[i + 1:end]
-      out += _fence("math", body)
+      out += _math(body)
       i = end
     elif stripped.startswith(".. "):      # another directive: its content as a quote
       end = _indented_block(lines, i + 1, base)

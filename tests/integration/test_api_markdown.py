@@ -122,3 +122,14 @@ def test_github_anchors():
   assert api_markdown.github_anchor("`TaskFamily`", seen) == "taskfamily-1"
   assert api_markdown.github_anchor("`metaoptax.l2o.tasks`", seen) == "metaoptaxl2otasks"
   assert api_markdown.github_anchor("`build_training_step`", seen) == "build_training_step"
+
+
+def test_aligned_math():
+  """Sphinx sets a ``.. math::`` block of ``&``-aligned rows in ``align``; GitHub needs an
+  ``aligned`` environment for them."""
+  lines = api_markdown.docstring_markdown(
+      ".. math::\n\n  a &= b\\\\\n  c &= d\n", api_markdown.inline)
+  assert lines == ["```math", "\\begin{aligned}", "a &= b\\\\", "c &= d", "\\end{aligned}", "```"]
+  matrix = api_markdown.docstring_markdown(
+      ".. math::\n\n  \\begin{pmatrix} a & b \\end{pmatrix}\n", api_markdown.inline)
+  assert matrix == ["```math", "\\begin{pmatrix} a & b \\end{pmatrix}", "```"]

@@ -128,8 +128,9 @@ def test_aligned_math():
   """Sphinx sets a ``.. math::`` block of ``&``-aligned rows in ``align``; GitHub needs an
   ``aligned`` environment for them."""
   lines = api_markdown.docstring_markdown(
-      ".. math::\n\n  a &= b\\\\\n  c &= d\n", api_markdown.inline)
-  assert lines == ["```math", "\\begin{aligned}", "a &= b\\\\", "c &= d", "\\end{aligned}", "```"]
+      "Rows.\n\n.. math::\n\n  a &= b\\\\\n  c &= d\n", api_markdown.inline)
+  assert lines == ["Rows.", "", "```math", "\\begin{aligned}", "a &= b\\\\", "c &= d",
+                   "\\end{aligned}", "```"]
   matrix = api_markdown.docstring_markdown(
-      ".. math::\n\n  \\begin{pmatrix} a & b \\end{pmatrix}\n", api_markdown.inline)
-  assert matrix == ["```math", "\\begin{pmatrix} a & b \\end{pmatrix}", "```"]
+      "A matrix.\n\n.. math::\n\n  \\begin{pmatrix} a & b \\end{pmatrix}\n", api_markdown.inline)
+  assert matrix == ["A matrix.", "", "```math", "\\begin{pmatrix} a & b \\end{pmatrix}", "```"]

@@ -226,7 +226,21 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   :math:`u`) gives the tuning variable :math:`w = \beta^\top z + u`
   (:mod:`metaoptax.l2hmc.local_step_sizes`).
 
-  Returns ``(proposed_state, acceptance, log_det)``.
+  Args:
+    config: the sampler's :class:`L2HMCConfig`.
+    params: its :class:`L2HMCParams`.
+    masks: ``(num_steps, dim)``, from :func:`make_masks`.
+    logdensity_fn: ``x (dim,) -> log p(x)``.
+    state: the chain's :class:`L2HMCState` (flat positions).
+    momentum: the velocity :math:`v`, a standard normal draw of the position's shape.
+    direction: the trajectory's direction :math:`d`, +1 or -1.
+    whitening: the :class:`Whitening` the leapfrog moves in; ``None``: none.
+    tuning_noise: :math:`u` of the local step sizes; ``None`` without them.
+    step_scale: the jitter :math:`u`; ``None``: 1.
+
+  Returns:
+    ``(proposed_state, acceptance, log_det)``: an :class:`L2HMCState`, the acceptance
+    probability and :math:`\log|\det J|` of the trajectory's map.
   """
   position, grad = state.position, state.logdensity_grad
   if whitening is not None:

@@ -181,6 +181,14 @@ def fit_caps(local: LocalStepSizes, positions: jax.Array,
   fitted). A log-linear scale keeps :math:`u_i = \infty`, :math:`a = c_i`. If the
   exponents exceed ``JITTER``, :math:`c` is scaled back to it and :math:`\beta` up by the
   same factor (:math:`c\beta^\top` and the caps unchanged).
+
+  Args:
+    local: the log-linear fit (:func:`fit`).
+    positions: the warm-up's whitened positions :math:`z_k`, ``(n, dim)``.
+    log_scales: their log local scales :math:`\ell_{ki}`, ``(n, dim)``.
+
+  Returns:
+    The :class:`LocalStepSizes` with its caps (and exponents, and slopes when rescaled).
   """
   projection = positions @ local.slope  # (n,)
   multipliers = jnp.asarray(EXPONENT_MULTIPLIERS, log_scales.dtype)
@@ -214,9 +222,15 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
   (noise-free, :math:`w = \beta^\top z`) has a standard deviation over them; if the largest
   is below ``MIN_SPREAD`` the local model buys little and its tuning variable still costs
   acceptance (the ratio of its densities), so it is switched off (then training may still
-  move :math:`\beta, c`). A warm-up-measured criterion: on the 10-d funnel the largest
-  spread is ~1, on the centered eight schools ~0.7, on the non-centered ~0.25 and on the
-  breast-cancer regression ~0.09 (``docs/l2hmc.md``).
+  move :math:`\beta, c`). ``MIN_SPREAD`` and the spreads it separates:
+  ``docs/design-decisions.md``.
+
+  Args:
+    local: the fitted :class:`LocalStepSizes`.
+    positions: the warm-up's whitened positions ``(n, dim)``.
+
+  Returns:
+    ``local``, or a copy with zero slopes and exponents.
   """
   w = positions @ local.slope
   zero = jnp.zeros_like(local.exponent)
@@ -259,6 +273,12 @@ def scales_vary(curvatures: jax.Array) -> jax.Array:
   changes sign somewhere (a non-log-concave direction) has no local scale to follow.
   Whether a position-dependent step size then follows the variation is
   :func:`keep_if_varying`'s decision, on the warm-up's fit.
+
+  Args:
+    curvatures: ``(chains, dim)``, :func:`diagonal_curvature` at each chain's position.
+
+  Returns:
+    A bool scalar.
   """
   positive = jnp.all(curvatures > 0, axis=0)
   half_log = 0.5 * jnp.log(jnp.where(curvatures > 0, curvatures, 1.0))
@@ -268,7 +288,15 @@ def scales_vary(curvatures: jax.Array) -> jax.Array:
 def fit_centre(positions: jax.Array, log_scales: jax.Array) -> jax.Array:
   r""":math:`a_i = \sum_k w_{ki} z_{ki} / \sum_k w_{ki}`, :math:`w_{ki} = e^{-2\ell_{ki}}`: each
   coordinate's mean over the warm-up's samples weighted by its local precision, dominated
-  by the samples deepest in the neck (the point the scale move contracts towards)."""
+  by the samples deepest in the neck (the point the scale move contracts towards).
+
+  Args:
+    positions: the warm-up's whitened positions :math:`z_{ki}`, ``(n, dim)``.
+    log_scales: their log local scales :math:`\ell_{ki}`, ``(n, dim)``.
+
+  Returns:
+    :math:`a`, ``(dim,)``: the ``centre`` of :class:`LocalStepSizes`.
+  """
   weights = jnp.exp(-2.0 * (log_scales - jnp.min(log_scales, axis=0)))
   return jnp.sum(weights * positions, axis=0) / jnp.sum(weights, axis=0)
 

@@ -334,7 +334,16 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     the per-chain barrier :math:`\lambda^2/\delta`, whose gradient is dominated by the
     few chains with a small jump.
 
-  Returns per-chain losses ``(chains,)``.
+  Args:
+    objective: one of :data:`OBJECTIVES` (above).
+    z_before: the chains' positions ``(chains, dim)`` before the transition.
+    z_after: their proposals ``(chains, dim)``.
+    acceptance: :math:`A`, the acceptance probabilities ``(chains,)``.
+    scale: :math:`\lambda^2`.
+    eps: :math:`\epsilon`.
+
+  Returns:
+    Per-chain losses ``(chains,)``.
   """
   loss = esjd_loss(z_before, z_after, acceptance, scale, eps)
   if objective == "esjd_squares":

@@ -289,7 +289,18 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
   this step (``F = 12``, 3 more with ``slow_b1``, 5 more with ``budget``), Adam's new
   moments, its direction
   :math:`d_t` and the new slow moment (``None`` without ``slow_b1``), per tensor (pure,
-  jit-able)."""
+  jit-able).
+
+  Args:
+    config: the :class:`ScaledAdamConfig`.
+    state: the optimizer's :class:`ScaledAdamState` before the step.
+    params: the params (pytree).
+    grads: the gradient, params-shaped.
+
+  Returns:
+    The 5-tuple above: ``features`` ``(num_tensors, F)``; ``mu`` and ``nu``
+    params-shaped; ``directions`` params-shaped; ``mu_slow`` params-shaped or ``None``.
+  """
   b1, b2, eps = config.b1, config.b2, config.eps
   count = state.count  # steps taken before this one
   t = (count + 1).astype(state.log_scale.dtype)

@@ -160,11 +160,21 @@ def leaky_relu(x, negative_slope=0.1):
 
 
 def leaky_relu_layer_pair(g, w1, w2, x, negative_slope=0.1):
-  """:math:`W_1 \\mapsto g W_1`, :math:`W_2 \\mapsto W_2 \\sigma(W_1 X) \\sigma(g W_1 X)^+`.
+  r""":math:`W_1 \mapsto g W_1`, :math:`W_2 \mapsto W_2 \sigma(W_1 X) \sigma(g W_1 X)^+`.
 
   Keeps ``W2 @ sigma(W1 @ X)`` unchanged on the batch ``X`` (columns are
   examples) when ``X`` has at most as many columns as ``W1`` has rows (and
   ``sigma(g W1 X)`` has full column rank); approximate otherwise.
+
+  Args:
+    g: an invertible ``(k, k)`` matrix.
+    w1: :math:`W_1`, ``(k, n)``.
+    w2: :math:`W_2`, ``(m, k)``.
+    x: the batch :math:`X`, ``(n, examples)``.
+    negative_slope: the LeakyReLU's slope below 0 (:func:`leaky_relu`).
+
+  Returns:
+    The new ``(w1, w2)`` (the pseudo-inverse by ``jnp.linalg.pinv``).
   """
   hidden = leaky_relu(w1 @ x, negative_slope)
   moved = leaky_relu(g @ w1 @ x, negative_slope)

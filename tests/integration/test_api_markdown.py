@@ -2,6 +2,7 @@
 writes from the docstrings: a docstring or a public name that changes without the pages
 being regenerated fails here. The converter's rules are checked on small inputs."""
 
+import inspect
 import pathlib
 import sys
 
@@ -67,6 +68,54 @@ def test_every_field_of_a_public_namedtuple_is_documented(qualified):
     pytest.skip("its owner documents its fields")
   missing = undocumented_fields(public_names.resolve(qualified))
   assert not missing, f"{qualified}: no 'Attributes:' entry for {missing}"
+
+
+def _listed(doc: str | None) -> set[str]:
+  """The names the ``Args:`` / ``Attributes:`` lists of a docstring document."""
+  names = set()
+  for line in api_markdown.docstring_markdown(doc or "", lambda text: text):
+    if line.startswith("- `"):
+      entry = line[2:].split(":", 1)[0].split(" (", 1)[0]
+      names.update(name.strip("`") for name in entry.split(", "))
+  return names
+
+
+def _functions() -> list[str]:
+  public = public_names.public_api("metaoptax")
+  found, seen = [], set()
+  for qualified in (q for names in public.values() for q in names):
+    obj = public_names.resolve(qualified)
+    if inspect.isroutine(obj) and id(obj) not in seen:
+      seen.add(id(obj))
+      found.append(qualified)
+  return found
+
+
+def undocumented_parameters(function) -> list[str]:
+  """The parameters of ``function``'s own signature (``**kwargs`` as such, not the keywords
+  it forwards) that its docstring's ``Args:`` list does not name."""
+  listed = _listed(function.__doc__)
+  marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+  return [marks.get(p.kind, "") + p.name
+          for p in inspect.signature(inspect.unwrap(function)).parameters.values()
+          if marks.get(p.kind, "") + p.name not in listed]
+
+
+@pytest.mark.parametrize("qualified", _functions())
+def test_every_parameter_of_a_public_function_is_documented(qualified):
+  missing = undocumented_parameters(public_names.resolve(qualified))
+  assert not missing, f"{qualified}: no 'Args:' entry for {missing}"
+
+
+def test_the_parameter_check_can_fail():
+  def half_documented(a, b, **kwargs):
+    """Summary.
+
+    Args:
+      a: one.
+      **kwargs: the rest.
+    """
+  assert undocumented_parameters(half_documented) == ["b"]
 
 
 def test_the_field_check_can_fail():

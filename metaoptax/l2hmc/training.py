@@ -75,6 +75,9 @@ __all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult", 
 class TrainingConfig(NamedTuple):
   """The chains and the loss of L2HMC training.
 
+  The sampler's training (:class:`metaoptax.l2o.TrainingConfig` configures the
+  meta-training of a learned optimizer).
+
   The defaults are the recipe for a posterior nobody configured for (with
   :class:`metaoptax.l2hmc.L2HMCConfig`'s): 32 chains, a warm-up, the objective
   ``"esjd_squares"`` on the chains alone, and non-finite chains dropped from the gradient.

@@ -53,6 +53,9 @@ __all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult",
 class TrainingConfig(NamedTuple):
   """How each task batch of meta-training is run and scored.
 
+  The meta-training of a learned optimizer (:class:`metaoptax.l2hmc.TrainingConfig`
+  configures the sampler's training).
+
   Attributes:
     tasks_per_step: tasks per batch (vmapped; split over the mesh's data axis).
     horizon: optimizee steps per task.
@@ -191,6 +194,8 @@ def default_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0,
                       final_learning_rate: float = 1e-5) -> optax.GradientTransformation:
   r"""Adam with global-norm clipping of the meta-gradient; by default Adam 1e-3, clipping at 1.
 
+  The meta-optimizer of a learned optimizer's network (not
+  :func:`metaoptax.l2hmc.default_optimizer`, the sampler's).
   The same object for equal (hashable) arguments, so that runs with it, e.g. every
   run with the default, share compiled meta steps.
 

@@ -1,4 +1,4 @@
-"""Named (base, meta) pairs with the paper's default hyperparameters.
+r"""Named (base, meta) pairs with the paper's default hyperparameters.
 
 Defaults (Sharifnassab et al. 2024, Appendix C, Tables 1-3): meta step size
 ``eta = 1e-3``, ``gamma = 1``, initial step size ``1e-6``; base Adam
@@ -12,7 +12,12 @@ of ``sqrt(v)`` finite at ``v = 0``, which the exact variants differentiate.
 
 Every preset takes ``init_step_size`` first and forwards any other keyword
 (``blocks``, ``approximation``, ``gamma``, ``step_size_bounds``, ...) to
-:func:`metaoptax.metaoptimize`.
+:func:`metaoptax.metaoptimize`. The arguments every preset shares:
+
+* ``init_step_size``: :math:`\alpha_0`, the step size the meta-gradient starts from.
+* ``meta_step_size``: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+* ``weight_decay``: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+* ``**kwargs``: any other keyword of :func:`metaoptax.metaoptimize`.
 
 Example:
   >>> import metaoptax
@@ -88,16 +93,12 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(AdamW, Adam): AdamW's direction, Adam on the log step sizes.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
     b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -109,16 +110,12 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(AdamW, Lion): AdamW's direction, Lion on the log step sizes.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
     b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -130,16 +127,12 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
     b1, b2: Lion's interpolation and moment decays, as in ``optax.lion``.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.scale_by_lion(b1=b1, b2=b2), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -151,17 +144,13 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
   r"""(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
     decay, eps: the decay of ``v`` and the denominator constant, as in
       ``optax.scale_by_rms``.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.scale_by_rms(decay=decay, eps=eps), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -173,16 +162,12 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
   r"""(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
     momentum: :math:`\rho`, the decay of the heavy-ball trace (``optax.trace``).
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.trace(decay=momentum), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -194,15 +179,11 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(SGD, SGD): plain gradient direction, plain gradient step on ``beta``.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.identity(), _meta_sgd(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -214,15 +195,11 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(SGD, Adam): plain gradient direction, Adam on ``beta``.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.identity(), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
@@ -234,16 +211,12 @@ def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
   r"""(AMSGrad, Adam): Adam with the running maximum of ``v``.
 
   Args:
-    init_step_size: :math:`\alpha_0`, the step size the meta-gradient starts from.
-    meta_step_size: :math:`\eta`, the meta optimizer's step size on the log step sizes.
-    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
+      shares (:mod:`metaoptax.presets`).
     b1, b2, eps: the moment decays and denominator constant, as in ``optax.amsgrad``.
-    **kwargs: any other keyword of :func:`metaoptax.metaoptimize` (``blocks``,
-      ``approximation``, ``gamma``, ``step_size_bounds``, ...).
 
   Returns:
-    The optax transformation of :func:`metaoptax.metaoptimize`: apply its updates to the
-    params (``update`` needs ``params``).
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
   """
   return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)

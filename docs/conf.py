@@ -1,6 +1,6 @@
 """Sphinx configuration: MyST markdown pages, autodoc API reference, built offline.
 
-Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``
+Build: ``sphinx-build -W -b html docs docs/_build/html``
 (``pip install -e ".[docs]"``). ``tests/integration/test_docs_build.py`` runs that build.
 """
 

@@ -93,8 +93,8 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(AdamW, Adam): AdamW's direction, Adam on the log step sizes.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
     b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
 
   Returns:
@@ -110,8 +110,8 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(AdamW, Lion): AdamW's direction, Lion on the log step sizes.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
     b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
 
   Returns:
@@ -127,8 +127,8 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
     b1, b2: Lion's interpolation and moment decays, as in ``optax.lion``.
 
   Returns:
@@ -144,8 +144,8 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
   r"""(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
     decay, eps: the decay of ``v`` and the denominator constant, as in
       ``optax.scale_by_rms``.
 
@@ -162,8 +162,8 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
   r"""(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
     momentum: :math:`\rho`, the decay of the heavy-ball trace (``optax.trace``).
 
   Returns:
@@ -179,8 +179,8 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(SGD, SGD): plain gradient direction, plain gradient step on ``beta``.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
 
   Returns:
     :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
@@ -195,8 +195,8 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
   r"""(SGD, Adam): plain gradient direction, Adam on ``beta``.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
 
   Returns:
     :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
@@ -211,8 +211,8 @@ def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
   r"""(AMSGrad, Adam): Adam with the running maximum of ``v``.
 
   Args:
-    init_step_size, meta_step_size, weight_decay, **kwargs: the arguments every preset
-      shares (:mod:`metaoptax.presets`).
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
     b1, b2, eps: the moment decays and denominator constant, as in ``optax.amsgrad``.
 
   Returns:

@@ -511,8 +511,9 @@ def render_index() -> str:
   lines = [HEADER.format(command=COMMAND), "# API reference", ""]
   intro = (API / "index.rst").read_text().split(".. toctree::", 1)[0].splitlines()[3:]
   lines += text_blocks([l for l in intro], inline) + [""]
-  lines += ["These pages read on the repository page. The same reference as a website, "
-            "with search:", "", "```bash",
+  lines += [f"These pages read on the repository page; `{COMMAND}` writes them, and "
+            "`tests/integration/test_api_markdown.py` fails while they are stale. The same "
+            "reference as a website, with search:", "", "```bash",
             'pip install -e ".[docs]" && sphinx-build -W -b html docs docs/_build/html',
             "```", "", "then open `docs/_build/html/index.html`.", "", "| page | modules |",
             "|---|---|"]

@@ -35,7 +35,8 @@ for _path in (str(HERE), str(ROOT)):
   if _path not in sys.path:
     sys.path.insert(0, _path)
 
-from public_names import constant_doc, is_documented_object, public_api, resolve  # noqa: E402
+from public_names import (constant_doc, is_documented_object, own_members,  # noqa: E402
+                          public_api, resolve)
 
 __all__ = ["COMMAND", "main", "render_all", "stale_pages"]
 
@@ -383,20 +384,6 @@ def _is_namedtuple(obj) -> bool:
   return inspect.isclass(obj) and issubclass(obj, tuple) and hasattr(obj, "_fields")
 
 
-def _members(cls) -> list[tuple[str, object]]:
-  """The public methods and properties a class defines itself (not its fields)."""
-  fields = set(getattr(cls, "_fields", ())) | set(getattr(cls, "__dataclass_fields__", {}))
-  members = []
-  for name, value in vars(cls).items():
-    if name.startswith("_") or name in fields:
-      continue
-    if isinstance(value, (staticmethod, classmethod)):
-      value = value.__func__
-    if inspect.isfunction(value) or isinstance(value, property):
-      members.append((name, value))
-  return members
-
-
 class Writer:
   """Writes the Markdown of one page; ``index`` resolves the cross-references."""
 
@@ -461,7 +448,7 @@ class Writer:
       shown = ", ".join(value_repr(b) for b in bases)
       self._code(f"class {name}({shown})" if shown else f"class {name}")
     self._doc(cls.__doc__, convert)
-    for member, value in _members(cls):
+    for member, value in own_members(cls):
       self.lines += [f"#### `{name}.{member}`", ""]
       github_anchor(f"`{name}.{member}`", self.seen)
       if isinstance(value, property):

@@ -17,7 +17,7 @@ from sphinx.ext.napoleon.docstring import GoogleDocstring
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from public_names import constant_doc, is_documented_object, public_api, resolve
+from public_names import constant_doc, is_documented_object, own_members, public_api, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ def _entry(qualified: str) -> list[str]:
     return _constant_entry(qualified, obj)
   if inspect.isclass(obj):
     if issubclass(obj, tuple) and hasattr(obj, "_fields"):   # NamedTuple: fields in signature
-      return [f".. autoclass:: {qualified}", ""]
+      methods = ", ".join(name for name, _ in own_members(obj))
+      return [f".. autoclass:: {qualified}"] + ([f"   :members: {methods}"] if methods else []) + [""]
     return [f".. autoclass:: {qualified}", "   :members:", ""]
   return [f".. autofunction:: {qualified}", ""]
 

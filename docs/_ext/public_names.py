@@ -101,3 +101,18 @@ def constant_doc(qualified: str) -> list[str] | None:
               "." * node.level + (node.module or ""), _package_of(module))
           return constant_doc(f"{source_module}.{alias.name}")
   return None
+
+
+def own_members(cls) -> list[tuple[str, object]]:
+  """The public methods and properties a class defines itself (not its fields): what a
+  class's entry documents below its docstring, e.g. ``L2OConfig.transformation``."""
+  fields = set(getattr(cls, "_fields", ())) | set(getattr(cls, "__dataclass_fields__", {}))
+  members = []
+  for name, value in vars(cls).items():
+    if name.startswith("_") or name in fields:
+      continue
+    if isinstance(value, (staticmethod, classmethod)):
+      value = value.__func__
+    if inspect.isfunction(value) or isinstance(value, property):
+      members.append((name, value))
+  return members

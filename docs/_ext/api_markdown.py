@@ -140,10 +140,10 @@ def inline(text: str, index: Index | None = None, context: list[str] = (),
     return f"\0{len(code_spans) - 1}\0"
 
   def math(match):
-    return keep(f"$`{match.group(1)}`$")
+    return keep(f"$`{' '.join(match.group(1).split())}`$")
 
   def role(match):
-    target = match.group(2)
+    target = " ".join(match.group(2).split())
     explicit = re.fullmatch(r"(.+?)\s*<(.+)>", target)
     shown, target = (explicit.group(1), explicit.group(2)) if explicit else (None, target)
     short = target.lstrip("~").lstrip(".")
@@ -162,7 +162,7 @@ def inline(text: str, index: Index | None = None, context: list[str] = (),
   text = re.sub(r":math:`([^`]+)`", math, text)
   text = ROLE.sub(role, text)
   text = re.sub(r":doc:`([^`]+)`", doc, text)
-  text = re.sub(r"``(.+?)``", lambda m: keep(f"`{m.group(1)}`"), text)
+  text = re.sub(r"``(.+?)``", lambda m: keep(f"`{' '.join(m.group(1).split())}`"), text, flags=re.S)
   text = re.sub(r"`([^`<]+?)\s*<([^>`]+)>`__?", lambda m: keep(f"[{m.group(1)}]({m.group(2)})"),
                 text)
   text = re.sub(r"(?<![\w`])`([^`]+)`(?!`)", lambda m: keep(f"`{m.group(1)}`"), text)
@@ -251,29 +251,41 @@ def text_blocks(lines: list[str], convert) -> list[str]:
       out.append("")
       i += 1
     else:
-      out.append(" " * min(base, 3) + convert(stripped))
-      i += 1
+      end = i
+      while end < len(lines) and _plain(lines[end]):
+        end += 1
+      end = max(end, i + 1)
+      paragraph = "\n".join(" " * min(_indent(l), 3) + l.strip() for l in lines[i:end])
+      out += convert(paragraph).split("\n")
+      i = end
   return out
+
+
+def _plain(line: str) -> bool:
+  """A line of running text (a paragraph's or a list item's), converted with its paragraph."""
+  stripped = line.strip()
+  return bool(stripped) and not (stripped.startswith((".. ", ">>>"))
+                                 or (stripped.endswith("::") and not stripped.startswith("..")))
 
 
 def _item_section(lines: list[str], convert) -> list[str]:
   """``name (type): description`` items, each with its deeper-indented continuation."""
   body = _dedent(lines)
-  out = []
+  items: list[list[str]] = []
   for line in body:
     if not line.strip():
       continue
     match = ITEM.match(line) if _indent(line) == 0 else None
     if match:
       name, kind, text = match.groups()
-      kind = f" ({convert(kind)})" if kind else ""
+      kind = f" ({kind})" if kind else ""
       names = ", ".join(f"`{n}`" for n in name.split(", "))
-      out.append(f"- {names}{kind}: {convert(text or '')}".rstrip())
-    elif out and _indent(line) > 0:
-      out.append("  " + convert(line.strip()))
+      items.append([f"- {names}{kind}: {text or ''}".rstrip()])
+    elif items and _indent(line) > 0:
+      items[-1].append("  " + line.strip())
     else:
-      out.append(convert(line.strip()))
-  return out
+      items.append([line.strip()])
+  return [converted for item in items for converted in convert("\n".join(item)).split("\n")]
 
 
 def docstring_markdown(doc: str, convert) -> list[str]:
@@ -348,16 +360,18 @@ def value_repr(value) -> str:
   return re.sub(r" at 0x[0-9a-f]+", "", text)
 
 
-def signature(obj, name: str) -> str | None:
-  """``name(a, b=1, *, c=None)``: the parameters and their defaults, no annotations."""
+def signature(obj, name: str, method: bool = False) -> str | None:
+  """``name(a, b=1, *, c=None)``: the parameters and their defaults, no annotations
+  (``method``: without the first, ``self``)."""
   try:
     sig = inspect.signature(obj)
   except (TypeError, ValueError):
     return None
+  parameters = list(sig.parameters.values())[1 if method else 0:]
   params = [p.replace(annotation=inspect.Parameter.empty,
                       default=(p.default if p.default is inspect.Parameter.empty
                                else _Shown(value_repr(p.default))))
-            for p in sig.parameters.values()]
+            for p in parameters]
   parts = [str(p) for p in params]
   kinds = [p.kind for p in params]
   # The markers Python writes: "/" after positional-only, "*" before keyword-only.
@@ -454,7 +468,7 @@ class Writer:
       if isinstance(value, property):
         self._doc(value.__doc__, convert)
       else:
-        self._code(signature(value, member))
+        self._code(signature(value, member, method=True))
         self._doc(value.__doc__, convert)
 
 

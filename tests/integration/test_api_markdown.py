@@ -183,3 +183,10 @@ def test_aligned_math():
   matrix = api_markdown.docstring_markdown(
       "A matrix.\n\n.. math::\n\n  \\begin{pmatrix} a & b \\end{pmatrix}\n", api_markdown.inline)
   assert matrix == ["A matrix.", "", "```math", "\\begin{pmatrix} a & b \\end{pmatrix}", "```"]
+
+
+def test_markup_that_wraps_across_lines():
+  doc = "Summary.\n\nA :math:`a +\n  b` and ``x\n  y`` wrap.\n\nArgs:\n  c: a :math:`c\n    d`.\n"
+  lines = api_markdown.docstring_markdown(doc, api_markdown.inline)
+  assert lines == ["Summary.", "", "A $`a + b`$ and `x y` wrap.", "", "**Arguments**", "",
+                   "- `c`: a $`c d`$."]

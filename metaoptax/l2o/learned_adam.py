@@ -258,8 +258,17 @@ def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
 
 class TensorLSTM(nn.Module):
   """``(carry, features (tensors, F)) -> (carry, raw (tensors,))``: an LSTM over the rows
-  (one per tensor) and a zero-initialized linear read-out (of the LSTM's output and, with
-  ``budget``, of the budget features, the last columns)."""
+  (one per tensor) and a zero-initialized linear read-out.
+
+  The Flax module of :class:`ScaledAdamConfig`: ``config.layers`` stacked
+  ``nn.OptimizedLSTMCell`` layers of ``config.hidden`` units shared by the tensors, and a
+  dense read-out named ``log_scale``, of the LSTM's output and, with ``budget``, of the
+  budget features (the last columns). Its weights start at zero, so the raw outputs do,
+  and the multipliers :math:`e^{s}` start at 1.
+
+  Attributes:
+    config: the :class:`ScaledAdamConfig`.
+  """
 
   config: ScaledAdamConfig
 

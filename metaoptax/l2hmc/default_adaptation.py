@@ -44,11 +44,14 @@ The check's draws give the diagnostics:
   log-Jacobian is not finite (:func:`metaoptax.l2hmc.is_divergent`), counted as NUTS counts
   its divergences. They are rejected, so the chains stay out of where the log density
   fails: a log density that is NaN on part of the posterior gives draws of the rest, with
-  every other check passing. A log density and gradient finite wherever the chains go give
-  none, short of an overflow at a trajectory's far end, so ``MAX_DIVERGENT_RATE`` (one in a
-  thousand) leaves room for those and warns where the chains keep meeting a region where
-  the log density fails (or is :math:`-\infty` at the edge of a constrained support:
-  sample unconstrained coordinates);
+  every other check passing. The proposals of chains that mix land about where draws would,
+  so the rate estimates the posterior mass the chains are kept out of, and
+  ``MAX_DIVERGENT_RATE`` (one in a thousand) bounds the error that leaves in any probability
+  to about as much, below the Monte Carlo error of a thousand draws. A log density finite
+  wherever the chains go gives none but the overflows of a trajectory thrown far out (a
+  funnel's neck, where NUTS diverges too). Where :math:`-\infty` marks the edge of a
+  constrained support on purpose, the rate is the cost of the rejections: sample
+  unconstrained coordinates;
 * the Monte Carlo error of each coordinate's standard deviation (from the ESS of its squares):
   converged chains of a heavy-tailed posterior (a funnel's mouth) still give spreads that
   many more draws would change.
@@ -109,6 +112,7 @@ REFLECTION_ACCEPTANCE = 0.5
 # the check's largest fraction of divergent proposals (not finite: L2HMCInfo.is_divergent)
 # of a converged run (adapt's max_divergent_rate; module docstring)
 MAX_DIVERGENT_RATE = 1e-3
+MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 
 
 class ConvergenceWarning(UserWarning):
@@ -303,45 +307,43 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     run_training = training._replace(num_chains=num_chains, warmup_iterations=num_warmup)
     k_init, k_check = jax.random.split(rng_key)
     report = _Report(progress, num_steps)
-    try:
-      report("warm-up", 0)
-      state, found, run_config = _initial_state(
-          k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
-      cost = _warmup_cost(found, config.num_steps, dim)
-      report("warm-up", cost.transitions - num_warmup, cost.transitions,
-             acceptance=float(found.acceptance), step_size=float(found.step_size),
-             divergent=cost.divergent)
-      reflected = None
-      if choose_reflection and not config.reflection and not config.local_step_sizes:
-        report("screen for modes")
-        reflected, screened = _screen_reflection(
-            jax.random.fold_in(k_init, 2), target, config._replace(dim=dim), run_training,
-            optimizer, found, choose_num_steps)
-        cost += screened
-        report("screen for modes", screened.transitions, screened.transitions)
-        if reflected is not None:
-          state, found, run_config = reflected
-      if (reflected is None and choose_local_step_sizes and not config.local_step_sizes
-          and dim <= LOCAL_MAX_DIM):
-        report("screen for local scales")
-        chosen, screened = _screen_local_step_sizes(
-            jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
-            optimizer, found.positions, choose_num_steps)
-        cost += screened
-        report("screen for local scales", screened.transitions, screened.transitions)
-        if chosen is not None:
-          state, found, run_config, run_training = chosen
-      result = train(k_init, target, run_config, run_training, num_iterations=num_training,
-                     optimizer=optimizer, init_state=state, progress=report.training(),
-                     log_every=max(num_training // 10, 1))
-      flat_sampler = result.sampler
-      report("check")
-      draws, acceptance, states, divergent, diverged_at = _check(
-          k_check, flat_sampler, result.state.chains, num_check)
-      report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
-             divergent=int(divergent))
-    finally:
-      report.close()
+    report("warm-up", 0)
+    state, found, run_config = _initial_state(
+        k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
+    cost = _warmup_cost(found, config.num_steps, dim)
+    report("warm-up", cost.transitions - num_warmup, cost.transitions,
+           acceptance=float(found.acceptance), step_size=float(found.step_size),
+           divergent=cost.divergent)
+    reflected = None
+    if choose_reflection and not config.reflection and not config.local_step_sizes:
+      report("screen for modes")
+      reflected, screened = _screen_reflection(
+          jax.random.fold_in(k_init, 2), target, config._replace(dim=dim), run_training,
+          optimizer, found, choose_num_steps)
+      cost += screened
+      report("screen for modes", screened.transitions, screened.transitions)
+      if reflected is not None:
+        state, found, run_config = reflected
+    if (reflected is None and choose_local_step_sizes and not config.local_step_sizes
+        and dim <= LOCAL_MAX_DIM):
+      report("screen for local scales")
+      chosen, screened = _screen_local_step_sizes(
+          jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
+          optimizer, found.positions, choose_num_steps)
+      cost += screened
+      report("screen for local scales", screened.transitions, screened.transitions)
+      if chosen is not None:
+        state, found, run_config, run_training = chosen
+    result = train(k_init, target, run_config, run_training, num_iterations=num_training,
+                   optimizer=optimizer, init_state=state, progress=report.training(),
+                   log_every=max(num_training // 10, 1))
+    flat_sampler = result.sampler
+    report("check")
+    draws, acceptance, states, divergent, diverged_at = _check(
+        k_check, flat_sampler, result.state.chains, num_check)
+    report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
+           divergent=int(divergent))
+    report.close()
     gradients = gradient_evaluations(run_config)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
@@ -546,9 +548,6 @@ def _name(fn: Callable) -> str:
     return repr(fn)
   module = getattr(fn, "__module__", None)
   return name if module in (None, "__main__") else f"{module}.{name}"
-
-
-MAX_LISTED = 3  # the failing starts a ValueError of run lists (of how many fail)
 
 
 def _check_starts(logdensity_fn: Callable, flat_logdensity: Callable, flat: jax.Array,

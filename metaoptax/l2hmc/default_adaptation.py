@@ -68,7 +68,10 @@ Before all that, ``run`` evaluates the log density and its gradient at every cha
 (one vmapped call): where one is not finite, at all starts or some, it raises a
 ``ValueError`` that names the log density and the failing chains and their positions.
 ``positions`` must have a leading axis of chains on every leaf: a bare 1-D array is an
-error (one position, or chains of a scalar, cannot be told apart).
+error (one position, or chains of a scalar, cannot be told apart), and so are leaves whose
+leading axes differ (one lacks the axis). A leaf without the axis whose first axis happens
+to equal the number of chains cannot be told from one with it; where it makes the log
+density of one chain's position other than a scalar, that is an error too.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, lea
                                       make_masks)
 from metaoptax.l2hmc.kernel import (L2HMCInfo, L2HMCState, SamplingAlgorithm,
                                     acceptance_probability, build_kernel, draw_step_scale,
-                                    gradient_evaluations, init, l2hmc,
+                                    gradient_evaluations, init, is_divergent, l2hmc,
                                     logdensity_evaluations, propose, sample_chains)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
@@ -28,7 +28,7 @@ __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_size
            "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
            "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability",
            "build_kernel", "draw_step_scale", "gradient_evaluations", "logdensity_evaluations",
-           "init", "l2hmc", "propose", "sample_chains", "Target", "OBJECTIVES",
+           "init", "is_divergent", "l2hmc", "propose", "sample_chains", "Target", "OBJECTIVES",
            "TrainingConfig", "TrainingInfo", "TrainingResult", "TrainingState",
            "build_training_step", "default_optimizer", "esjd_loss", "init_training",
            "objective_loss", "rotation_step_sizes", "train",

@@ -11,7 +11,11 @@ probability
   \qquad H(x, v) = U(x) + \tfrac12 \|v\|^2,
 
 which is exact because flipping :math:`d` after :math:`L_d` is an involution. A
-non-finite acceptance probability counts as 0 (the proposal is rejected).
+non-finite acceptance probability counts as 0 (the proposal is rejected). A proposal whose
+position, :math:`\log p`, gradient or log-Jacobian is not finite is also counted
+(``info.is_divergent``, :func:`is_divergent`), as NUTS counts its divergences: the
+trajectory left the region where the log density is defined (or overflowed), and the
+chains cannot enter it.
 With ``config.local_step_sizes`` a transition also draws the step sizes' tuning
 variable :math:`w \mid x` and the ratio gains its conditional densities
 (:mod:`metaoptax.l2hmc.local_step_sizes`).
@@ -73,7 +77,8 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_w
                                        gradient_to_whitened, to_whitened, whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
-           "gradient_evaluations", "logdensity_evaluations", "propose", "draw_step_scale", "build_kernel", "l2hmc",
+           "gradient_evaluations", "logdensity_evaluations", "propose", "is_divergent",
+           "draw_step_scale", "build_kernel", "l2hmc",
            "sample_chains")
 
 
@@ -104,6 +109,9 @@ class L2HMCInfo(NamedTuple):
     proposal: :math:`x'`, the proposed position (accepted or not).
     num_gradient_evaluations: int32, the gradients of :math:`\log p` the transition
       evaluated (:func:`gradient_evaluations`).
+    is_divergent: bool, the proposal's position, log p, gradient or log-Jacobian is not
+      finite (rejected; :func:`is_divergent`); blackjax's name, whose NUTS also counts
+      energy errors above 1000.
   """
 
   acceptance_rate: jax.Array
@@ -112,6 +120,7 @@ class L2HMCInfo(NamedTuple):
   log_det_jacobian: jax.Array
   proposal: jax.Array
   num_gradient_evaluations: jax.Array
+  is_divergent: jax.Array
 
   @property
   def num_integration_steps(self) -> jax.Array:
@@ -209,6 +218,17 @@ def acceptance_probability(energy_before, energy_after, log_det):
   """
   log_ratio = energy_before - energy_after + log_det
   return jnp.where(jnp.isfinite(log_ratio), jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
+
+
+def is_divergent(proposal: L2HMCState, log_det: jax.Array = 0.0) -> jax.Array:
+  """Whether a proposal (of :func:`propose`) diverged: its position, ``log p``, gradient
+  (zeros where the integrator reads none) or log-Jacobian ``log_det`` is not finite. Its
+  acceptance probability is then 0 (:func:`acceptance_probability`). A boolean, jit- and
+  vmap-able (vmapped: one per chain)."""
+  finite = jnp.isfinite(proposal.logdensity) & jnp.all(jnp.isfinite(log_det))
+  for leaf in (proposal.position, proposal.logdensity_grad):
+    finite = finite & jnp.all(jnp.isfinite(leaf))
+  return ~finite
 
 
 def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
@@ -391,7 +411,7 @@ def build_kernel(config: L2HMCConfig):
                                             momentum, direction, whitening, noise, step_scale)
     new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
-                     jnp.asarray(gradients, jnp.int32))
+                     jnp.asarray(gradients, jnp.int32), is_divergent(proposal, log_det))
     return new_state, info
 
   return kernel

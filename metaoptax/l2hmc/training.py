@@ -63,7 +63,7 @@ from metaoptax.l2hmc.adaptation import SLOPES, warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, draw_step_scale, init,
-                                    l2hmc, propose)
+                                    is_divergent, l2hmc, propose)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
@@ -172,11 +172,14 @@ class TrainingInfo(NamedTuple):
     loss: the training loss of the iteration (:attr:`TrainingConfig.objective`).
     acceptance: the mean acceptance probability of the chains' proposals.
     finite: bool; false where the update was skipped (a non-finite loss or gradient).
+    num_divergent: int32: the chains whose proposal diverged
+      (``L2HMCInfo.is_divergent``: not finite).
   """
 
   loss: jax.Array
   acceptance: jax.Array
   finite: jax.Array
+  num_divergent: jax.Array
 
 
 class TrainingResult(NamedTuple):
@@ -195,6 +198,8 @@ class TrainingResult(NamedTuple):
       without a warm-up.
     sampler: the trained sampler, its whitening included
       (:class:`SamplingAlgorithm`: ``init(position)``, ``step(rng_key, state)``).
+    num_divergent: the chains' proposals in this call's iterations that diverged (not
+      finite, rejected).
   """
 
   params: L2HMCParams
@@ -206,6 +211,7 @@ class TrainingResult(NamedTuple):
   state: TrainingState | None = None
   whitening: Whitening | None = None
   sampler: SamplingAlgorithm | None = None
+  num_divergent: int = 0
 
 
 def _accepted_jump(jump, acceptance):
@@ -669,16 +675,18 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     scales = parallel.shard_batch(jnp.ones((num_chains,)) if scales is None else scales)
     if drop:  # a copy of the parameters per chain, so that each has its own cotangent
       per_chain = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), params)
-      proposals, acceptance, _ = jax.vmap(
+      proposals, acceptance, log_det = jax.vmap(
           lambda p, s, v, d, u, c: propose(config, _finite_cotangent(p), masks, logdensity_fn,
                                            s, v, d, whitening, u, c))(
               per_chain, states, momenta, directions, noise, scales)
     else:
-      proposals, acceptance, _ = jax.vmap(
+      proposals, acceptance, log_det = jax.vmap(
           lambda s, v, d, u, c: propose(config, params, masks, logdensity_fn, s, v, d,
                                         whitening, u, c))(states, momenta, directions, noise,
                                                           scales)
-    return parallel.shard_batch((proposals, acceptance))
+    divergent = jax.vmap(is_divergent)(jax.lax.stop_gradient(proposals),
+                                       jax.lax.stop_gradient(log_det))
+    return parallel.shard_batch((proposals, acceptance, divergent))
 
   def chain_losses(before, after, acceptance, whitening):
     if objective == "esjd" and whitening is None:  # the paper's loss, as written
@@ -689,17 +697,17 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
 
   def loss_fn(params, masks, chains, key, logdensity_fn, whitening):
     k_chain, k_fresh, k_init = jax.random.split(key, 3)
-    proposals, acceptance = transitions(params, masks, chains, k_chain, logdensity_fn,
-                                        whitening)
+    proposals, acceptance, divergent = transitions(params, masks, chains, k_chain,
+                                                   logdensity_fn, whitening)
     loss = jnp.mean(chain_losses(chains.position, proposals.position, acceptance, whitening))
     if aux_weight:
       fresh = jax.vmap(lambda x: init(x, logdensity_fn))(
           parallel.shard_batch(jax.random.normal(k_init, (num_chains, config.dim))))
-      fresh_proposals, fresh_acceptance = transitions(params, masks, fresh, k_fresh,
-                                                      logdensity_fn, whitening)
+      fresh_proposals, fresh_acceptance, _ = transitions(params, masks, fresh, k_fresh,
+                                                         logdensity_fn, whitening)
       loss = loss + aux_weight * jnp.mean(chain_losses(
           fresh.position, fresh_proposals.position, fresh_acceptance, whitening))
-    return loss, (proposals, acceptance)
+    return loss, (proposals, acceptance, divergent)
 
   def step(state: TrainingState) -> tuple[TrainingState, TrainingInfo]:
     logdensity_fn = tempered(state.iteration)
@@ -708,7 +716,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
       chains = jax.vmap(lambda x: init(x, logdensity_fn))(chains.position)
     chains = parallel.shard_batch(chains)
     k_loss, k_accept = jax.random.split(jax.random.fold_in(state.key, state.iteration))
-    (loss, (proposals, acceptance)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+    (loss, (proposals, acceptance, divergent)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(
         state.params, state.masks, chains, k_loss, logdensity_fn, state.whitening)
     params, opt_state, finite = apply_if_finite(optimizer, grads, loss, state.params,
                                                 state.opt_state)
@@ -721,7 +730,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     new_state = state._replace(params=params, opt_state=opt_state, chains=chains,
                                iteration=state.iteration + 1,
                                skipped_updates=parallel.replicate(skipped))
-    return new_state, TrainingInfo(loss, jnp.mean(acceptance), finite)
+    return new_state, TrainingInfo(loss, jnp.mean(acceptance), finite,
+                                   jnp.sum(divergent, dtype=jnp.int32))
 
   return step
 
@@ -809,4 +819,4 @@ def train(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(
                         run.infos.acceptance, run.seconds, int(run.state.skipped_updates),
                         run.state, run.state.whitening,
                         l2hmc(target.logdensity_fn, config, run.state.params, run.state.masks,
-                              run.state.whitening))
+                              run.state.whitening), int(np.sum(run.infos.num_divergent)))

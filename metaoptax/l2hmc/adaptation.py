@@ -105,6 +105,8 @@ class WarmupResult(NamedTuple):
       (the dense metric's Newton metrics: one per burn-in window and one for window 2;
       the curvature slopes' diagonal: one per transition of the final window's second
       half), each ``dim`` forward-over-reverse products.
+    num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
+      every chain.
   """
 
   step_size: jax.Array
@@ -117,8 +119,6 @@ class WarmupResult(NamedTuple):
   num_transitions: jax.Array | None = None
   burn_in_rhat: jax.Array | None = None
   num_hessian_evaluations: jax.Array | None = None
-  # int, the proposals of every window and chain that diverged (``L2HMCInfo.is_divergent``:
-  # not finite, rejected)
   num_divergent: jax.Array | None = None
 
 

@@ -221,10 +221,19 @@ def acceptance_probability(energy_before, energy_after, log_det):
 
 
 def is_divergent(proposal: L2HMCState, log_det: jax.Array = 0.0) -> jax.Array:
-  """Whether a proposal (of :func:`propose`) diverged: its position, ``log p``, gradient
-  (zeros where the integrator reads none) or log-Jacobian ``log_det`` is not finite. Its
-  acceptance probability is then 0 (:func:`acceptance_probability`). A boolean, jit- and
-  vmap-able (vmapped: one per chain)."""
+  """Whether a proposal (of :func:`propose`) diverged.
+
+  A proposal diverged where its position, ``log p``, gradient (zeros where the integrator
+  reads none) or log-Jacobian is not finite. Its acceptance probability is then 0
+  (:func:`acceptance_probability`). Jit- and vmap-able (vmapped: one per chain).
+
+  Args:
+    proposal: the proposed :class:`L2HMCState`.
+    log_det: the proposal map's log-Jacobian.
+
+  Returns:
+    A boolean scalar: ``True`` where the proposal diverged.
+  """
   finite = jnp.isfinite(proposal.logdensity) & jnp.all(jnp.isfinite(log_det))
   for leaf in (proposal.position, proposal.logdensity_grad):
     finite = finite & jnp.all(jnp.isfinite(leaf))

@@ -43,6 +43,20 @@ class HessianFreeTrace(NamedTuple):
   count: jax.Array  # int32: steps since the trace (re)started; seeds its rounding
 
 
+class AveragedTrace(NamedTuple):
+  """The Hessian-free trace of ``metaoptimize(..., average=c)``: read off the average.
+
+  No params-sized trace is stored: :math:`h = (w - \\bar w)/(1 - \\rho_t)` is the
+  iterate's distance from the average of the weights (see
+  :mod:`metaoptax._src.averaged_trace`), which :func:`metaoptax.averaged_params`
+  returns. ``base_state`` and ``hyperparams`` are those of :class:`HessianFreeTrace`.
+  """
+
+  average: Any  # an AverageState: the step count and the average of the weights
+  base_state: tuple  # sensitivities of params-reading base-state float leaves
+  hyperparams: HyperparamTrace  # the learned hyperparameters' columns
+
+
 class ExactTrace(NamedTuple):
   """Sensitivities ``Z = [Y; X]`` of the exact variants, one column per block.
 
@@ -74,7 +88,7 @@ class MetaOptimizeState(NamedTuple):
   base_state: optax.OptState  # state of the base (direction) transformation
   meta_params: learned.MetaParams  # beta (log step sizes, or step sizes) and phi
   meta_state: optax.OptState  # state of the meta transformation acting on beta
-  trace: Any  # a HessianFreeTrace or an ExactTrace
+  trace: Any  # a HessianFreeTrace, an AveragedTrace or an ExactTrace
   log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
   skipped_steps: jax.Array  # int32: steps skipped (non-finite gradient or update)
   trace_resets: jax.Array  # int32: trace restarts (finite step, non-finite trace)

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
-from metaoptax._src import restart, rounding, validation
+from metaoptax._src import averaged_trace, averaging, blocks as blocks_lib, exact, guard
+from metaoptax._src import hessian_free, learned, restart, rounding, tree_utils, validation
 from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
@@ -48,6 +48,8 @@ def metaoptimize(
     sensitivity_radius: float = exact.DEFAULT_SENSITIVITY_RADIUS,
     climb_memory: int | None = None,
     trace_dtype: Any = None,
+    average: float | None = None,
+    average_dtype: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -143,6 +145,20 @@ def metaoptimize(
       computed in float32 and stored stochastically rounded, so that its small
       increments are kept on average (:mod:`metaoptax._src.rounding`); the meta-gradient
       reads it as float32. Real params and ``approximation="hessian_free"`` only.
+    average: ``None``, or the horizon :math:`c \in (0, 1]` of an average of the weights
+      kept in the state, :math:`\bar w_t = \bar w_{t-1} + (w_t - \bar w_{t-1})/(c\,t + 1)`
+      (as :func:`metaoptax.average_iterates`; evaluate :func:`metaoptax.averaged_params` of
+      the state), from which the Hessian-free trace is read,
+      :math:`h_t = (w_t - \bar w_t)/(1 - \rho_t)`: no trace is stored, one params-sized
+      buffer less. The trace's discount is then the average's,
+      :math:`\gamma_t = c\,t/(c\,t + 1)` (a horizon of :math:`c\,t` steps, growing with the
+      run; ``gamma`` must stay 1), and weight decay's factor :math:`1 - \kappa\alpha` on the
+      carried trace is left out (see ``metaoptax._src.averaged_trace``). A restart of the
+      trace (the guard's) restarts the average at the iterate. ``approximation=
+      "hessian_free"`` only; the updates must be applied as they are.
+    average_dtype: the average's storage with ``average``: ``None`` (float32, or wider
+      params' dtype) or ``jnp.bfloat16``, stochastically rounded, which halves its bytes.
+      Real params only.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -178,6 +194,7 @@ def metaoptimize(
   if trace_dtype is not None and approximation != "hessian_free":
     raise ValueError(f"trace_dtype={trace_dtype} needs approximation='hessian_free' (the exact "
                      f"variants keep their sensitivities in float32), got {approximation!r}.")
+  average_dtype = _check_average(average, average_dtype, approximation, gamma, trace_dtype)
   learn = learned.check_learn(learn)
   learned.check_exposed(learn, base)
   meta_probed = validation.check_meta_ignores_beta(meta)
@@ -196,7 +213,8 @@ def metaoptimize(
                    else (lower, upper)),
       meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn,
       trace_dtype=trace_dtype)
-  implementation = _APPROXIMATIONS[approximation]
+  implementation = (_APPROXIMATIONS[approximation] if average is None
+                    else averaged_trace.approximation(average, average_dtype))
   restarting = climb_memory is not None and restart.restarts(climb_memory)
   # Adam's (1 - b1, 1 - b2), read off the base once, for the moments counted as steps
   adam_decays = (restart.adam_decays(base)
@@ -204,9 +222,10 @@ def metaoptimize(
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
-    if trace_dtype is not None and any(jnp.iscomplexobj(x) for x in jax.tree.leaves(params)):
-      raise ValueError(f"trace_dtype={trace_dtype} stores a real trace: complex params need "
-                       "trace_dtype=None.")
+    for name, dtype in (("trace_dtype", trace_dtype), ("average_dtype", average_dtype)):
+      if dtype is not None and any(jnp.iscomplexobj(x) for x in jax.tree.leaves(params)):
+        raise ValueError(f"{name}={dtype} stores real values: complex params need "
+                         f"{name}=None.")
     layout = blocks_lib.resolve(blocks, params)
     # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)
@@ -247,13 +266,15 @@ def metaoptimize(
       state = restart.shorten_if_the_climb_ended(state, climb_memory, *adam_decays)
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:
-      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
+      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params,
+                                               params)
     else:
       meta_grads = _held_out(meta_grads, updates, implementation, approximation)
       meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads,
-                                               state.meta_params)
+                                               state.meta_params, params)
       if held_out == "hyperparams" and learn:  # the step sizes follow the training loss
-        on_train = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
+        on_train = implementation.meta_gradient(layout, state.trace, updates,
+                                                state.meta_params, params)
         meta_grad = meta_grad._replace(step_size=on_train.step_size)
 
     def attempt(grads, state, meta_grad):
@@ -265,7 +286,11 @@ def metaoptimize(
           check_new_trace=implementation.checks_new_trace)
     else:
       delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
-    return optax.tree_utils.tree_cast_like(delta, params), new_state
+    delta = optax.tree_utils.tree_cast_like(delta, params)
+    if implementation.after_update is not None:
+      new_state = new_state._replace(
+          trace=implementation.after_update(new_state.trace, params, delta))
+    return delta, new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -284,6 +309,31 @@ def _held_out(meta_grads: Any, grads: Any, implementation: Approximation, name: 
         f"held-out objective at params); got {jax.tree.structure(meta_grads)}, "
         f"expected {jax.tree.structure(grads)}.")
   return tree_utils.zeros_unless(tree_utils.all_finite(meta_grads), meta_grads)
+
+
+def _check_average(average, average_dtype, approximation, gamma, trace_dtype):
+  """Checks ``average`` and ``average_dtype``; returns the storage dtype (or ``None``)."""
+  average_dtype = rounding.check_storage_dtype("average_dtype", average_dtype)
+  if average is None:
+    if average_dtype is not None:
+      raise ValueError(f"average_dtype={average_dtype} needs an average: give average= "
+                       "(its horizon, e.g. 0.1).")
+    return None
+  averaging.check_horizon(f"metaoptimize(average={average!r})", average)
+  if approximation != "hessian_free":
+    raise ValueError(f"average={average} reads the Hessian-free trace off the average: it "
+                     f"needs approximation='hessian_free', got {approximation!r} (chain "
+                     "metaoptax.average_iterates after it instead).")
+  if trace_dtype is not None:
+    raise ValueError(f"trace_dtype={trace_dtype} with average={average}: no trace is stored "
+                     "(it is read off the average); set the average's storage with "
+                     "average_dtype.")
+  number = concrete_number("gamma", gamma)
+  if number is not None and number != 1.0:
+    raise ValueError(f"gamma={gamma} with average={average}: the trace read off the average "
+                     "has the average's discount (a horizon of average * t steps); leave "
+                     "gamma at 1, or chain metaoptax.average_iterates after a stored trace.")
+  return average_dtype
 
 
 def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,

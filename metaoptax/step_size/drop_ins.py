@@ -44,6 +44,7 @@ from typing import Any
 import optax
 
 from metaoptax._src import learned
+from metaoptax._src.hyperparams import concrete_number
 from metaoptax._src.averaging import average_iterates
 from metaoptax._src.forwarding import forwarding_metaoptimize_keywords
 from metaoptax.step_size import presets
@@ -101,6 +102,15 @@ def _averaged(transform, average, dtype=None):
   if average is None:
     return transform
   return optax.chain(transform, average_iterates(average, dtype))
+
+
+def _trace_in_average(average, gamma, kwargs) -> bool:
+  """Whether the Hessian-free trace can be read off the average
+  (``metaoptimize(..., average=)``): an average, ``gamma = 1`` (concrete), no stored
+  trace's dtype and the Hessian-free approximation."""
+  return (average is not None and concrete_number("gamma", gamma) == 1.0
+          and kwargs.get("trace_dtype") is None
+          and kwargs.get("approximation", "hessian_free") == "hessian_free")
 
 
 def _direction_with_decay(direction, weight_decay, mask, learn=()):
@@ -213,9 +223,13 @@ def adamw(
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
-  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                                init_step_size=init_step_size, weight_decay=decay,
-                                gamma=gamma, climb_memory=climb_memory,
+  meta = _meta(meta_step_size, climb_rate, climb_backoff)
+  if _trace_in_average(average, gamma, kwargs):
+    return metaoptimize(direction, meta, init_step_size=init_step_size, weight_decay=decay,
+                        gamma=gamma, climb_memory=climb_memory, average=average,
+                        average_dtype=average_dtype, **kwargs)
+  return _averaged(metaoptimize(direction, meta, init_step_size=init_step_size,
+                                weight_decay=decay, gamma=gamma, climb_memory=climb_memory,
                                 **kwargs), average, average_dtype)
 
 

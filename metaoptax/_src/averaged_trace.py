@@ -69,7 +69,7 @@ def stored_average(params: Any, dtype: Any) -> Any:
 def trace_scale(horizon: Any, count: jax.Array) -> jax.Array:
   r""":math:`1 / (1 - \rho_n) = (c n + 1) / (c n)` after ``n = count`` steps (1 at ``n = 0``,
   where the trace is 0)."""
-  n = horizon * count.astype(jnp.float32)
+  n = horizon * count.astype(jnp.result_type(horizon, jnp.float32))
   return jnp.where(count > 0, (n + 1.0) / jnp.where(count > 0, n, 1.0), 1.0)
 
 
@@ -92,6 +92,12 @@ def _difference(w: jax.Array, a: jax.Array) -> jax.Array:
   return w.astype(wide) - a.astype(wide)
 
 
+def _real_dtype_of(tree: Any) -> Any:
+  """float32, or float64 for float64 (or complex128) params."""
+  leaves = jax.tree.leaves(tree)
+  return tree_utils.real_dtype(jnp.result_type(*leaves)) if leaves else jnp.float32
+
+
 def _as_hessian_free(trace: AveragedTrace, weights: Any) -> HessianFreeTrace:
   return HessianFreeTrace(weights=weights, base_state=trace.base_state,
                           hyperparams=trace.hyperparams, count=trace.average.count)
@@ -109,7 +115,8 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
     return AveragedTrace(
         average=AverageState(count=jnp.zeros([], jnp.int32),
                              average=stored_average(wide_params, dtype)),
-        base_state=trace.base_state, hyperparams=trace.hyperparams)
+        horizon=jnp.asarray(horizon, _real_dtype_of(wide_params)), base_state=trace.base_state,
+        hyperparams=trace.hyperparams)
 
   def initial_trace(trace: AveragedTrace, meta_params: MetaParams) -> AveragedTrace:
     """A restart: the average's count at 0 (so ``h = 0``, and the average starts again at
@@ -117,7 +124,8 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
     read again); the other sensitivities zero."""
     del meta_params
     zeros = jax.tree.map(jnp.zeros_like, trace)
-    return zeros._replace(average=trace.average._replace(count=zeros.average.count))
+    return zeros._replace(average=trace.average._replace(count=zeros.average.count),
+                          horizon=trace.horizon)
 
   def meta_gradient(layout: BlockLayout, trace: AveragedTrace, grads: Any,
                     meta_params: MetaParams, params: Any) -> MetaParams:
@@ -128,7 +136,7 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
                                    meta_params)
     # at count 0 the average is the iterate, h = 0 (a restart's stale values are not read)
     count = trace.average.count
-    scale = trace_scale(horizon, count)
+    scale = trace_scale(trace.horizon, count)
     return s._replace(step_size=jax.tree.map(
         lambda x: jnp.where(count > 0, x * scale, jnp.zeros_like(x)).astype(x.dtype),
         s.step_size))
@@ -138,7 +146,7 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
     """The Hessian-free step (:func:`metaoptax._src.hessian_free.step`) from the trace read
     off the average; the average itself moves in :func:`after_update`."""
     trace = state.trace
-    viewed = _as_hessian_free(trace, weights_trace(horizon, trace.average, params))
+    viewed = _as_hessian_free(trace, weights_trace(trace.horizon, trace.average, params))
     delta, new = hessian_free.step(config, layout, grads, state._replace(trace=viewed),
                                    meta_grad, params, extra_args)
     return delta, new._replace(trace=trace._replace(base_state=new.trace.base_state,
@@ -153,7 +161,7 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
     :func:`metaoptax.average_iterates` after the step would."""
     started = trace.average.count > 0
     count = optax.safe_increment(trace.average.count)
-    weight = average_weight(horizon, count)
+    weight = average_weight(trace.horizon, count)
 
     def averaged(a, p, u):
       wide = tree_utils.wide_dtype(a.dtype)

@@ -106,7 +106,7 @@ def check_horizon(name: str, horizon: Any) -> None:
 
 def average_weight(horizon: Any, count: jax.Array) -> jax.Array:
   """:math:`\\rho_t = 1 / (c\\,t + 1)`, the weight of the iterate at step ``t = count``."""
-  return 1.0 / (horizon * count.astype(jnp.float32) + 1.0)
+  return 1.0 / (horizon * count.astype(jnp.result_type(horizon, jnp.float32)) + 1.0)
 
 
 def averaged_params(state: Any) -> optax.Params:

@@ -53,6 +53,7 @@ class AveragedTrace(NamedTuple):
   """
 
   average: Any  # an AverageState: the step count and the average of the weights
+  horizon: jax.Array  # scalar (float32, float64 for float64 params): c, the average's horizon as a fraction of the steps
   base_state: tuple  # sensitivities of params-reading base-state float leaves
   hyperparams: HyperparamTrace  # the learned hyperparameters' columns
 
@@ -157,13 +158,25 @@ def hyperparameters(state: Any) -> dict:
       "hyperparameters")
 
 
-def sensitivity_trace(state: Any) -> Any:
+def sensitivity_trace(state: Any, params: Any = None) -> Any:
   """The trace ``H`` (sensitivity of the weights to the meta-parameters).
 
   Hessian-free: a params-shaped tree ``h`` with ``h[i] = H[i, b(i)]``.
   Exact variants: a params-shaped tree whose leaves have a leading axis of size
   ``m``, one column ``H[:, j]`` per block (then one per learned hyperparameter).
   With learned hyperparameters, the Hessian-free step sizes' trace ``h``.
+
+  ``params``: the current params, needed where the trace is read off an average of the
+  iterates (``metaoptimize(..., average=c)``, the default :func:`metaoptax.adamw`):
+  :math:`h = (w - \\bar w)/(1 - \\rho_t)`.
   """
-  return _the_state(state).trace.weights
+  trace = _the_state(state).trace
+  if not isinstance(trace, AveragedTrace):
+    return trace.weights
+  if params is None:
+    raise ValueError("sensitivity_trace: this trace is read off the average of the iterates "
+                     "(metaoptimize(..., average=c)); give the current params: "
+                     "sensitivity_trace(state, params).")
+  from metaoptax._src import averaged_trace  # pylint: disable=g-import-not-at-top
+  return averaged_trace.weights_trace(trace.horizon, trace.average, params)
 

@@ -36,7 +36,7 @@ def metaoptimize(
     *,
     init_step_size: float,
     blocks: blocks_lib.BlockSpec = "scalar",
-    gamma: float = 1.0,
+    gamma: float | None = 1.0,
     approximation: str = "hessian_free",
     weight_decay: float = 0.0,
     step_size_bounds: tuple[float, float] = DEFAULT_STEP_SIZE_BOUNDS,
@@ -91,7 +91,8 @@ def metaoptimize(
     blocks: ``"scalar"``, ``"per_leaf"`` (one step size per parameter array),
       ``"per_param"`` (weight-wise), a pytree of integer labels matching params
       (one label per weight or one per array), or a callable params -> labels.
-    gamma: discount ``gamma`` in ``[0, 1]`` of future losses; ``1`` (default) is
+    gamma: discount ``gamma`` in ``[0, 1]`` of future losses, or ``None`` with ``average``
+      (the trace read off the average, with its discount); ``1`` (default) is
       the paper's choice, ``0`` gives hypergradient descent.
     approximation: ``"hessian_free"`` (no extra function evaluations, one
       params-sized trace), ``"l_approx"`` or ``"2x2"`` (exact Hessian terms by
@@ -150,9 +151,10 @@ def metaoptimize(
       (as :func:`metaoptax.average_iterates`; evaluate :func:`metaoptax.averaged_params` of
       the state), from which the Hessian-free trace is read,
       :math:`h_t = (w_t - \bar w_t)/(1 - \rho_t)`: no trace is stored, one params-sized
-      buffer less. The trace's discount is then the average's,
+      buffer less. Needs ``gamma=None``: the trace's discount is the average's,
       :math:`\gamma_t = c\,t/(c\,t + 1)` (a horizon of :math:`c\,t` steps, growing with the
-      run; ``gamma`` must stay 1), and weight decay's factor :math:`1 - \kappa\alpha` on the
+      run; the learned hyperparameters' columns are not discounted), and weight decay's
+      factor :math:`1 - \kappa\alpha` on the
       carried trace is left out (see ``metaoptax._src.averaged_trace``). A restart of the
       trace (the guard's) restarts the average at the iterate. ``approximation=
       "hessian_free"`` only; the updates must be applied as they are.
@@ -188,13 +190,14 @@ def metaoptimize(
     Optimizing Step Sizes and Other Meta-parameters
     <https://arxiv.org/abs/2402.02342>`_, 2024.
   """
+  average_dtype = _check_average(average, average_dtype, approximation, gamma, trace_dtype)
+  gamma = 1.0 if gamma is None else gamma  # with average: the columns the average does not hold
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization, sensitivity_radius)
   trace_dtype = rounding.check_storage_dtype("trace_dtype", trace_dtype)
   if trace_dtype is not None and approximation != "hessian_free":
     raise ValueError(f"trace_dtype={trace_dtype} needs approximation='hessian_free' (the exact "
                      f"variants keep their sensitivities in float32), got {approximation!r}.")
-  average_dtype = _check_average(average, average_dtype, approximation, gamma, trace_dtype)
   learn = learned.check_learn(learn)
   learned.check_exposed(learn, base)
   meta_probed = validation.check_meta_ignores_beta(meta)
@@ -318,6 +321,9 @@ def _check_average(average, average_dtype, approximation, gamma, trace_dtype):
     if average_dtype is not None:
       raise ValueError(f"average_dtype={average_dtype} needs an average: give average= "
                        "(its horizon, e.g. 0.1).")
+    if gamma is None:
+      raise ValueError("gamma=None reads the trace off an average of the iterates, with its "
+                       "discount: give average= (its horizon, e.g. 0.1), or a gamma in [0, 1].")
     return None
   averaging.check_horizon(f"metaoptimize(average={average!r})", average)
   if approximation != "hessian_free":
@@ -328,11 +334,11 @@ def _check_average(average, average_dtype, approximation, gamma, trace_dtype):
     raise ValueError(f"trace_dtype={trace_dtype} with average={average}: no trace is stored "
                      "(it is read off the average); set the average's storage with "
                      "average_dtype.")
-  number = concrete_number("gamma", gamma)
-  if number is not None and number != 1.0:
+  if gamma is not None:
     raise ValueError(f"gamma={gamma} with average={average}: the trace read off the average "
-                     "has the average's discount (a horizon of average * t steps); leave "
-                     "gamma at 1, or chain metaoptax.average_iterates after a stored trace.")
+                     "has the average's discount (a horizon of average * t steps); give "
+                     "gamma=None, or chain metaoptax.average_iterates after a stored trace "
+                     "of discount gamma.")
   return average_dtype
 
 

@@ -10,6 +10,8 @@ The state's size is pinned: ``metaoptax.adamw()`` holds 3.0 float32 parameter-si
 (Adam's two moments and the average), 2.5 with ``average_dtype=jnp.bfloat16``.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -156,3 +158,41 @@ def test_bad_average_arguments_name_the_culprit(kwargs, match):
   with pytest.raises(ValueError, match=match):
     metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,
                            **kwargs)
+
+
+def test_donated_multi_transform_of_two_averaged_drop_ins():
+  """Donated params and state, an ``optax.multi_transform`` of ``adamw(gamma=None)`` and
+  ``lion(gamma=None)``: the same numbers as each drop-in on its own part, undonated, and
+  ``averaged_params`` of the whole tree."""
+  params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "b": jnp.array([0.5, -0.5])}
+  loss = lambda p: jnp.sum((p["w"] - 0.3) ** 2) + jnp.sum(jnp.sin(p["b"]))
+  make_a = lambda: metaoptax.adamw(1e-3, gamma=None)
+  make_b = lambda: metaoptax.lion(1e-4, gamma=None)
+  opt = optax.multi_transform({"a": make_a(), "b": make_b()}, {"w": "a", "b": "b"})
+
+  def run(opt, params, donate):
+    @functools.partial(jax.jit, donate_argnums=(0, 1) if donate else ())
+    def step(params, state):
+      updates, state = opt.update(jax.grad(loss)(params), state, params)
+      return optax.apply_updates(params, updates), state
+    state = opt.init(params)
+    for _ in range(12):
+      params, state = step(params, state)
+    return params, state
+
+  got, state = run(opt, jax.tree.map(jnp.copy, params), donate=True)
+  for key, make in (("w", make_a), ("b", make_b)):
+    part = lambda p, key=key: loss({**params, key: p})
+    alone = make()
+
+    @jax.jit
+    def step(p, s, alone=alone, part=part):
+      updates, s = alone.update(jax.grad(part)(p), s, p)
+      return optax.apply_updates(p, updates), s
+
+    p, s = params[key], alone.init(params[key])
+    for _ in range(12):
+      p, s = step(p, s)
+    np.testing.assert_array_equal(got[key], p)
+    np.testing.assert_array_equal(metaoptax.averaged_params(state)[key],
+                                  metaoptax.averaged_params(s))

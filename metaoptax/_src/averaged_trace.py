@@ -11,7 +11,7 @@ and no trace of its own: the Hessian-free trace is
 
 .. math::
 
-  h_t = \frac{w_t - \bar w_t}{1 - \rho_t} \quad (h_0 = 0),
+  h_t = \frac{w_t - \bar w_t}{1 - \rho_t},
 
 the iterate's distance from the average. Since
 :math:`w_{t+1} - \bar w_{t+1} = (1-\rho_{t+1})(w_{t+1} - \bar w_t)` and
@@ -31,6 +31,14 @@ factor :math:`1 - \kappa\alpha_t` by which weight decay shrinks a stored trace
 (:math:`h' = \gamma(1-\kappa\alpha)h + \Delta`) is left out, the horizon :math:`c\,t` being
 what forgets old displacements. The params-reading base-state sensitivities and the
 learned hyperparameters' columns are kept as in the stored trace.
+
+The average starts at the first new iterate, :math:`\bar w_1 = w_1` (so
+:math:`h_0 = h_1 = 0`), and again at the iterate after a restart of the trace (the guard's,
+:mod:`metaoptax._src.guard`), which sets its count to 0 and reads neither the params nor
+its old values. The trace resolves displacements down to the precision of the weights
+themselves (float32: :math:`\sim 6\cdot 10^{-8}|w|`), where a stored trace sums the intended
+ones: a climb started far below, e.g. at ``1e-8`` on weights of order 1, sees no
+displacement and may end at once.
 
 Memory: the state holds the average, which the user evaluates
 (:func:`metaoptax.averaged_params`), and no trace: one params-sized buffer fewer than

@@ -38,7 +38,9 @@ The average starts at the first new iterate, :math:`\bar w_1 = w_1` (so
 its old values. The trace resolves displacements down to the precision of the weights
 themselves (float32: :math:`\sim 6\cdot 10^{-8}|w|`), where a stored trace sums the intended
 ones: a climb started far below, e.g. at ``1e-8`` on weights of order 1, sees no
-displacement and may end at once.
+displacement and may end at once. For the same reason the average is kept in float32 (or
+the params' wider dtype): a bfloat16 average's rounding, :math:`\sim 2^{-9}|w|`, would swamp
+the trace while the step size is small.
 
 Memory: the state holds the average, which the user evaluates
 (:func:`metaoptax.averaged_params`), and no trace: one params-sized buffer fewer than
@@ -55,24 +57,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import hessian_free, rounding, tree_utils
+from metaoptax._src import hessian_free, tree_utils
 from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.averaging import AverageState, average_weight
 from metaoptax._src.blocks import BlockLayout
 from metaoptax._src.learned import MetaParams
 from metaoptax._src.state import AveragedTrace, HessianFreeTrace, MetaOptimizeState
-
-#: Salt of the average's stochastic rounding (bits other than a stored trace's).
-_SALT = 0x5BD1E995
-
-
-def stored_average(params: Any, dtype: Any) -> Any:
-  """A copy of ``params`` as an average starting there: float32 or wider, or ``dtype``
-  (a copy: the params and the state may both be donated to a jitted step)."""
-  if dtype is not None:
-    return jax.tree.map(lambda p: p.astype(dtype), params)
-  return jax.tree.map(jnp.copy, tree_utils.widen(params))
-
 
 def trace_scale(horizon: Any, count: jax.Array) -> jax.Array:
   r""":math:`1 / (1 - \rho_n) = (c n + 1) / (c n)` after ``n = count`` steps (1 at ``n = 0``,
@@ -111,9 +101,9 @@ def _as_hessian_free(trace: AveragedTrace, weights: Any) -> HessianFreeTrace:
                           hyperparams=trace.hyperparams, count=trace.average.count)
 
 
-def approximation(horizon: Any, dtype: Any) -> Approximation:
+def approximation(horizon: Any) -> Approximation:
   """The Hessian-free approximation whose trace is read off an average of horizon
-  ``horizon`` stored in ``dtype`` (``None``: float32 or wider)."""
+  ``horizon``, kept in float32 or wider."""
 
   def init_trace(config: StepConfig, layout: BlockLayout, wide_params: Any, base_state: Any,
                  meta_state: Any, meta_params: MetaParams) -> AveragedTrace:
@@ -122,7 +112,8 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
                                     meta_params)
     return AveragedTrace(
         average=AverageState(count=jnp.zeros([], jnp.int32),
-                             average=stored_average(wide_params, dtype)),
+                             # a copy: the params and the state may both be donated
+                             average=jax.tree.map(jnp.copy, wide_params)),
         horizon=jnp.asarray(horizon, _real_dtype_of(wide_params)), base_state=trace.base_state,
         hyperparams=trace.hyperparams)
 
@@ -179,8 +170,6 @@ def approximation(horizon: Any, dtype: Any) -> Approximation:
       return jnp.where(started, a + weight.astype(tree_utils.real_dtype(wide)) * (new - a), new)
 
     average = jax.tree.map(averaged, trace.average.average, params, updates)
-    if dtype is not None:
-      average = rounding.stochastic_round_tree(average, dtype, count, salt=_SALT)
     return trace._replace(average=AverageState(count=count, average=average))
 
   return Approximation(init_trace=init_trace, initial_trace=initial_trace,

@@ -49,7 +49,6 @@ def metaoptimize(
     climb_memory: int | None = None,
     trace_dtype: Any = None,
     average: float | None = None,
-    average_dtype: Any = None,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -157,10 +156,9 @@ def metaoptimize(
       factor :math:`1 - \kappa\alpha` on the
       carried trace is left out (see ``metaoptax._src.averaged_trace``). A restart of the
       trace (the guard's) restarts the average at the iterate. ``approximation=
-      "hessian_free"`` only; the updates must be applied as they are.
-    average_dtype: the average's storage with ``average``: ``None`` (float32, or wider
-      params' dtype) or ``jnp.bfloat16``, stochastically rounded, which halves its bytes.
-      Real params only.
+      "hessian_free"`` only; the updates must be applied as they are. The average is kept
+      in float32 (or wider params' dtype): the trace is its small difference from the
+      weights, which a bfloat16 average's rounding would swamp.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -190,7 +188,7 @@ def metaoptimize(
     Optimizing Step Sizes and Other Meta-parameters
     <https://arxiv.org/abs/2402.02342>`_, 2024.
   """
-  average_dtype = _check_average(average, average_dtype, approximation, gamma, trace_dtype)
+  _check_average(average, approximation, gamma, trace_dtype)
   gamma = 1.0 if gamma is None else gamma  # with average: the columns the average does not hold
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization, sensitivity_radius)
@@ -217,7 +215,7 @@ def metaoptimize(
       meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn,
       trace_dtype=trace_dtype)
   implementation = (_APPROXIMATIONS[approximation] if average is None
-                    else averaged_trace.approximation(average, average_dtype))
+                    else averaged_trace.approximation(average))
   restarting = climb_memory is not None and restart.restarts(climb_memory)
   # Adam's (1 - b1, 1 - b2), read off the base once, for the moments counted as steps
   adam_decays = (restart.adam_decays(base)
@@ -225,10 +223,9 @@ def metaoptimize(
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
-    for name, dtype in (("trace_dtype", trace_dtype), ("average_dtype", average_dtype)):
-      if dtype is not None and any(jnp.iscomplexobj(x) for x in jax.tree.leaves(params)):
-        raise ValueError(f"{name}={dtype} stores real values: complex params need "
-                         f"{name}=None.")
+    if trace_dtype is not None and any(jnp.iscomplexobj(x) for x in jax.tree.leaves(params)):
+      raise ValueError(f"trace_dtype={trace_dtype} stores a real trace: complex params need "
+                       "trace_dtype=None.")
     layout = blocks_lib.resolve(blocks, params)
     # jnp, not math: init_step_size may be traced (a meta-gradient with respect to it).
     init_beta = jnp.log(init_step_size) if log else jnp.asarray(init_step_size)
@@ -314,17 +311,13 @@ def _held_out(meta_grads: Any, grads: Any, implementation: Approximation, name: 
   return tree_utils.zeros_unless(tree_utils.all_finite(meta_grads), meta_grads)
 
 
-def _check_average(average, average_dtype, approximation, gamma, trace_dtype):
-  """Checks ``average`` and ``average_dtype``; returns the storage dtype (or ``None``)."""
-  average_dtype = rounding.check_storage_dtype("average_dtype", average_dtype)
+def _check_average(average, approximation, gamma, trace_dtype):
+  """Checks ``average`` against the other arguments."""
   if average is None:
-    if average_dtype is not None:
-      raise ValueError(f"average_dtype={average_dtype} needs an average: give average= "
-                       "(its horizon, e.g. 0.1).")
     if gamma is None:
       raise ValueError("gamma=None reads the trace off an average of the iterates, with its "
                        "discount: give average= (its horizon, e.g. 0.1), or a gamma in [0, 1].")
-    return None
+    return
   averaging.check_horizon(f"metaoptimize(average={average!r})", average)
   if approximation != "hessian_free":
     raise ValueError(f"average={average} reads the Hessian-free trace off the average: it "
@@ -332,14 +325,12 @@ def _check_average(average, average_dtype, approximation, gamma, trace_dtype):
                      "metaoptax.average_iterates after it instead).")
   if trace_dtype is not None:
     raise ValueError(f"trace_dtype={trace_dtype} with average={average}: no trace is stored "
-                     "(it is read off the average); set the average's storage with "
-                     "average_dtype.")
+                     "(it is read off the average, kept in float32).")
   if gamma is not None:
     raise ValueError(f"gamma={gamma} with average={average}: the trace read off the average "
                      "has the average's discount (a horizon of average * t steps); give "
                      "gamma=None, or chain metaoptax.average_iterates after a stored trace "
                      "of discount gamma.")
-  return average_dtype
 
 
 def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,

@@ -103,8 +103,12 @@ def _metaoptimize(direction, meta, *, average, average_dtype, gamma, **kwargs):
   (``gamma=None``: ``metaoptimize(..., average=)``), or chained after a stored trace of
   discount ``gamma`` (:func:`average_iterates`), or none (``average=None``)."""
   if gamma is None:
-    return metaoptimize(direction, meta, gamma=None, average=average,
-                        average_dtype=average_dtype, **kwargs)
+    if average_dtype is not None:
+      raise ValueError(f"average_dtype={average_dtype} with gamma=None: the trace is read off "
+                       "the average, which stays in float32 (its rounding in bfloat16 would "
+                       "swamp the trace). For less memory keep Adam's first moment in "
+                       "bfloat16 (mu_dtype=jnp.bfloat16), or store the trace (gamma=1).")
+    return metaoptimize(direction, meta, gamma=None, average=average, **kwargs)
   transform = metaoptimize(direction, meta, gamma=gamma, **kwargs)
   if average is None:
     return transform

@@ -24,7 +24,7 @@ PINNED = {
     # the trace read off the average, not stored: no trace kernel, and the average's kernel
     # reads the new params, so Adam's direction has one reader and is not written
     "metaoptax.adamw(gamma=None)": 1.70,
-    "metaoptax.adamw(gamma=None, average_dtype=bfloat16)": 1.75,
+    "metaoptax.adamw(gamma=None, mu_dtype=bfloat16)": 1.75,
     "metaoptax.lion()": 1.90,
     # a stored trace (trace_dtype): the bfloat16 trace costs more on XLA:CPU, its
     # reduction reads a float32 copy

@@ -198,3 +198,36 @@ def test_donated_multi_transform_of_two_averaged_drop_ins():
     np.testing.assert_array_equal(got[key], p)
     np.testing.assert_array_equal(metaoptax.averaged_params(state)[key],
                                   metaoptax.averaged_params(s))
+
+
+@pytest.mark.parametrize("kwargs", [
+    # the decay in the base: a params-reading base state (a callable mask: a pytree mask
+    # fails the climb_memory probe of restart.adam_decays, on any trace)
+    dict(mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)),
+    dict(learn=("b1", "weight_decay"), weight_decay=0.1),  # the hyperparameters' columns
+    dict(meta_grads=True),  # a held-out meta-gradient
+])
+def test_the_other_sensitivities_run_beside_the_trace_read_off_the_average(kwargs):
+  """The step runs, finite, with the sensitivities that stay stored beside the average,
+  and its learned hyperparameters move."""
+  kwargs = dict(kwargs)
+  held_out = kwargs.pop("meta_grads", False)
+  opt = metaoptax.adamw(1e-3, gamma=None, **kwargs)
+  params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "b": jnp.array([0.5, -0.5])}
+  loss = lambda p: jnp.sum((p["w"] - 0.3) ** 2) + jnp.sum(jnp.sin(p["b"]))
+  state = opt.init(params)
+
+  @jax.jit
+  def step(params, state):
+    grads = jax.grad(loss)(params)
+    extra = {"meta_grads": jax.tree.map(lambda g: 0.5 * g, grads)} if held_out else {}
+    updates, state = opt.update(grads, state, params, **extra)
+    return optax.apply_updates(params, updates), state
+
+  for _ in range(30):
+    params, state = step(params, state)
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state)
+             if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact))
+  assert float(metaoptax.step_sizes(state)) > 1e-3  # the climb rose
+  if "learn" in kwargs:
+    assert metaoptax.hyperparameters(state)["b1"] != pytest.approx(0.9, abs=1e-7)

@@ -670,6 +670,10 @@ DESIGNS = {
     "the default, its trace and average in bfloat16": (_design(
         climb_backoff=0.5, meta_step_size=3e-3, gamma=1.0, average=0.1, climb_memory=3,
         trace_dtype=jnp.bfloat16, average_dtype=jnp.bfloat16), True),
+    # the default with its trace read off the average (gamma=None: no stored trace, state
+    # 3x params instead of 4x): the trace's horizon is the average's, ~10 % of the steps
+    "the default, its trace read off the average": (_design(
+        climb_backoff=0.5, meta_step_size=3e-3, gamma=None, average=0.1, climb_memory=3), True),
     # and the held step size (the best design on the MLPs and the small-corpus transformer)
     "climb x2, hold + average, moments shortened at the climb's end": (_design(
         climb_backoff=0.5, meta_step_size=0.0, average=0.1, climb_memory=3), True),

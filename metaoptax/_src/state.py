@@ -55,6 +55,29 @@ class HessianFreeTrace(NamedTuple):
   count: jax.Array
 
 
+class AveragedTrace(NamedTuple):
+  """The Hessian-free trace of ``metaoptimize(..., average=c)``: read off the average.
+
+  No params-sized trace is stored: :math:`h = (w - \\bar w)/(1 - \\rho_t)` is the
+  iterate's distance from the average of the weights (see
+  :mod:`metaoptax._src.averaged_trace`), which :func:`metaoptax.averaged_params`
+  returns.
+
+  Attributes:
+    average: an ``AverageState``: the step count and the average of the weights.
+    horizon: scalar (float32, float64 for float64 params): :math:`c`, the average's
+      horizon as a fraction of the steps.
+    base_state: the sensitivities of the base state's floating-point leaves that read
+      the params (as :class:`HessianFreeTrace`'s).
+    hyperparams: the learned hyperparameters' columns (as :class:`HessianFreeTrace`'s).
+  """
+
+  average: Any
+  horizon: jax.Array
+  base_state: tuple
+  hyperparams: HyperparamTrace
+
+
 class ExactTrace(NamedTuple):
   """Sensitivities ``Z = [Y; X]`` of the exact variants, one column per block.
 
@@ -107,7 +130,8 @@ class MetaOptimizeState(NamedTuple):
     meta_params: :math:`\beta` (log step sizes, or step sizes) and :math:`\phi`, the learned
       hyperparameters (:class:`~metaoptax.MetaParams`).
     meta_state: the state of the meta transformation acting on :math:`\beta`.
-    trace: a :class:`~metaoptax.HessianFreeTrace` or an :class:`~metaoptax.ExactTrace`.
+    trace: a :class:`~metaoptax.HessianFreeTrace`, an :class:`~metaoptax.AveragedTrace` or an
+      :class:`~metaoptax.ExactTrace`.
     log_parametrization: bool scalar: :math:`\alpha = e^\beta` if true, else
       :math:`\alpha = \beta`.
     skipped_steps: int32 scalar, the steps skipped (non-finite gradient or update).
@@ -187,7 +211,7 @@ def hyperparameters(state: Any) -> dict:
       "hyperparameters")
 
 
-def sensitivity_trace(state: Any) -> Any:
+def sensitivity_trace(state: Any, params: Any = None) -> Any:
   """The trace ``H`` (sensitivity of the weights to the meta-parameters).
 
   Hessian-free: a params-shaped tree ``h`` with ``h[i] = H[i, b(i)]``.
@@ -198,9 +222,20 @@ def sensitivity_trace(state: Any) -> Any:
   Args:
     state: a :class:`MetaOptimizeState`, or any optimizer state that contains exactly
       one (e.g. of an ``optax.chain`` or of :func:`metaoptax.adamw`).
+    params: the current params, needed where the trace is read off an average of the
+      iterates (``metaoptimize(..., gamma=None, average=c)``):
+      :math:`h = (w - \\bar w)/(1 - \\rho_t)`.
 
   Returns:
     The trace, as above.
   """
-  return _the_state(state).trace.weights
+  trace = _the_state(state).trace
+  if not isinstance(trace, AveragedTrace):
+    return trace.weights
+  if params is None:
+    raise ValueError("sensitivity_trace: this trace is read off the average of the iterates "
+                     "(metaoptimize(..., average=c)); give the current params: "
+                     "sensitivity_trace(state, params).")
+  from metaoptax._src import averaged_trace  # pylint: disable=g-import-not-at-top
+  return averaged_trace.weights_trace(trace.horizon, trace.average, params)
 

@@ -21,6 +21,8 @@ scalar step size by default). They differ from the paper-faithful
   (:func:`metaoptax.average_iterates`), and it is kept beside the iterates, which it
   does not change; evaluate :func:`metaoptax.averaged_params` of the state. The average removes the noise
   of the last iterates, as a decaying schedule would, without shrinking the step.
+  With ``gamma=None`` the average also holds the Hessian-free trace
+  (``metaoptimize(..., average=)``): one params-sized buffer less.
 
 After the climb, the paper's meta optimizer for the base tracks
 :math:`\log\alpha` for the rest of the run (meta step ``meta_step_size``): Adam
@@ -96,11 +98,21 @@ def _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_adam):
   return climb(follow(meta_step_size), rate=climb_rate, backoff=climb_backoff)
 
 
-def _averaged(transform, average, dtype=None):
-  """``transform``, followed by :func:`average_iterates` when ``average`` is a horizon."""
+def _metaoptimize(direction, meta, *, average, average_dtype, gamma, **kwargs):
+  """:func:`metaoptimize` with the average of the weights: holding the trace
+  (``gamma=None``: ``metaoptimize(..., average=)``), or chained after a stored trace of
+  discount ``gamma`` (:func:`average_iterates`), or none (``average=None``)."""
+  if gamma is None:
+    if average_dtype is not None:
+      raise ValueError(f"average_dtype={average_dtype} with gamma=None: the trace is read off "
+                       "the average, which stays in float32 (its rounding in bfloat16 would "
+                       "swamp the trace). For less memory keep Adam's first moment in "
+                       "bfloat16 (mu_dtype=jnp.bfloat16), or store the trace (gamma=1).")
+    return metaoptimize(direction, meta, gamma=None, average=average, **kwargs)
+  transform = metaoptimize(direction, meta, gamma=gamma, **kwargs)
   if average is None:
     return transform
-  return optax.chain(transform, average_iterates(average, dtype))
+  return optax.chain(transform, average_iterates(average, average_dtype))
 
 
 def _direction_with_decay(direction, weight_decay, mask, learn=()):
@@ -177,7 +189,11 @@ def adamw(
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
       ends, beyond the averaging lag (:func:`metaoptax.climb`; 0.5: doubled).
     gamma: discount :math:`\gamma` of the sensitivity trace after the climb (1: the
-      whole run, the paper's; 0.99: ~100 steps).
+      whole run, the paper's; 0.99: ~100 steps), or ``None``: the trace is read off the
+      average of the weights (``metaoptimize(..., average=)``), whose horizon it takes,
+      the last ~``average`` of the steps. The state then holds Adam's moments and the
+      average, 3 params-sized buffers instead of 4, and the step size anneals sooner
+      after the climb (a shorter horizon's meta-gradient is greedier).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
     average_dtype: the average's storage, ``None`` (float32) or ``jnp.bfloat16``
@@ -213,10 +229,10 @@ def adamw(
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
-  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                                init_step_size=init_step_size, weight_decay=decay,
-                                gamma=gamma, climb_memory=climb_memory,
-                                **kwargs), average, average_dtype)
+  return _metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
+                       average=average, average_dtype=average_dtype, gamma=gamma,
+                       init_step_size=init_step_size, weight_decay=decay,
+                       climb_memory=climb_memory, **kwargs)
 
 
 @forwarding_metaoptimize_keywords
@@ -266,9 +282,9 @@ def lion(
       learned.learnable(optax.scale_by_lion, learn, b1=b1, b2=b2, mu_dtype=mu_dtype),
       weight_decay, mask, learn)
   meta = _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_lion)
-  return _averaged(metaoptimize(direction, meta, init_step_size=init_step_size,
-                                weight_decay=decay, gamma=gamma, **kwargs), average,
-                   average_dtype)
+  return _metaoptimize(direction, meta, average=average, average_dtype=average_dtype,
+                       gamma=gamma, init_step_size=init_step_size, weight_decay=decay,
+                       **kwargs)
 
 
 @forwarding_metaoptimize_keywords
@@ -327,9 +343,9 @@ def sgd(
   direction = (optax.identity() if momentum is None else
                learned.learnable(optax.trace, learn, decay=momentum, nesterov=nesterov,
                                  accumulator_dtype=accumulator_dtype))
-  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                                init_step_size=init_step_size, weight_decay=weight_decay,
-                                gamma=gamma, **kwargs), average, average_dtype)
+  return _metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
+                       average=average, average_dtype=average_dtype, gamma=gamma,
+                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
 #: Every drop-in by name: ``{"adamw": adamw, "lion": lion, "sgd": sgd}``.

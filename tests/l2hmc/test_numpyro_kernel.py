@@ -112,6 +112,8 @@ def test_mcmc_runs_the_adaptation_and_numpyros_tools_work(capsys):
   np.testing.assert_array_equal(extra["num_gradient_evaluations"],
                                 l2hmc.gradient_evaluations(info.config))
   assert np.mean(extra["accept_prob"]) > 0.3
+  assert kernel.get_diagnostics_str(mcmc.last_state).startswith(
+      f"{l2hmc.gradient_evaluations(info.config)} gradients per transition")
   grouped = mcmc.get_samples(group_by_chain=True)["w"]
   assert np.all(np.std(grouped, axis=1) > 0)  # every chain moves
   # the state's gradient is the potential's at its position (carried, not stale)

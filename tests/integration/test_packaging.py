@@ -26,6 +26,8 @@ metaoptax.checkpoint
 stages["checkpoint"] = loaded()
 metaoptax.l2hmc
 stages["l2hmc"] = loaded()
+metaoptax.l2hmc.NumPyroL2HMC
+stages["numpyro_kernel"] = loaded()
 from metaoptax import l2o
 stages["l2o"] = loaded()
 print(json.dumps(stages))
@@ -33,7 +35,8 @@ print(json.dumps(stages))
 
 
 def test_flax_and_orbax_load_only_with_their_subpackages():
-  """``import metaoptax`` (PEP 562 lazy subpackages) loads jax and optax, not flax or orbax."""
+  """``import metaoptax`` (PEP 562 lazy subpackages) loads jax and optax, not flax or orbax;
+  ``metaoptax.l2hmc`` loads numpyro only when its numpyro kernel is asked for."""
   out = subprocess.run([sys.executable, "-c", _STAGES], cwd=ROOT, capture_output=True,
                        text=True, check=True, timeout=600).stdout
   stages = {name: set(modules) for name, modules in json.loads(out.splitlines()[-1]).items()}
@@ -41,6 +44,8 @@ def test_flax_and_orbax_load_only_with_their_subpackages():
   assert not stages["import"] & {"flax", "orbax"}
   assert not stages["checkpoint"] & {"flax", "orbax"}  # orbax: only when saving or loading
   assert "flax" in stages["l2hmc"]
+  # numpyro is optional: metaoptax.l2hmc loads it only for its numpyro kernel
+  assert "numpyro" not in stages["l2hmc"] and "numpyro" in stages["numpyro_kernel"]
   assert "flax" in stages["l2o"]
 
 

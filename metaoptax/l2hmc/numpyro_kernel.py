@@ -90,15 +90,27 @@ class _AdaptedSampler(NamedTuple):
 
 class NumPyroL2HMCState(NamedTuple):
   """The chains of :class:`NumPyroL2HMC` (each leaf but ``sampler``'s with a leading chain
-  axis); numpyro's names where ``HMCState`` has the field."""
+  axis); numpyro's names where ``HMCState`` has the field.
 
-  i: jax.Array  # int32: the transitions ``sample`` was called for, warm-up included
-  z: Any  # the unconstrained position (numpyro's sample field)
-  potential_energy: jax.Array  # -log p(z)
-  z_grad: Any  # the gradient of the potential energy
-  accept_prob: jax.Array  # the last transition's acceptance probability (0 in the warm-up)
-  mean_accept_prob: jax.Array  # the mean over the transitions after the warm-up
-  num_gradient_evaluations: jax.Array  # int32: the last call's gradients (0 in the warm-up)
+  Attributes:
+    i: int32, the transitions ``sample`` was called for, warm-up included.
+    z: the unconstrained position (numpyro's sample field).
+    potential_energy: :math:`-\\log p(z)`.
+    z_grad: the gradient of the potential energy.
+    accept_prob: the last transition's acceptance probability (0 in the warm-up).
+    mean_accept_prob: the mean over the transitions after the warm-up.
+    num_gradient_evaluations: int32, the last call's gradients (0 in the warm-up).
+    sampler: the adapted sampler (its parameters and whitening), shared by the chains.
+    rng_key: the chain's key.
+  """
+
+  i: jax.Array
+  z: Any
+  potential_energy: jax.Array
+  z_grad: Any
+  accept_prob: jax.Array
+  mean_accept_prob: jax.Array
+  num_gradient_evaluations: jax.Array
   sampler: _AdaptedSampler
   rng_key: jax.Array
 

@@ -22,14 +22,18 @@ LABEL_SMOOTHING = 0.1
 
 def load_split():
   """``(x_train, y_train, x_test, y_test)``: the stratified 1437 / 360 split, every
-  feature standardized by the training split's mean and standard deviation."""
+  feature standardized by the training split's mean and standard deviation. A pixel
+  that is constant in the training split keeps its scale (divided by 1, as
+  ``sklearn.preprocessing.StandardScaler`` does): divided by ``1e-6`` it put one test
+  image's input at 1e6, whose loss then made the test loss meaningless."""
   from sklearn.datasets import load_digits  # pylint: disable=g-import-not-at-top
   from sklearn.model_selection import train_test_split  # pylint: disable=g-import-not-at-top
   digits = load_digits()
   x_train, x_test, y_train, y_test = train_test_split(
       digits.data.astype(np.float32), digits.target, test_size=360, random_state=0,
       stratify=digits.target)
-  mean, std = x_train.mean(0), x_train.std(0) + 1e-6
+  std = x_train.std(0)
+  mean, std = x_train.mean(0), np.where(std > 0, std + 1e-6, 1.0)
   return (x_train - mean) / std, y_train, (x_test - mean) / std, y_test
 
 

@@ -199,7 +199,12 @@ def adamw(
       meta-optimized from the value given here.
 
   Returns:
-    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``.
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. Pass
+    ``meta_grads=``, the gradient of the loss on a minibatch of held-out (validation)
+    data at ``params``, when you have one: :math:`\alpha` then follows the meta-gradient
+    of the held-out loss (:func:`metaoptax.metaoptimize`), as a rate tuned on a
+    validation split would, and the network overfits less. Without it,
+    :math:`\alpha` follows the training loss.
 
   Examples:
     >>> import jax.numpy as jnp, optax, metaoptax

@@ -283,3 +283,32 @@ def test_differentiable_through_an_unrolled_run(name, float64):  # pylint: disab
         blocks="per_leaf")
     return unroll_lib.unroll(opt)[0]
   unroll_lib.check_against_fd(f, unroll_lib.HYPER)
+
+
+def _held_out_run(meta_grads_of, steps=40):
+  """``(params, state)`` of ``metaoptax.adamw(1e-6)`` after ``steps`` steps of
+  ``run_steps``'s problem, ``update`` given ``meta_grads=meta_grads_of(grads)``."""
+  opt = metaoptax.adamw(1e-6)
+  xs = jax.random.normal(jax.random.key(1), (steps, 16, 4))
+
+  def body(carry, x):
+    p, s = carry
+    g = jax.grad(mlp_loss)(p, x)
+    u, s = opt.update(g, s, p, meta_grads=meta_grads_of(g))
+    return (optax.apply_updates(p, u), s), None
+
+  p = mlp_params()
+  return jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), xs)[0])(p)
+
+
+def test_adamw_takes_a_held_out_meta_gradient():
+  """``update(..., meta_grads=...)`` of the drop-in: the training gradient itself gives the
+  run without it, bit for bit; a held-out gradient opposed to the training one (the
+  held-out loss rises where the training loss falls) ends the climb at once, so the step
+  size stays within a few climb steps of its start."""
+  plain = run_steps(metaoptax.adamw(1e-6), steps=40)
+  same = _held_out_run(lambda g: g)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), same, plain)
+  opposed = _held_out_run(lambda g: jax.tree.map(jnp.negative, g))
+  assert float(metaoptax.step_sizes(plain[1])) > 1e-6 * np.exp(0.1 * 30)
+  assert float(metaoptax.step_sizes(opposed[1])) < 1e-6 * np.exp(0.1 * 3)

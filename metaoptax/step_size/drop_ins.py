@@ -207,12 +207,10 @@ def adamw(
       meta-optimized from the value given here.
 
   Returns:
-    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. Pass
-    ``meta_grads=``, the gradient of the loss on a minibatch of held-out (validation)
-    data at ``params``, when you have one: :math:`\alpha` then follows the meta-gradient
-    of the held-out loss (:func:`metaoptax.metaoptimize`), as a rate tuned on a
-    validation split would, and the network overfits less. Without it,
-    :math:`\alpha` follows the training loss.
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. With a
+    validation split, prefer :func:`metaoptax.overfitting_gate` to ``meta_grads=``
+    (:func:`metaoptax.metaoptimize`'s held-out meta-gradient): :math:`\alpha` tuned
+    on a held-out batch from the start stops the climb early and underfits.
 
   Examples:
     >>> import jax.numpy as jnp, optax, metaoptax

@@ -1324,8 +1324,10 @@ def report(results, warm, commits, seeds, command) -> list[str]:
       if len(group) not in (0, len(results)) and all(len(g) != len(group) for g, _ in groups):
         groups.append((group, f"{over} ({', '.join(r['task'] for r in group)})"))
     for group, over in groups:
-      chosen = chosen_design(group)
       scores = validation_scores(group)
+      if not scores:  # no design of ours ran on every task of the group
+        continue
+      chosen = chosen_design(group)
       lines += [f"## The default, chosen on the validation split of {over}", "",
                 "| design | cells not worse than the best constant | cells within one std of "
                 "the strongest rival | mean rank among ours |", "|---|---|---|---|"]

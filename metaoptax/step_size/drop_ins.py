@@ -54,8 +54,15 @@ from metaoptax._src.transform import metaoptimize
 
 __all__ = ("adamw", "lion", "sgd")
 
-#: Default start: far below any sensible step size; the climb finds the range.
+#: Default start of :func:`lion` and :func:`sgd`: far below any sensible step size; the
+#: climb finds the range.
 INIT_STEP_SIZE = 1e-6
+#: :func:`adamw`'s start: ``optax.adamw``'s usual rate. The climb takes it up within tens
+#: of steps where a larger one trains better, and ends at once where it does not; from
+#: 1e-6 the first ~100 steps are lost to the climb, which a run of a few hundred steps
+#: cannot spare (chosen on validation splits, ``benchmarks/lr_free.py``: the short
+#: tasks ``digits-300`` and ``mnist1d-300``).
+ADAMW_INIT_STEP_SIZE = 1e-3
 #: Meta step size of the Adam that follows the climb (the paper's).
 META_STEP_SIZE = 1e-3
 #: Rise of ``log(alpha)`` per step during the climb (10x every 23 steps).
@@ -127,7 +134,7 @@ def _direction_with_decay(direction, weight_decay, mask, learn=()):
 
 @forwarding_metaoptimize_keywords
 def adamw(
-    init_step_size: float = INIT_STEP_SIZE,
+    init_step_size: float = ADAMW_INIT_STEP_SIZE,
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-8,
@@ -178,7 +185,8 @@ def adamw(
 
   Args:
     init_step_size: starting step size; anything from ``1e-8`` up to a good step
-      size works.
+      size works. The default ``1e-3`` (``optax.adamw``'s usual rate) trains from the
+      first step; from ``1e-6`` the climb takes ~100 steps to reach a useful rate.
     b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
@@ -215,7 +223,10 @@ def adamw(
       meta-optimized from the value given here.
 
   Returns:
-    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``.
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. With a
+    validation split, prefer :func:`metaoptax.overfitting_gate` to ``meta_grads=``
+    (:func:`metaoptax.metaoptimize`'s held-out meta-gradient): :math:`\alpha` tuned
+    on a held-out batch from the start stops the climb early and underfits.
 
   Examples:
     >>> import jax.numpy as jnp, optax, metaoptax

@@ -147,12 +147,12 @@ class NumPyroL2HMC(MCMCKernel):
     >>> from numpyro.infer import MCMC
     >>> from metaoptax import l2hmc
     >>> def model():
-    ...   numpyro.sample("scale", dist.HalfNormal(1.0))
+    ...   numpyro.sample("loc", dist.Normal(1.0, 2.0))
     >>> kernel = l2hmc.NumPyroL2HMC(model, progress=None)
     >>> mcmc = MCMC(kernel, num_warmup=200, num_samples=100, num_chains=8,
     ...             chain_method="vectorized", progress_bar=False)
     >>> mcmc.run(jax.random.key(0))
-    >>> mcmc.get_samples()["scale"].shape, kernel.adaptation_info.converged
+    >>> mcmc.get_samples()["loc"].shape, kernel.adaptation_info.converged
     ((800,), True)
   """
 

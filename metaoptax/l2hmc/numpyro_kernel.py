@@ -100,6 +100,10 @@ class NumPyroL2HMCState(NamedTuple):
     accept_prob: the last transition's acceptance probability (0 in the warm-up).
     mean_accept_prob: the mean over the transitions after the warm-up.
     num_gradient_evaluations: int32, the last call's gradients (0 in the warm-up).
+    diverging: bool, the last transition's proposal diverged (its position, log density or
+      gradient was not finite: :func:`metaoptax.l2hmc.is_divergent`); ``False`` in the
+      warm-up. A default field, as for numpyro's NUTS, so ``print_summary`` counts the
+      divergences and ``arviz.from_numpyro`` puts them in ``sample_stats``.
     sampler: the adapted sampler (its parameters and whitening), shared by the chains.
     rng_key: the chain's key.
   """
@@ -111,6 +115,7 @@ class NumPyroL2HMCState(NamedTuple):
   accept_prob: jax.Array
   mean_accept_prob: jax.Array
   num_gradient_evaluations: jax.Array
+  diverging: jax.Array
   sampler: _AdaptedSampler
   rng_key: jax.Array
 
@@ -232,7 +237,8 @@ class NumPyroL2HMC(MCMCKernel):
         i=jnp.zeros(num_chains, jnp.int32), z=states.position,
         potential_energy=-states.logdensity, z_grad=_negative(states.logdensity_grad),
         accept_prob=zeros, mean_accept_prob=zeros,
-        num_gradient_evaluations=jnp.zeros(num_chains, jnp.int32), sampler=adapted,
+        num_gradient_evaluations=jnp.zeros(num_chains, jnp.int32),
+        diverging=jnp.zeros(num_chains, bool), sampler=adapted,
         rng_key=sample_keys)
 
   def _transition(self, state: NumPyroL2HMCState, model_args, model_kwargs):
@@ -253,12 +259,18 @@ class NumPyroL2HMC(MCMCKernel):
           z_grad=_negative(chains.logdensity_grad), accept_prob=accept_prob,
           mean_accept_prob=mean,
           num_gradient_evaluations=info.num_gradient_evaluations.astype(jnp.int32),
-          rng_key=keys[:, 0])
+          diverging=info.is_divergent, rng_key=keys[:, 0])
 
     def wait(state):  # the warm-up's calls: the adaptation ran in init
       return state._replace(i=state.i + 1)
 
     return jax.lax.cond(state.i[0] >= static.num_warmup, move, wait, state)
+
+  @property
+  def default_fields(self):
+    """The fields ``MCMC`` collects without being asked: the position and, as numpyro's
+    NUTS does, ``diverging``."""
+    return ("z", "diverging")
 
   def sample(self, state: NumPyroL2HMCState, model_args, model_kwargs) -> NumPyroL2HMCState:
     """One transition of every chain; during the first ``num_warmup`` calls, none."""

@@ -112,6 +112,9 @@ def test_mcmc_runs_the_adaptation_and_numpyros_tools_work(capsys):
   np.testing.assert_array_equal(extra["num_gradient_evaluations"],
                                 l2hmc.gradient_evaluations(info.config))
   assert np.mean(extra["accept_prob"]) > 0.3
+  # a default field, as for numpyro's NUTS: collected without being asked for
+  assert extra["diverging"].shape == (chains * num_samples,)
+  assert extra["diverging"].dtype == bool and not np.any(extra["diverging"])
   assert kernel.get_diagnostics_str(mcmc.last_state).startswith(
       f"{l2hmc.gradient_evaluations(info.config)} gradients per transition")
   grouped = mcmc.get_samples(group_by_chain=True)["w"]
@@ -128,10 +131,19 @@ def test_mcmc_runs_the_adaptation_and_numpyros_tools_work(capsys):
   printed = capsys.readouterr().out
   assert "r_hat" in printed and "w[1]" in printed and "s " in printed
   assert "w_sum" not in printed  # deterministic sites excluded, as for NUTS
+  assert "Number of divergences: 0" in printed
   data = arviz.from_numpyro(mcmc)
   assert data.posterior["w"].shape == (chains, num_samples, 2)
   assert data.log_likelihood["y"].shape == (chains, num_samples, 20)
   assert data.sample_stats["acceptance_rate"].shape == (chains, num_samples)
+  assert data.sample_stats["diverging"].shape == (chains, num_samples)
+
+  # a transition whose proposals are not finite is reported diverging: the chains moved
+  # once more under a potential that is NaN wherever it is evaluated
+  kernel._potential_fn = lambda z: jnp.nan * jnp.sum(z["w"])  # pylint: disable=protected-access
+  moved = kernel.sample(mcmc.last_state, (x,), {"y": y})
+  assert np.all(moved.diverging)
+  np.testing.assert_array_equal(moved.z["w"], mcmc.last_state.z["w"])  # all rejected
 
 
 def eight_schools(sigma, y=None):

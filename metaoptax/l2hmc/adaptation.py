@@ -83,26 +83,43 @@ CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the ty
 
 
 class WarmupResult(NamedTuple):
-  """What :func:`warmup` found."""
+  r"""What :func:`warmup` found.
 
-  step_size: jax.Array  # h, the step size in the whitened coordinates
-  whitening: Whitening  # the chains' per-coordinate mean and standard deviation
-  positions: jax.Array  # (chains, dim) the chains at the end of the warm-up
-  acceptance: jax.Array  # mean acceptance probability over the final window's second half
-  # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup)
+  Attributes:
+    step_size: :math:`h`, the step size in the whitened coordinates.
+    whitening: the chains' :class:`Whitening` (their location and scale, and with the
+      dense metric their Cholesky factor).
+    positions: ``(chains, dim)``, the chains at the end of the warm-up.
+    acceptance: the mean acceptance probability over the final window's second half.
+    log_scale_slopes: ``(dim, dim)``: entry ``(j, i)`` is
+      :math:`\partial \log(\text{local scale of } z_i) / \partial z_j`, diagonal 0
+      (``slopes=``); ``None`` without.
+    log_scale_samples: with ``slopes="curvature"``: (positions :math:`z`, log local
+      scales of :math:`z`) over the final window's second half, ``(transitions * chains,
+      dim)`` each, for the saturating fit; ``None`` otherwise.
+    rhat: ``(dim + 1,)``, the split R-hat of each coordinate and of :math:`\log p` over
+      the final window's second half.
+    num_transitions: int, the transitions the warm-up made.
+    burn_in_rhat: the largest split R-hat of the last burn-in window.
+    num_hessian_evaluations: int, the Hessians of :math:`\log p` each chain evaluated
+      (the dense metric's Newton metrics: one per burn-in window and one for window 2;
+      the curvature slopes' diagonal: one per transition of the final window's second
+      half), each ``dim`` forward-over-reverse products.
+    num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
+      every chain.
+  """
+
+  step_size: jax.Array
+  whitening: Whitening
+  positions: jax.Array
+  acceptance: jax.Array
   log_scale_slopes: jax.Array | None = None
-  # with slopes="curvature": (positions z, log local scales of z) at the final window's
-  # second half, (transitions * chains, dim) each, for the saturating fit
   log_scale_samples: tuple[jax.Array, jax.Array] | None = None
-  # (dim + 1,) the split R-hat of each coordinate and of log p over the final window's
-  # second half
   rhat: jax.Array | None = None
-  num_transitions: jax.Array | None = None  # int, the transitions the warm-up made
-  burn_in_rhat: jax.Array | None = None  # the largest split R-hat of the last burn-in window
-  # int, the Hessians of log p each chain evaluated (the dense metric's Newton metrics: one
-  # per burn-in window and one for window 2; the curvature slopes' diagonal: one per
-  # transition of the final window's second half), each dim forward-over-reverse products
+  num_transitions: jax.Array | None = None
+  burn_in_rhat: jax.Array | None = None
   num_hessian_evaluations: jax.Array | None = None
+  num_divergent: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -148,7 +165,8 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[7] + in_second_half * jnp.sum(log_square, 0),
             sums[8] + in_second_half * x, sums[9] + in_second_half * x * x,
             *_quarter_sums(t, length, half, x, states.logdensity - shift_logdensity,
-                           sums[10], sums[11]))
+                           sums[10], sums[11]),
+            sums[12] + jnp.sum(info.is_divergent, dtype=jnp.int32))
     log_h = log_h + rate * (acceptance - target)
     # the curvature fit's samples (second half only; the first half's are discarded)
     return (states, log_h, sums), ((states.position, log_square) if curvature else None)
@@ -162,9 +180,10 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   anchor = jnp.zeros((dim + 1,), states.position.dtype)
   (states, log_h, sums), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
-                                   per_chain, per_chain, quarters, anchor)),
+                                   per_chain, per_chain, quarters, anchor,
+                                   jnp.zeros((), jnp.int32))),
       (jax.random.split(key, length), jnp.arange(length)))
-  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _ = sums
+  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _, divergent = sums
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
@@ -180,7 +199,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   covariance = (s_xx / n - jnp.outer(centred_mean, centred_mean)) * n / max(n - 1, 1)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
           s_chain / half, slopes, kept, midpoint(shift + c1 / half, mean), rhat, covariance,
-          n)
+          n, divergent)
 
 
 def _dense(location, covariance, variance, n):
@@ -424,25 +443,27 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     return whitening
 
   def burn_in(carry):
-    states, log_h, whitening, count, _ = carry
+    states, log_h, whitening, count, _, divergent = carry
     key = jax.random.fold_in(keys[0], count)
     found = window(key, states, log_h, travel_whitening(states, whitening), lengths[0])
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
-    return states, found[5], diagonal(rescaled(found)), count + 1, jnp.max(found[11])
+    return (states, found[5], diagonal(rescaled(found)), count + 1, jnp.max(found[11]),
+            divergent + found[14])
 
   def travelling(carry):
     return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
 
   inf = jnp.asarray(jnp.inf, positions.dtype)
-  states, log_h, whitening, count, burn_in_rhat = jax.lax.while_loop(
-      travelling, burn_in, burn_in((states, log_h, diagonal(scale), jnp.zeros((), jnp.int32),
-                                    inf)))
+  zero = jnp.zeros((), jnp.int32)
+  states, log_h, whitening, count, burn_in_rhat, divergent = jax.lax.while_loop(
+      travelling, burn_in, burn_in((states, log_h, diagonal(scale), zero, inf, zero)))
   # the whitening from chains that found the typical set: one window, then the final one
   found = window(keys[1], states, log_h, travel_whitening(states, whitening), lengths[1])
   states = _restart_stuck(keys[4], found[0], found[7])
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
+  divergent = divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-   rhat, _, _) = window(keys[2], states, log_h, whitening, lengths[2],
+   rhat, _, _, final_divergent) = window(keys[2], states, log_h, whitening, lengths[2],
                         curvature=slopes == "curvature")
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
@@ -454,4 +475,5 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
                       acceptance, _whitened(fitted, scale), samples, rhat,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
                       (count + 1) * (metric == "dense")
-                      + (slopes == "curvature") * (lengths[2] - lengths[2] // 2))
+                      + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
+                      divergent + final_divergent)

@@ -28,16 +28,33 @@ __all__ = ("Whitening", "dense_whitening")
 
 
 class Whitening(NamedTuple):
-  """:math:`x = \\mu + L z`, :math:`L = \\operatorname{diag}(\\sigma)` or ``cholesky``."""
+  r""":math:`x = \mu + L z`, :math:`L = \operatorname{diag}(\sigma)` or ``cholesky``.
 
-  location: jax.Array  # (dim,) mu
-  scale: jax.Array  # (dim,) sigma > 0: the standard deviation of each coordinate
-  cholesky: jax.Array | None = None  # (dim, dim) lower L with L L^T = Sigma; None: diagonal
-  inverse_cholesky: jax.Array | None = None  # (dim, dim) L^{-1}
+  Attributes:
+    location: ``(dim,)``, :math:`\mu`.
+    scale: ``(dim,)``, :math:`\sigma > 0`, the standard deviation of each coordinate.
+    cholesky: ``(dim, dim)``, the lower-triangular :math:`L` with :math:`L L^\top =
+      \Sigma`; ``None``: diagonal, :math:`L = \operatorname{diag}(\sigma)`.
+    inverse_cholesky: ``(dim, dim)``, :math:`L^{-1}`; ``None`` when diagonal.
+  """
+
+  location: jax.Array
+  scale: jax.Array
+  cholesky: jax.Array | None = None
+  inverse_cholesky: jax.Array | None = None
 
 
 def dense_whitening(location: jax.Array, covariance: jax.Array) -> Whitening:
-  """The whitening of ``covariance`` (symmetric positive definite) around ``location``."""
+  r"""The whitening of ``covariance`` (symmetric positive definite) around ``location``.
+
+  Args:
+    location: :math:`\mu`, ``(dim,)``.
+    covariance: :math:`\Sigma`, ``(dim, dim)``, symmetric positive definite.
+
+  Returns:
+    A :class:`Whitening` with :math:`L` the Cholesky factor of :math:`\Sigma`, its
+    inverse, and the standard deviations :math:`\sqrt{\Sigma_{ii}}` as ``scale``.
+  """
   cholesky = jnp.linalg.cholesky(covariance)
   eye = jnp.eye(covariance.shape[0], dtype=covariance.dtype)
   inverse = jax.scipy.linalg.solve_triangular(cholesky, eye, lower=True)

@@ -201,8 +201,11 @@ def _oracle_models():
     ks = numpyro.sample("ks", dist.LogNormal(0.0, 1.0))
     noise = numpyro.sample("noise", dist.LogNormal(-2.0, 1.0))
     z = numpyro.sample("z", dist.Normal(jnp.zeros(200), 1.0))
-    spectral = ks**2 * jnp.sqrt(2 * jnp.pi) * ls * jnp.exp(-0.5 * (ls * frequency) ** 2)
-    numpyro.sample("y", dist.Normal(phi_basis @ (jnp.sqrt(spectral) * z), noise), obs=gy)
+    # sqrt of ks^2 sqrt(2 pi) ls exp(-(ls w)^2 / 2), taken inside: the spectral density
+    # underflows to 0 at high frequencies, where sqrt's gradient would be inf (NaN after * 0)
+    sqrt_spectral = (ks * jnp.sqrt(jnp.sqrt(2 * jnp.pi) * ls)
+                     * jnp.exp(-0.25 * (ls * frequency) ** 2))
+    numpyro.sample("y", dist.Normal(phi_basis @ (sqrt_spectral * z), noise), obs=gy)
   models["gp_regression"] = (gp, lambda u: {"ls": u[0], "ks": u[1], "noise": u[2], "z": u[3:]})
   return models
 

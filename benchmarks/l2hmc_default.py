@@ -17,6 +17,20 @@ window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
   else the committed ones of ``l2hmc_posteriors.py`` (the centered schools' quadrature, or a
   long NUTS run).
 
+* **tuningfork's classes** (``_tuningfork``; ``--suite tuningfork_tuning``, what defaults may
+  be tuned on, or ``--suite tuningfork_held_out``, run once, at the end), started from
+  uniform(-2, 2); references: exact moments or long NUTS runs
+  (``results/tuningfork_reference.json``). Beside L2HMC run every anchor of
+  ``sampler_baselines.ANCHORS``: NUTS with a diagonal, dense and nutpie's low-rank metric,
+  ChEES-HMC with an identity and a diagonal metric, adjusted MCLMC (``--samplers`` picks).
+
+The headline every sampler row shares (``_sampler_metrics.headline``, tuningfork's): min
+bulk ESS over coordinates (arviz, rank-normalized) per chain over the *total* gradient
+evaluations per chain (warm-up, screens, training, check and sampling; L2HMC: its
+``info.num_gradient_evaluations`` plus the sampling), at 1,000 draws per chain, with its gate
+(R-hat < 1.01, bulk ESS >= 400, no divergence; L2HMC reports no divergences, so its gate is
+R-hat and ESS).
+
 Per target and seed: ESS per gradient (Geyer, min over coordinates) of x and x² of the
 draws, the gradients of the adaptation (warm-up and training for L2HMC, window adaptation
 for NUTS, the ChEES adaptation) reported beside, ESS per second of sampling, split R-hat,
@@ -50,12 +64,16 @@ sys.path.insert(0, str(HERE))
 
 import _posteriordb  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _tuningfork  # pylint: disable=g-import-not-at-top,wrong-import-position
 import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
 OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
-SUITES = ("tuning", "held_out", "eight")
+SUITES = ("tuning", "held_out", "eight", "tuningfork_tuning", "tuningfork_held_out")
+#: The samplers each suite runs by default (``--samplers`` overrides).
+SAMPLERS = ("l2hmc", "nuts", "chees")
+SAMPLERS_TUNINGFORK = ("l2hmc",) + sampler_baselines.ANCHORS
 EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
          "correlated", "rough_well", "ill_conditioned")
 CHAINS = 32
@@ -93,7 +111,23 @@ def _eight_problem(name) -> Problem:
                  dict(zip(names, reference["mean"])), dict(zip(names, reference["sd"])))
 
 
-def problems(suite: str) -> list[Problem]:
+def _tuningfork_problem(name) -> Problem:
+  model = _tuningfork.load(name)
+  if model.reference_mean is None:
+    raise ValueError(f"{name} has no reference moments yet: run python benchmarks/"
+                     f"posteriordb_check.py --suite tuningfork --names {name} --out "
+                     "benchmarks/results")
+  names = [f"x[{i}]" for i in range(model.dim)]
+  summary = lambda x: {n: x[i] for i, n in enumerate(names)}
+  return Problem(name, model.logdensity_fn, model.initial_positions, summary,
+                 dict(zip(names, model.reference_mean)), dict(zip(names, model.reference_sd)))
+
+
+def problems(suite: str, names=None) -> list[Problem]:
+  """The suite's problems, or those of them in ``names``."""
+  if suite.startswith("tuningfork"):
+    split = _tuningfork.NAMES_TUNING if suite == "tuningfork_tuning" else _tuningfork.NAMES_HELD_OUT
+    return [_tuningfork_problem(name) for name in split if not names or name in names]
   if suite == "eight":
     return [_eight_problem(name) for name in EIGHT]
   names = _posteriordb.NAMES_TUNING if suite == "tuning" else _posteriordb.NAMES_HELD_OUT
@@ -126,8 +160,11 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
   run = lambda k, s: l2hmc.sample_chains(k, sampler, s, num_samples)
   (draws, acceptance), seconds = _sampler_metrics.compiled_and_timed(run, k_run, states)
   grads = l2hmc.gradient_evaluations(info.config)
+  warmup_grads = float(np.mean(info.num_gradient_evaluations))
   found = dict(draws=np.asarray(draws), grads_per_transition=float(grads),
-               warmup_grads=float(info.num_gradient_evaluations), seconds=seconds,
+               warmup_grads=warmup_grads, seconds=seconds,
+               total_grads_per_chain=warmup_grads + float(grads) * num_samples,
+               divergences=None,
                acceptance=float(np.mean(acceptance)), warned=bool(caught),
                adaptation_rhat=info.rhat, messages=list(info.messages),
                num_steps=info.config.num_steps,
@@ -160,6 +197,8 @@ def score(problem: Problem, run: dict) -> dict:
   found["warmup_grads"] = float(np.mean(run["warmup_grads"]))
   found["warned"] = bool(run.get("warned", False))
   found["acceptance"] = run["acceptance"]
+  found.update(_sampler_metrics.headline(run["draws"], run["total_grads_per_chain"],
+                                         run.get("divergences")))
   found["right"] = right(found)
   if "at_budget" in run:  # off at 1,000 draws: the acceptance's check at NUTS's budget
     found["at_budget"] = dict(run["at_budget"], right=right(run["at_budget"]))
@@ -172,23 +211,31 @@ def score(problem: Problem, run: dict) -> dict:
 
 
 def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_chees,
-               num_samples, baselines: dict | None = None) -> dict:
-  """Every sampler's rows per seed; with ``baselines`` (an earlier run's rows, same settings
-  and seeds), NUTS's and ChEES's are taken from there and only L2HMC runs."""
-  rows = {"l2hmc": [], "nuts": [], "chees": []}
+               num_samples, baselines: dict | None = None, samplers=SAMPLERS) -> dict:
+  """Every sampler's rows per seed, all from the same starts; with ``baselines`` (an earlier
+  run's rows, same settings and seeds), the anchors' rows are taken from there and only
+  L2HMC runs. NUTS (diagonal) runs first: its sampling gradients are L2HMC's budget."""
+  rows = {name: [] for name in samplers}
   if baselines is not None:
-    rows["nuts"], rows["chees"] = baselines["nuts"], baselines["chees"]
+    rows.update({name: baselines[name] for name in samplers if name != "l2hmc"})
   for index, seed in enumerate(seeds):
     k_start, k_l2hmc, k_nuts, k_chees = jax.random.split(jax.random.key(seed), 4)
     positions = problem.starts(k_start, CHAINS)
     if baselines is None:
-      rows["nuts"].append(score(problem, sampler_baselines.nuts(
-          problem.logdensity_fn, k_nuts, positions, num_warmup_nuts, num_samples)))
-      rows["chees"].append(score(problem, sampler_baselines.chees_hmc(
-          problem.logdensity_fn, k_chees, positions, num_warmup_chees, num_samples)))
-    budget = rows["nuts"][index]["grads_per_transition"] * num_samples
-    rows["l2hmc"].append(score(problem, run_l2hmc(problem, k_l2hmc, positions, num_steps,
-                                                  num_samples, budget)))
+      for name in samplers:
+        if name == "l2hmc":
+          continue
+        key = {"nuts": k_nuts, "chees": k_chees}.get(name)
+        if key is None:
+          key = jax.random.fold_in(k_nuts, sampler_baselines.ANCHORS.index(name))
+        rows[name].append(score(problem, sampler_baselines.anchor(
+            name, problem.logdensity_fn, key, positions, num_warmup_nuts, num_warmup_chees,
+            num_samples)))
+    if "l2hmc" in samplers:
+      budget = (rows["nuts"][index]["grads_per_transition"] * num_samples if "nuts" in rows
+                else np.inf)
+      rows["l2hmc"].append(score(problem, run_l2hmc(problem, k_l2hmc, positions, num_steps,
+                                                    num_samples, budget)))
   return rows
 
 
@@ -206,6 +253,24 @@ def _mean(rows, key):
   return float(np.mean([row[key] for row in rows]))
 
 
+def _best_anchor(rows: dict) -> float | None:
+  """The best headline among the anchors (not L2HMC) that pass the gate on every seed."""
+  passing = [_mean(r, "min_bulk_ess_per_grad") for k, r in rows.items()
+             if k not in ("l2hmc", "baseline_commit") and r and all("gate" in x for x in r)
+             and all(x["gate"] for x in r)]
+  return max(passing) if passing else None
+
+
+def _headline_cells(r: list, best: float | None) -> str:
+  """Total gradients per chain, the headline, its ratio to the best anchor and the gate."""
+  if not all("min_bulk_ess_per_grad" in row for row in r):  # rows measured before the metric
+    return "— | — | — | — |"
+  value = _mean(r, "min_bulk_ess_per_grad")
+  ratio = f"{value / best:.2f}" if best else "—"
+  return (f"{_mean(r, 'total_grads_per_chain'):.3g} | {value:.3g} | {ratio} | "
+          f"{sum(row['gate'] for row in r)}/{len(r)} |")
+
+
 def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
   lines = [f"# The default L2HMC sampler against NUTS and ChEES-HMC: {suite}", "",
            f"`python benchmarks/l2hmc_default.py --suite {suite}` at `{commit}`; settings: "
@@ -215,14 +280,20 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            "leapfrog steps adapt chose, per seed, and on how many seeds it turned local step "
            "sizes or the reflection on. Where L2HMC's 1,000 draws miss R-hat < 1.01 or "
            "the moments, it runs again to NUTS's sampling gradients (R-hat there in brackets); "
-           "silently wrong: off there without a warning.", "",
+           "silently wrong: off there without a warning. Headline (tuningfork's): min bulk ESS "
+           "(arviz) per chain over the total gradients per chain, warm-up included, the mean "
+           "over seeds; × best anchor: over the best anchor's headline among those that pass "
+           "the gate on every seed; gate: seeds passing R-hat < 1.01, bulk ESS >= 400, no "
+           "divergence (L2HMC reports none).", "",
            "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
-           "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong | "
+           "total grads/chain | min bulk ESS / total grad | × best anchor | gate |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for name, rows in results.items():
     nuts_x, nuts_x2 = _mean(rows["nuts"], "ess_per_grad_x"), _mean(rows["nuts"],
                                                                     "ess_per_grad_x2")
-    for sampler in ("l2hmc", "nuts", "chees"):
+    best = _best_anchor(rows)
+    for sampler in [k for k in rows if k != "baseline_commit"]:
       r = rows[sampler]
       ratio = (f"{_mean(r, 'ess_per_grad_x') / nuts_x:.2f} / "
                f"{_mean(r, 'ess_per_grad_x2') / nuts_x2:.2f}")
@@ -242,7 +313,7 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
           f"{max(row['mean_error'] for row in r):.3f} | "
           f"{max(row['sd_error'] for row in r):.3f} | "
           f"{sum(row['warned'] for row in r)}/{len(r)} | "
-          f"{sum(row['silently_wrong'] for row in r)}/{len(r)} |")
+          f"{sum(row['silently_wrong'] for row in r)}/{len(r)} | {_headline_cells(r, best)}")
   reused = {}
   for name, rows in results.items():
     if "baseline_commit" in rows:
@@ -263,6 +334,8 @@ def main(argv=None):
   parser.add_argument("--nuts-warmup", type=int, default=1000)
   parser.add_argument("--chees-warmup", type=int, default=500)
   parser.add_argument("--samples", type=int, default=1000)
+  parser.add_argument("--samplers", nargs="+", choices=("l2hmc",) + sampler_baselines.ANCHORS,
+                      help="default: l2hmc, nuts, chees; every anchor on tuningfork's suites")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   parser.add_argument("--reuse-baselines", action="store_true",
@@ -272,7 +345,11 @@ def main(argv=None):
   if args.quick:
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
         1, 100, 50, 50, 20)
-  chosen = [p for p in problems(args.suite) if not args.names or p.name in args.names]
+  samplers = tuple(args.samplers or (SAMPLERS_TUNINGFORK if args.suite.startswith("tuningfork")
+                                     else SAMPLERS))
+  if "l2hmc" in samplers and "nuts" not in samplers:
+    samplers += ("nuts",)  # L2HMC's check at NUTS's gradient budget
+  chosen = [p for p in problems(args.suite, args.names) if not args.names or p.name in args.names]
   if args.quick:
     chosen = chosen[:1]
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -291,7 +368,7 @@ def main(argv=None):
   for problem in tqdm(chosen, desc=f"l2hmc_default {args.suite}"):
     reused = previous.get(problem.name) if args.reuse_baselines else None
     rows = run_target(problem, range(args.seeds), args.num_steps, args.nuts_warmup,
-                      args.chees_warmup, args.samples, baselines=reused)
+                      args.chees_warmup, args.samples, baselines=reused, samplers=samplers)
     if reused is not None:
       rows["baseline_commit"] = reused.get("baseline_commit", previous_commit)
     results[problem.name] = rows

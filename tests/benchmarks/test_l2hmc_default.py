@@ -16,7 +16,8 @@ def _problem():
 
 def _run(draws, warned=False, at_budget=None):
   run = dict(draws=draws, grads_per_transition=4.0, warmup_grads=100.0, seconds=1.0,
-             acceptance=0.9, warned=warned)
+             acceptance=0.9, warned=warned, divergences=0,
+             total_grads_per_chain=100.0 + 4.0 * draws.shape[0])
   if at_budget is not None:
     run["at_budget"] = at_budget
   return run

@@ -29,9 +29,12 @@ The headline every sampler row shares (``_sampler_metrics.headline``, tuningfork
 bulk ESS over coordinates (arviz, rank-normalized) per chain over the *total* gradient
 evaluations per chain (warm-up, screens, training, check and sampling; L2HMC: its
 ``info.num_gradient_evaluations`` plus the sampling), at 1,000 draws per chain, with its gate
-(R-hat < 1.01, bulk ESS >= 400, no divergence; L2HMC reports no divergences, so its gate is
-R-hat and ESS). Beside it, per sampler: the adaptation's gradients per chain and its wall
-seconds (compilation included, as a user waits for it; all chains at once).
+(R-hat < 1.01, bulk ESS >= 400, no divergence; L2HMC's divergences: its draws' proposals
+that are not finite, ``L2HMCInfo.is_divergent``). Beside it, per sampler: the adaptation's
+gradients per chain and its wall seconds (compilation included, as a user waits for it; all
+chains at once). Every suite's report leads with this table (the default and each anchor,
+NUTS with a diagonal metric among them); the Geyer ESS per sampling gradient and the
+checks below follow it.
 
 Seeds run in the outer loop (``--seeds 3``: seed 0 on every target, then seed 1, ...), the
 results file rewritten after each target, so a run cut short keeps whole seeds first; a
@@ -310,9 +313,14 @@ def _best_anchor(rows: dict) -> float | None:
   return max(passing) if passing else None
 
 
+def _measured(rows: list) -> bool:
+  """Whether every row carries the headline (rows measured before it do not)."""
+  return all("min_bulk_ess_per_grad" in row for row in rows)
+
+
 def _headline_cells(r: list, best: float | None) -> str:
   """Total gradients per chain, the headline, its ratio to the best anchor and the gate."""
-  if not all("min_bulk_ess_per_grad" in row for row in r):  # rows measured before the metric
+  if not _measured(r):  # rows measured before the metric
     return "— | — | — | — |"
   value = _mean(r, "min_bulk_ess_per_grad")
   ratio = f"{value / best:.2f}" if best else "—"
@@ -333,13 +341,16 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            "(arviz) per chain over the total gradients per chain, warm-up included, the mean "
            "over seeds; × best anchor: over the best anchor's headline among those that pass "
            "the gate on every seed; gate: seeds passing R-hat < 1.01, bulk ESS >= 400, no "
-           "divergence (L2HMC reports none).", "",
+           "divergence.", "",
            "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
            "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong | "
            "total grads/chain | min bulk ESS / total grad | × best anchor | gate |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   if suite.startswith("tuningfork"):
     return _headline_report(results, suite, commit, settings)
+  # the headline leads every suite's report; the Geyer ESS and the checks follow
+  headline = _headline_report(results, suite, commit, settings)
+  lines = headline + ["", "## Details", ""] + lines[2:]
   for name, rows in results.items():
     nuts_x, nuts_x2 = _mean(rows["nuts"], "ess_per_grad_x"), _mean(rows["nuts"],
                                                                     "ess_per_grad_x2")
@@ -398,9 +409,12 @@ def _headline_report(results: dict, suite: str, commit: str, settings: dict) -> 
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for name, rows in results.items():
     best = _best_anchor(rows)
-    nuts = _mean(rows["nuts"], "min_bulk_ess_per_grad") if rows.get("nuts") else None
+    nuts = (_mean(rows["nuts"], "min_bulk_ess_per_grad")
+            if rows.get("nuts") and _measured(rows["nuts"]) else None)
     for sampler in [k for k in rows if k != "baseline_commit"]:
       r = rows[sampler]
+      if not _measured(r):  # rows measured before the headline
+        continue
       value = _mean(r, "min_bulk_ess_per_grad")
       seconds = [row["adaptation_seconds"] for row in r if "adaptation_seconds" in row]
       divergences = [row["divergences"] for row in r if row.get("divergences") is not None]

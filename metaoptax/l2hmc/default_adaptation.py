@@ -5,12 +5,20 @@ In blackjax's conventions (``blackjax.window_adaptation``, ``blackjax.chees_adap
   (states, sampler), info = l2hmc.adapt(logdensity_fn).run(rng_key, positions, num_steps)
 
 ``positions`` is any pytree whose leaves have a leading axis of chains (the chains'
-starts; ``jax.flatten_util.ravel_pytree`` inside). The ``num_steps`` transitions split
-40 % warm-up (:func:`metaoptax.l2hmc.warmup`: the chains find the typical set, then the
-whitening and step sizes), 40 % training (:func:`metaoptax.l2hmc.train`) and 20 % a check
-with the trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per
-transition; the sampler's follow from the warm-up's step size, a trajectory of a quarter
-period in the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`).
+starts; ``jax.flatten_util.ravel_pytree`` inside). The ``num_steps`` transitions split ``SHARES``
+between a warm-up (:func:`metaoptax.l2hmc.warmup`: the chains find the typical set, then the
+whitening and step sizes), the training (:func:`metaoptax.l2hmc.train`) and a check with the
+trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per transition
+(``WARMUP_NUM_STEPS`` where ``adapt`` is given no ``config``): it only has to find the
+typical set, the scales and a step size, and short trajectories do that for fewer gradients.
+The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
+the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`).
+
+Every gradient of the adaptation is counted, per chain, in
+``info.num_gradient_evaluations``: the warm-ups' transitions (their repeated burn-in windows
+included) and Hessians (``dim`` gradient-sized products each), the screens', the training's
+(two proposals per iteration with ``TrainingConfig.aux_weight``) and the check's. A run's
+total cost per chain is that plus ``l2hmc.gradient_evaluations(info.config)`` per draw.
 
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
 step size per coordinate cannot suit it everywhere. ``run`` screens for that after the
@@ -21,7 +29,9 @@ first one's chains, fits position-dependent step sizes
 sampler gets them with a scale move of sd ``LOCAL_SCALE_MOVE`` (``L2HMCConfig.scale_move``),
 unless that fit finds the step sizes would hardly vary
 (:func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`). Elsewhere the sampler is the one
-the first warm-up gave. Both warm-ups' gradients are counted. Above ``LOCAL_MAX_DIM``
+the first warm-up gave. The second warm-up starts from chains already in the typical set, so
+it runs ``SCREEN_WARMUP_SHARE`` of the first one's transitions. Both warm-ups' gradients
+are counted. Above ``LOCAL_MAX_DIM``
 coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
@@ -30,7 +40,8 @@ whitening and no trajectory joins them. ``run`` then tries the reflection
 :math:`x \to 2\mu - x` through the midpoint :math:`\mu` of the two groups of chains
 (:func:`reflection_acceptance`): where its mean acceptance probability is at least
 ``REFLECTION_ACCEPTANCE``, the modes map onto each other, and a second warm-up from the
-first one's chains gives the sampler ``L2HMCConfig(reflection=True)`` (each chain's own
+first one's chains (``SCREEN_WARMUP_SHARE`` of its transitions) gives the sampler
+``L2HMCConfig(reflection=True)`` (each chain's own
 spread as the whitening's scale, the midpoint as its location); this screen goes before
 the one for local step sizes, which then does not run.
 
@@ -102,6 +113,12 @@ from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_st
 __all__ = ("Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt")
 
 SHARES = (0.4, 0.4, 0.2)  # of num_steps: warm-up, training, check
+#: the warm-up's leapfrog steps per transition where ``adapt`` is given no ``config`` (the
+#: sampler's are chosen after it: ``choose_num_steps``)
+WARMUP_NUM_STEPS = 5
+#: the second warm-up of a screen (local step sizes, reflection) as a fraction of the first's
+#: transitions: it starts from the first one's chains, already in the typical set
+SCREEN_WARMUP_SHARE = 0.5
 LOCAL_SCALE_MOVE = 2.0  # the scale move's sd where adapt turns local step sizes on
 # the most coordinates adapt screens for local step sizes: the screen evaluates dim
 # Hessian-vector products per chain, and the local warm-up as many per transition of its
@@ -195,7 +212,7 @@ class Adaptation(NamedTuple):
   run: Callable
 
 
-def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
+def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
           training: TrainingConfig = TrainingConfig(), *,
           optimizer: optax.GradientTransformation | None = None,
           progress: str | Callable[[Progress], None] | None = "bar",
@@ -209,8 +226,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
 
   Args:
     logdensity_fn: ``log p`` of one position (a pytree), up to a constant.
-    config: the sampler (default: the default recipe; ``dim`` comes from the positions;
-      with ``choose_num_steps``, ``num_steps`` is the warm-up's and the sampler's is chosen).
+    config: the sampler (default: the default recipe, ``L2HMCConfig(num_steps=
+      WARMUP_NUM_STEPS)``; ``dim`` comes from the positions; with ``choose_num_steps``,
+      ``num_steps`` is the warm-up's and the sampler's is chosen).
     training: the training (default: the default recipe). Its ``num_chains`` and
       ``warmup_iterations`` are set by ``run`` from the positions and ``num_steps``.
     optimizer: the step sizes' optimizer (default
@@ -264,6 +282,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     >>> states.position["w"].shape, info.converged
     ((16, 2), True)
   """
+  if config is None:
+    config = L2HMCConfig(num_steps=WARMUP_NUM_STEPS)
   if not max_rhat > 1.0:
     raise ValueError(f"max_rhat must be > 1, got {max_rhat}.")
   if not max_sd_error > 0.0:
@@ -376,7 +396,8 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
   if not bool(local_step_sizes.scales_vary(curvatures)):
     return None, cost
   local_config = config._replace(local_step_sizes=True, scale_move=LOCAL_SCALE_MOVE)
-  local_training = training._replace(local_fit="saturating")
+  local_training = training._replace(local_fit="saturating",
+                                     warmup_iterations=_screen_warmup(training))
   state, found, local_config = _initial_state(rng_key, target, local_config, local_training,
                                               optimizer, positions, choose_num_steps)
   cost += _warmup_cost(found, config.num_steps, config.dim)
@@ -399,6 +420,7 @@ def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,
       REFLECTION_ACCEPTANCE):
     return None, cost
   reflect_config = config._replace(reflection=True)
+  training = training._replace(warmup_iterations=_screen_warmup(training))
   state, found, reflect_config = _initial_state(rng_key, target, reflect_config, training,
                                                 optimizer, found.positions, choose_num_steps)
   cost += _warmup_cost(found, config.num_steps, config.dim)
@@ -414,6 +436,12 @@ def reflection_acceptance(logdensity_fn: Callable, positions: jax.Array) -> jax.
   before = jax.vmap(logdensity_fn)(positions)
   after = jax.vmap(logdensity_fn)(2.0 * center - positions)
   return jnp.mean(acceptance_probability(-before, -after, 0.0))
+
+
+def _screen_warmup(training: TrainingConfig) -> int:
+  """A screen's second warm-up's transitions: ``SCREEN_WARMUP_SHARE`` of the first's, at
+  least the warm-up's least (16)."""
+  return max(int(SCREEN_WARMUP_SHARE * training.warmup_iterations), 16)
 
 
 class _Cost(NamedTuple):

@@ -136,7 +136,7 @@ class NumPyroL2HMC(MCMCKernel):
       come from ``numpyro.infer.util.initialize_model``).
     potential_fn: instead of ``model``, :math:`U(z) = -\log p(z)` of one position; then
       ``mcmc.run(..., init_params=...)`` gives the starts (leaves with a chain axis).
-    config: the sampler (``adapt``'s ``config``).
+    config: the sampler (``adapt``'s ``config``; ``None``: its default).
     training: the training (``adapt``'s ``training``).
     init_strategy: numpyro's per-site initialization, on the unconstrained scale
       (``init_to_uniform`` as numpyro's ``NUTS``).
@@ -165,7 +165,7 @@ class NumPyroL2HMC(MCMCKernel):
   default_fields = ("z", "diverging")  # collected unasked, as by numpyro's NUTS
 
   def __init__(self, model: Callable | None = None, potential_fn: Callable | None = None, *,
-               config: L2HMCConfig = L2HMCConfig(),
+               config: L2HMCConfig | None = None,
                training: TrainingConfig = TrainingConfig(),
                init_strategy: Callable = init_to_uniform, **adapt_options):
     if (model is None) == (potential_fn is None):

@@ -58,9 +58,9 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
   assert info.training.params.log_step_size_x.shape == (k, 5)  # per step and coordinate
   # a Gaussian's curvature is the same everywhere: no local step sizes, no second warm-up
   assert not info.config.local_step_sizes and info.config.scale_move == 0.0
-  # gradients: the warm-up's transitions (at least the nominal 240) with K = 10, training's
-  # 240 and the check's 120 with the chosen K
-  assert info.num_gradient_evaluations >= 240 * 10 + (240 + 120) * k
+  # gradients: the warm-up's transitions with WARMUP_NUM_STEPS, the screen's Hessian
+  # diagonal, then the training's and the check's transitions with the chosen K
+  assert info.num_gradient_evaluations == _gradients(info, 600, 5)
   draws, acceptance = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
       jax.random.key(2), states)
   assert draws["w"].shape == (500, 32, 2, 2) and acceptance.shape == (500, 32)
@@ -69,6 +69,35 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
   np.testing.assert_allclose(np.std(draws["w"]), 1.0, rtol=0.08)
   np.testing.assert_allclose(np.mean(draws["b"]), 0.0, atol=0.4)
   np.testing.assert_allclose(np.std(draws["b"]), SD_B, rtol=0.12)
+
+
+def _gradients(info, num_steps, dim):
+  """The gradients per chain of a run whose screens chose nothing (a Gaussian): the warm-up's
+  transitions of ``WARMUP_NUM_STEPS`` leapfrog steps and its Hessians, the local scales'
+  screen's Hessian diagonal (``dim`` products), the training's and the check's transitions
+  with the sampler's K."""
+  defaults = l2hmc.default_adaptation
+  warmup, training = (int(num_steps * share) for share in defaults.SHARES[:2])
+  found = info.warmup
+  assert int(found.num_transitions) >= warmup
+  return (int(found.num_transitions) * defaults.WARMUP_NUM_STEPS
+          + int(found.num_hessian_evaluations) * dim + dim
+          + (num_steps - warmup) * info.config.num_steps)
+
+
+def test_the_adaptation_reports_its_gradients_within_the_budget():
+  """A 2-d Gaussian at the default num_steps=1000: info counts every gradient per chain (the
+  warm-up, the screen, the training and the check, phase by phase) and the whole adaptation
+  costs no more than ChEES-HMC's warm-up on the issue's cheapest targets (2,000 to 8,600)."""
+  positions = jax.random.normal(jax.random.key(0), (16, 2))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", l2hmc.ConvergenceWarning)
+    _, info = l2hmc.adapt(lambda x: -0.5 * jnp.sum((x / jnp.array([1.0, 10.0])) ** 2),
+                          progress=None).run(jax.random.key(1), positions)
+  assert not info.config.local_step_sizes and not info.config.reflection
+  assert info.num_gradient_evaluations == _gradients(info, 1000, 2)
+  assert 1_000 <= info.num_gradient_evaluations <= 8_600
+  assert f"{info.num_gradient_evaluations:,} per chain" in str(info)
 
 
 def test_the_sampler_runs_in_blackjax_run_inference_algorithm(adapted):
@@ -119,8 +148,11 @@ def test_modes_that_a_reflection_maps_onto_each_other_get_the_reflection():
     (states, sampler), info = l2hmc.adapt(logdensity_fn, progress=None).run(
         jax.random.key(1), positions, num_steps=300)
   assert info.config.reflection and info.converged and info.rhat < 1.05
-  # two warm-ups of at least 120 transitions of 10 steps, the screen's one log p each
-  assert info.num_gradient_evaluations >= 2 * 120 * 10 + 1
+  # two warm-ups, of at least 120 and 60 transitions of WARMUP_NUM_STEPS steps, the screen's
+  # one log p each
+  defaults = l2hmc.default_adaptation
+  assert info.num_gradient_evaluations >= (
+      int(120 * (1 + defaults.SCREEN_WARMUP_SHARE)) * defaults.WARMUP_NUM_STEPS + 1)
   draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 1000))(
       jax.random.key(2), states)
   in_high = np.asarray(draws[..., 0] > 0.0)
@@ -250,8 +282,10 @@ def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
   assert info.config.scale_move == l2hmc.default_adaptation.LOCAL_SCALE_MOVE
   assert info.training.params.local is not None
   assert np.any(np.asarray(info.training.params.local.exponent) != 0)
-  # two warm-ups of 160 transitions of 10 steps each, at the least
-  assert info.num_gradient_evaluations >= 2 * 160 * 10
+  # two warm-ups, of at least 160 and 80 transitions of WARMUP_NUM_STEPS steps
+  defaults = l2hmc.default_adaptation
+  assert info.num_gradient_evaluations >= (
+      int(160 * (1 + defaults.SCREEN_WARMUP_SHARE)) * defaults.WARMUP_NUM_STEPS)
   draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 50))(
       jax.random.key(2), states)
   assert np.all(np.isfinite(np.asarray(draws)))
@@ -271,7 +305,8 @@ def test_no_screen_above_local_max_dim():
   assert not info.config.local_step_sizes
   found = info.warmup
   k = info.config.num_steps
-  assert info.num_gradient_evaluations == (int(found.num_transitions) * 10
+  assert info.num_gradient_evaluations == (int(found.num_transitions)
+                                           * l2hmc.default_adaptation.WARMUP_NUM_STEPS
                                            + int(found.num_hessian_evaluations) * dim
                                            + (40 + 20) * k)
 

@@ -97,7 +97,8 @@ def nuts(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
     integration steps during the adaptation); ``total_grads_per_chain`` (warm-up and
     sampling, the mean over chains); ``seconds`` (the sampling, compiled, after the
     adaptation); ``acceptance``; ``divergent`` (the share of divergent transitions) and
-    ``divergences`` (their count); ``step_size`` ``(chains,)``.
+    ``divergences`` (their count); ``adaptation_seconds`` (the adaptation's wall time,
+    compilation included, all chains at once); ``step_size`` ``(chains,)``.
 
   Raises:
     ValueError: for a metric outside ``NUTS_METRICS``.
@@ -128,8 +129,10 @@ def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: in
     (state, parameters), info = warmup.run(key, position, num_steps=adaptation)
     return state, parameters, jnp.sum(info.info.num_integration_steps)
 
-  states, parameters, warmup_grads = jax.jit(jax.vmap(adapt))(
-      jax.random.split(k_adapt, chains), positions)
+  start = time.perf_counter()
+  states, parameters, warmup_grads = jax.block_until_ready(jax.jit(jax.vmap(adapt))(
+      jax.random.split(k_adapt, chains), positions))
+  adaptation_seconds = time.perf_counter() - start
 
   def run(keys, states, parameters):
     def chain(key, state, parameters):
@@ -152,6 +155,7 @@ def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: in
               total_grads_per_chain=float(np.mean(warmup_grads) + np.mean(steps) * samples),
               seconds=seconds, acceptance=float(np.mean(acceptance)),
               divergent=float(np.mean(divergent)), divergences=int(np.sum(divergent)),
+              adaptation_seconds=adaptation_seconds,
               step_size=np.asarray(parameters["step_size"]))
 
 
@@ -183,8 +187,9 @@ def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
     ``draws`` ``(num_samples, chains, dim)``; ``grads_per_transition`` (the mean of
     ``info.num_integration_steps``); ``warmup_grads`` ``(chains,)`` (the sum of the
     integration steps during the adaptation); ``seconds`` (the sampling, compiled,
-    after the adaptation); ``acceptance``; ``divergent``; the adapted ``step_size``
-    and ``num_leapfrog_steps`` (the mean before jitter).
+    after the adaptation); ``acceptance``; ``divergent`` and ``divergences``;
+    ``total_grads_per_chain`` and ``adaptation_seconds`` as :func:`nuts`; the adapted
+    ``step_size`` and ``num_leapfrog_steps`` (the mean before jitter).
   """
   import blackjax  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
@@ -197,9 +202,11 @@ def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
           info_keys={"num_integration_steps"}))
   # Not under jit: ``parameters`` holds the jitter's functions (the adaptation's scan is
   # compiled all the same).
-  (states, parameters), info = warmup.run(
+  start = time.perf_counter()
+  (states, parameters), info = jax.block_until_ready(warmup.run(
       k_adapt, positions, step_size=step_size, optim=optax.adam(learning_rate, b1=0.0, b2=0.95),
-      num_steps=num_warmup, max_sampling_steps=num_samples)
+      num_steps=num_warmup, max_sampling_steps=num_samples))
+  adaptation_seconds = time.perf_counter() - start
   warmup_grads = jnp.sum(info.info.num_integration_steps, axis=0)
   step = blackjax.dynamic_hmc(logdensity_fn, **parameters).step
 
@@ -219,7 +226,7 @@ def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
               total_grads_per_chain=float(np.mean(warmup_grads) + np.mean(steps) * num_samples),
               seconds=seconds, acceptance=float(np.mean(acceptance)),
               divergent=float(np.mean(divergent)), divergences=int(np.sum(divergent)),
-              step_size=float(parameters["step_size"]),
+              adaptation_seconds=adaptation_seconds, step_size=float(parameters["step_size"]),
               num_leapfrog_steps=float(parameters["integration_steps_params"][0]))
 
 
@@ -268,8 +275,10 @@ def adjusted_mclmc(logdensity_fn, key, positions, num_samples: int) -> dict:
         frac_tune3=0.1, diagonal_preconditioning=True)
     return state, params, tuning_steps
 
-  states, params, tuning_steps = jax.jit(jax.vmap(tune))(
-      jax.random.split(k_init, chains), jax.random.split(k_tune, chains), positions)
+  start = time.perf_counter()
+  states, params, tuning_steps = jax.block_until_ready(jax.jit(jax.vmap(tune))(
+      jax.random.split(k_init, chains), jax.random.split(k_tune, chains), positions))
+  adaptation_seconds = time.perf_counter() - start
 
   def run(keys, states, params):
     def chain(key, state, params):
@@ -293,7 +302,7 @@ def adjusted_mclmc(logdensity_fn, key, positions, num_samples: int) -> dict:
               total_grads_per_chain=float(np.mean(warmup_grads) + grads * num_samples),
               seconds=seconds, acceptance=float(np.mean(acceptance)),
               divergent=float(np.mean(divergent)), divergences=int(np.sum(divergent)),
-              step_size=np.asarray(params.step_size),
+              adaptation_seconds=adaptation_seconds, step_size=np.asarray(params.step_size),
               num_integration_steps=float(np.mean(np.asarray(params.L / params.step_size))))
 
 

@@ -217,9 +217,16 @@ def metaoptimize(
   implementation = (_APPROXIMATIONS[approximation] if average is None
                     else averaged_trace.approximation(average))
   restarting = climb_memory is not None and restart.restarts(climb_memory)
-  # Adam's (1 - b1, 1 - b2), read off the base once, for the moments counted as steps
-  adam_decays = (restart.adam_decays(base)
-                 if climb_memory is not None and not restarting else None)
+  # Adam's (1 - b1, 1 - b2) for the moments counted as steps, read off the base on a probe
+  # of the params' structure (a pytree mask must fit): checked at init, constants in update
+  shortening = climb_memory is not None and not restarting
+  if shortening:
+    try:  # at construction where a one-leaf probe fits the base
+      restart.adam_decays(base, {"w": jnp.zeros([1])})
+    except restart.NoAdamMomentsError:
+      raise
+    except (ValueError, TypeError):  # the base reads the params' structure (a pytree mask)
+      pass  # checked at init
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
@@ -242,6 +249,8 @@ def metaoptimize(
     meta_state = meta.init(meta_params)
     if climb_memory is not None:
       restart.check_climbs(meta_state)
+    if shortening:
+      restart.adam_decays(base, params)  # raises here unless the base holds one Adam
     return MetaOptimizeState(
         base_state=base_state,
         meta_params=meta_params,
@@ -262,8 +271,9 @@ def metaoptimize(
       state = restart.restart_if_the_climb_ended(
           state, config.base_state_for(state.meta_params,
                                        config.base.init(tree_utils.widen(params))))
-    elif climb_memory is not None:
-      state = restart.shorten_if_the_climb_ended(state, climb_memory, *adam_decays)
+    elif shortening:
+      state = restart.shorten_if_the_climb_ended(state, climb_memory,
+                                                 *restart.adam_decays(base, params))
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:
       meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params,

@@ -162,7 +162,7 @@ class NumPyroL2HMC(MCMCKernel):
   """
 
   sample_field = "z"
-  default_fields = ("z",)
+  default_fields = ("z", "diverging")  # collected unasked, as by numpyro's NUTS
 
   def __init__(self, model: Callable | None = None, potential_fn: Callable | None = None, *,
                config: L2HMCConfig = L2HMCConfig(),
@@ -265,12 +265,6 @@ class NumPyroL2HMC(MCMCKernel):
       return state._replace(i=state.i + 1)
 
     return jax.lax.cond(state.i[0] >= static.num_warmup, move, wait, state)
-
-  @property
-  def default_fields(self):
-    """The fields ``MCMC`` collects without being asked: the position and, as numpyro's
-    NUTS does, ``diverging``."""
-    return ("z", "diverging")
 
   def sample(self, state: NumPyroL2HMCState, model_args, model_kwargs) -> NumPyroL2HMCState:
     """One transition of every chain; during the first ``num_warmup`` calls, none."""

@@ -104,6 +104,7 @@ def test_chains_that_cannot_agree_warn():
   assert not info.config.reflection
 
 
+@pytest.mark.system  # two adaptations (~30 s); test_reflection.py covers the move in the default tier
 def test_modes_that_a_reflection_maps_onto_each_other_get_the_reflection():
   """Two modes of one shape 60 sds apart, of weights 3/4 and 1/4: the warm-up's chains split
   between them (R-hat ~30) and the reflection through their midpoint is accepted with
@@ -234,6 +235,7 @@ def test_choose_num_steps_false_keeps_the_configured_number_of_steps():
   assert info.config.num_steps == 7 and info.training.params.log_step_size_x.shape == (7, 5)
 
 
+@pytest.mark.system  # ~25 s; test_local_step_sizes.py covers the screen in the default tier
 def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
   """Neal's funnel (4-d): the scale of x_i is e^{v/2}, so the screen after the warm-up finds
   varying curvatures and adapt warms up again for position-dependent step sizes, counting

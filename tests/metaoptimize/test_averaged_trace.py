@@ -201,8 +201,7 @@ def test_donated_multi_transform_of_two_averaged_drop_ins():
 
 
 @pytest.mark.parametrize("kwargs", [
-    # the decay in the base: a params-reading base state (a callable mask: a pytree mask
-    # fails the climb_memory probe of restart.adam_decays, on any trace)
+    # the decay in the base: a params-reading base state
     dict(mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)),
     dict(learn=("b1", "weight_decay"), weight_decay=0.1),  # the hyperparameters' columns
     dict(meta_grads=True),  # a held-out meta-gradient

@@ -246,6 +246,16 @@ def test_climb_memory_above_zero_needs_adam_moments():
   metaoptax.lion(climb_memory=0).init(mlp_params())  # a restart suits any base
 
 
+def test_a_pytree_mask_works_with_the_default_climb_memory():
+  """A weight-decay mask given as a pytree (as ``optax.adamw`` takes it) fits the probe of
+  Adam's decays (it used to raise at construction) and gives the callable mask's steps."""
+  as_tree = metaoptax.adamw(weight_decay=0.1, mask=MASK)
+  as_callable = metaoptax.adamw(weight_decay=0.1, mask=lambda p: {k: k.startswith("w") for k in p})
+  got, _ = run_steps(as_tree)
+  want, _ = run_steps(as_callable)
+  jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
 def test_climb_memory_needs_a_climb():
   with pytest.raises(ValueError, match="metaoptax.climb"):
     metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,

@@ -21,6 +21,7 @@ TURNING = np.concatenate([FALLING[:300], FALLING[299] + 0.01 * np.arange(1, 101)
 SHORT = dict(decay=0.95, trend_decay=0.998, patience=20)
 
 
+@pytest.mark.system  # ~13 s; the file's other tests cover the gate in the default tier
 def test_it_is_the_optimizer_until_the_trend_rises_then_holds_the_climbed_step_size():
   default, _ = run_with_validation_losses(metaoptax.adamw(weight_decay=0.1), FALLING,
                                           extra=False)

@@ -69,7 +69,9 @@ def test_idbd():
   check_against_fd(f, np.log([0.05, 0.05]))
 
 
-@pytest.mark.parametrize("heads", [("update",), ("learning_rate", "momentum", "teleport")])
+@pytest.mark.parametrize("heads", [
+    pytest.param(("update",), marks=pytest.mark.system),  # ~12 s; the other heads' run is alike
+    ("learning_rate", "momentum", "teleport")])
 def test_l2o_truncated_meta_gradient(heads):
   """The meta-gradient of l2o.train's truncated unroll (lax.scan, vmap over
   tasks) w.r.t. the network, along 3 random directions, vs central differences.

@@ -718,6 +718,15 @@ DESIGNS = {
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3}), True, dict(needs_validation_grads=True)),
     "the default from 1e-4, climb rate 0.2": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-4, "climb_rate": 0.2}), True),
+    # generalization without validation data (issue 60): the step size held where the climb
+    # from 1e-3 ends (no annealing after it: the greedy meta-gradient on the training loss
+    # anneals toward memorization on the networks that overfit)
+    "the default from 1e-3, held after the climb": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "meta_step_size": 0.0}), True),
+    # the start at 10 % of a 300-step run (issue 60, item 4): the best constant rate there is
+    # 1e-2 to 3e-2, which the climb from 1e-3 reaches in ~23 steps; twice as fast, ~12
+    "the default from 1e-3, climb rate 0.2": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "climb_rate": 0.2}), True),
 }
 
 
@@ -766,6 +775,13 @@ def contrib_methods() -> list[Method]:
 
 
 COSINE = "AdamW warm-up + cosine, tuned for this budget"
+SCHEDULE_FREE = "schedule-free AdamW, tuned"
+#: AlgoPerf's self-tuning comparison: schedule-free AdamW at the one rate of ``SF_GRID`` that
+#: is best on validation over every task and budget (:func:`one_rate`), not tuned per task.
+ONE_RATE = "schedule-free AdamW, one rate for all tasks"
+#: Tasks that choose nothing: not the one rate of ``ONE_RATE`` (nor, since issue 60, any
+#: default of ours). Their cells are run once, at the end, with what the others chose.
+HELD_OUT_TASKS = ("blockwise",)
 #: AdamW at the constant rate of the grid with the lowest validation *loss* at each
 #: checkpoint (the tuned AdamW against which a classifier's test loss is compared).
 CONSTANT_ON_LOSS = "AdamW best constant on validation loss"
@@ -849,6 +865,8 @@ def merge(results) -> list:
             m["curves"].update({k: r["curves"][k] for k, tuned in TUNED_CURVES.items()
                                 if tuned == label and k in r["curves"]})
     m["curves"]["ours"].update(r["curves"]["ours"])
+    for method, rates in r.get("per_rate", {}).items():
+      m.setdefault("per_rate", {}).setdefault(method, {}).update(rates)
   return list(merged.values())
 
 
@@ -863,8 +881,8 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
   budget. With ``only="cosine"``, only the tuned cosine of those budgets is trained and
   scored (to combine with an earlier run, :func:`merge`); with ``only="tuned"``, only the
   baselines tuned over the grids (a run over part of them, to combine likewise)."""
-  if only not in (None, "cosine", "tuned"):
-    raise ValueError(f"only must be None, 'cosine' or 'tuned', not {only!r}")
+  if only not in (None, "cosine", "tuned", "schedule-free"):
+    raise ValueError(f"only must be None, 'cosine', 'tuned' or 'schedule-free', not {only!r}")
   problem = task.make()
   steps = task.quick_steps if quick else task.steps
   chunk = steps // CHECKPOINTS
@@ -881,6 +899,9 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
   higher = problem.higher_is_better
   if only == "cosine":
     ours, constant, schedule_free, contrib = [], [], [], []
+  elif only == "schedule-free":  # its grid alone, for the cells of every rate (ONE_RATE)
+    ours, constant, contrib = [], [], []
+    schedule_free = train(schedule_free_grid(steps, sf_grid))
   else:
     # a run over part of the grids (only="tuned") trains the tuned baselines alone
     tuned_only = only == "tuned"
@@ -889,8 +910,8 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
     constant = train(adamw_grid(grid)) if grid else []
     schedule_free = train(schedule_free_grid(steps, sf_grid)) if sf_grid else []
     contrib = [] if tuned_only else [log for m in contrib_methods() for log in train(m)]
-  cosine = {f: train(cosine_grid(int(f * steps), grid), int(f * steps)) if grid else None
-            for f in fractions}
+  cosine = {f: train(cosine_grid(int(f * steps), grid), int(f * steps))
+            if grid and only != "schedule-free" else None for f in fractions}
   cosine = {f: logs for f, logs in cosine.items() if logs is not None}
 
   cells = {}
@@ -902,7 +923,7 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
     if f in cosine:
       rows[COSINE] = (_best(cosine[f], -1, higher), -1)
     if schedule_free:
-      rows["schedule-free AdamW, tuned"] = (_best(schedule_free, i, higher), i)
+      rows[SCHEDULE_FREE] = (_best(schedule_free, i, higher), i)
     rows.update({log.method.name: (log, i) for log in contrib + ours})
     cells[f] = {label: {**_cell(log, j), "setting": log.method.info or ""}
                 for label, (log, j) in rows.items()}
@@ -916,9 +937,14 @@ def run_task(name, task, *, quick, seeds, progress, designs=None, cache=None,
             **({"cosine_full": {"name": _best(cosine[1.0], -1, higher).method.name,
                                 "test": _best(cosine[1.0], -1, higher).test.tolist()}}
                if 1.0 in cosine else {})}
+  # every rate's cells (the grid's logs are in its order), for the one rate of ONE_RATE
+  per_rate = ({SCHEDULE_FREE: {f"{lr:g}": {str(f): _cell(log, _index(steps, chunk, f))
+                                           for f in fractions}
+                               for lr, log in zip(sf_grid, schedule_free)}}
+              if schedule_free else {})
   return {"task": name, "steps": steps, "test_name": problem.test_name,
           "higher_is_better": higher, "cells": {str(f): c for f, c in cells.items()},
-          "curves": curves}
+          "curves": curves, "per_rate": per_rate}
 
 
 def warmup_check(*, quick, seeds, progress):
@@ -1140,7 +1166,8 @@ def plot_task(result, out):
   shown = {f"ours: {LIBRARY_DEFAULT}": ("metaoptax.adamw() (the default)", "C3", 2.2),
            f"ours: {LIBRARY_GATE}": ("metaoptax.overfitting_gate(metaoptax.adamw())", "C2",
                                      1.4),
-           f"ours: {FORMER_DEFAULT}": ("the former default", "C0", 1.2)}
+           **{f"ours: {d}": (label, color, 1.2) for d, label, color in zip(
+               FORMER_DEFAULTS, ("the default from 1e-6", "an older default"), ("C0", "C7"))}}
   ours = {k: v for k, v in curves["ours"].items() if k in shown}
   for name, c in ours.items():
     label, color, width = shown[name]
@@ -1203,16 +1230,20 @@ def designs_run(results, every=True) -> list[str]:
   return [d for d in labels if test(f"ours: {d}" in r["cells"]["1.0"] for r in results)]
 
 
-#: The design that ``metaoptax.adamw()``'s defaults are (chosen on validation over digits,
-#: MNIST-1D, the CNN and the character model; the report also names the validation
-#: choice over the tasks it combines, when that differs).
-LIBRARY_DEFAULT = "climb x2, gamma=1, meta 3e-3 + average, moments shortened at the climb's end"
+#: The design that ``metaoptax.adamw()``'s defaults are: the design chosen on validation over
+#: digits, MNIST-1D, the CNN and the character model, started at ``optax.adamw``'s usual
+#: rate (chosen on the short tasks ``digits-300`` and ``mnist1d-300``). The report also names
+#: the validation choice over the tasks it combines, when that differs.
+LIBRARY_DEFAULT = "the default from 1e-3"
 #: The design that ``metaoptax.overfitting_gate(metaoptax.adamw())``'s defaults are (first
 #: of all the designs on validation; it reads a validation loss at every step).
 LIBRARY_GATE = "the new default, held once validation trends up for 100 steps (quicker averages)"
-#: The default before it (Adam's moments kept as they are when the climb ends): the one
-#: design of ours that ran on the transformers, which need an accelerator.
-FORMER_DEFAULT = "climb x2, gamma=1 + average"
+#: The defaults before it, latest first, reported (marked †) on a task that did not run the
+#: current one: the same design started at 1e-6, then Adam's moments kept as they are when
+#: the climb ends (the one design of ours that ran on the transformers, which need an
+#: accelerator).
+FORMER_DEFAULTS = ("climb x2, gamma=1, meta 3e-3 + average, moments shortened at the climb's end",
+                   "climb x2, gamma=1 + average")
 
 
 #: ``--quick`` (a smoke run, not results): the library's two designs, the grids' rates
@@ -1223,9 +1254,9 @@ QUICK_SEEDS = 1
 
 
 def default_in(result) -> str:
-  """The library's default, or the former default where ``result``'s task did not run it."""
-  return (LIBRARY_DEFAULT if f"ours: {LIBRARY_DEFAULT}" in result["cells"]["1.0"]
-          else FORMER_DEFAULT)
+  """The library's default, or the latest former default that ``result``'s task ran."""
+  return next((d for d in (LIBRARY_DEFAULT, *FORMER_DEFAULTS)
+               if f"ours: {d}" in result["cells"]["1.0"]), FORMER_DEFAULTS[-1])
 
 
 def validation_scores(results) -> dict:
@@ -1307,6 +1338,63 @@ def plot_summary(results, out):
   _report.save_figure(fig, out / "lr_free_summary.png")
 
 
+def one_rate(results, method=SCHEDULE_FREE):
+  """AlgoPerf's self-tuning choice: the rate of ``method``'s grid with the lowest mean
+  relative regret on validation (against the best rate of each task and budget) over the
+  tasks of ``results`` that recorded every rate (``per_rate``), less ``HELD_OUT_TASKS``.
+  Returns the rate (``None`` if no task recorded one) and each rate's mean regret."""
+  tasks = [r for r in results if method in r.get("per_rate", {})
+           and r["task"] not in HELD_OUT_TASKS]
+  if not tasks:
+    return None, {}
+  rates = sorted(set.intersection(*(set(r["per_rate"][method]) for r in tasks)), key=float)
+  regrets = {q: [] for q in rates}
+  for r in tasks:
+    for f in FRACTIONS:
+      scores = {q: float(np.mean(_oriented(np.asarray(r["per_rate"][method][q][str(f)]["val"]),
+                                           r["higher_is_better"]))) for q in rates}
+      best = min(scores.values())
+      for q in rates:
+        regrets[q].append((scores[q] - best) / abs(best))
+  regret = {q: float(np.mean(v)) for q, v in regrets.items()}
+  return min(rates, key=regret.get), regret
+
+
+def with_one_rate(results) -> tuple[list, list[str]]:
+  """``results`` with the cells of ``ONE_RATE`` (:func:`one_rate`) added on every task that
+  recorded its rate, and the report's section on it (empty if no task recorded the rates)."""
+  rate, regret = one_rate(results)
+  if rate is None:
+    return results, []
+  results = json.loads(json.dumps(results))
+  chooses = [r["task"] for r in results if SCHEDULE_FREE in r.get("per_rate", {})
+             and r["task"] not in HELD_OUT_TASKS]
+  for r in results:
+    cells = r.get("per_rate", {}).get(SCHEDULE_FREE, {}).get(rate)
+    for f in FRACTIONS if cells else ():
+      r["cells"][str(f)][ONE_RATE] = {**cells[str(f)], "setting": f"lr {rate}"}
+  lines = [f"## AlgoPerf's self-tuning comparison: {ONE_RATE}", "",
+           f"Schedule-free AdamW at the one rate of its grid with the lowest mean relative "
+           f"regret on validation over {', '.join(chooses)} and every budget: **{rate}** "
+           f"(held out, run once with it: {', '.join(HELD_OUT_TASKS)}).", "",
+           "| rate | " + " | ".join(regret) + " |", "|---|" + "---|" * len(regret),
+           "| mean relative regret (validation) | "
+           + " | ".join(f"{v:.4f}" for v in regret.values()) + " |", "",
+           "| task | budget | metaoptax.adamw() (test) | one rate (test) | within one std or "
+           "better |", "|---|---|---|---|---|"]
+  for r in results:
+    ours = f"ours: {default_in(r)}"
+    for f in FRACTIONS if ONE_RATE in r["cells"]["1.0"] else ():
+      c = r["cells"][str(f)]
+      a, b = np.asarray(c[ours]["test"]), np.asarray(c[ONE_RATE]["test"])
+      gap = float(np.mean(_oriented(a, r["higher_is_better"]))
+                  - np.mean(_oriented(b, r["higher_is_better"])))
+      mark = "" if default_in(r) == LIBRARY_DEFAULT else " †"
+      lines.append(f"| {r['task']}{mark} | {int(f * 100)} % | {_fmt(a)} | {_fmt(b)} | "
+                   f"{'yes' if gap <= max(a.std(), b.std()) else 'NO'} |")
+  return results, lines + [""]
+
+
 def report(results, warm, commits, seeds, command) -> list[str]:
   """The markdown report of ``results`` (one per task) and the warm-up check."""
   design = LIBRARY_DEFAULT
@@ -1314,6 +1402,7 @@ def report(results, warm, commits, seeds, command) -> list[str]:
            f"Commit(s) `{', '.join(sorted(set(commits)))}`; {seeds} seeds, mean ± std; "
            f"command: `{command}`. The winner of each column is in bold (test metric). "
            "Settings in brackets were chosen on the validation split.", ""]
+  results, self_tuning = with_one_rate(results)
   for r in results:
     lines += task_table(r) + loss_table(r)
   if results:
@@ -1353,7 +1442,7 @@ def report(results, warm, commits, seeds, command) -> list[str]:
       for f, rival, within, not_worse in target_lines(r, default_in(r)):
         lines.append(f"| {r['task']}{former} | {int(f * 100)} % | {rival} | "
                      f"{'yes' if within else 'NO'} | {'yes' if not_worse else 'NO'} |")
-    lines += [""] + target_for_each_method(results)
+    lines += [""] + target_for_each_method(results) + self_tuning
   lines.append("")
   if warm is not None:
     lines += [f"## Warm-up (digits): train loss − floor at step {warm['check_step']} against "
@@ -1389,6 +1478,9 @@ def main(argv=None):
                     metavar="FRACTION",
                     help="train only the cosine tuned for these fractions of the budget (to "
                          "--combine with an earlier run that lacks them)")
+  args.add_argument("--schedule-free-only", action="store_true",
+                    help="train only schedule-free AdamW's grid, every rate's cells kept (to "
+                         "--combine: AlgoPerf's one rate for all tasks)")
   args.add_argument("--combine", nargs="+", type=pathlib.Path, metavar="JSON",
                     help="no training: one report of the lr_free.json files of earlier runs")
   args = args.parse_args(argv)
@@ -1428,15 +1520,17 @@ def main(argv=None):
                                 progress=progress, designs=args.designs, cache=args.cache,
                                 cached_only=args.cached_only, grid=grid, sf_grid=sf_grid,
                                 only=("cosine" if args.cosine_only else
+                                      "schedule-free" if args.schedule_free_only else
                                       "tuned" if args.rates else None),
                                 fractions=args.cosine_only or FRACTIONS))
       (out / "lr_free.json").write_text(json.dumps(
           {"commit": commits[0], "command": command, "results": results}))
-    warm = None if (args.no_warmup or args.cosine_only or args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,
+    warm = None if (args.no_warmup or args.cosine_only or args.schedule_free_only or args.designs and not args.with_baselines) else warmup_check(quick=args.quick, seeds=args.seeds,
                                                     progress=progress)
     (out / "lr_free.json").write_text(json.dumps(
         {"commit": commits[0], "command": command, "results": results, "warmup": warm}))
-  if (args.designs and not args.with_baselines or args.rates or args.cosine_only) and not args.combine:
+  if (args.designs and not args.with_baselines or args.rates or args.cosine_only
+      or args.schedule_free_only) and not args.combine:
     print(f"wrote {out / 'lr_free.json'}: combine it with a full run (--combine)")
     return
   for r in results:

@@ -512,7 +512,7 @@ _MODELS = {
 INIT_TRIES = 100
 
 
-def _stan_initial_positions(key, num_chains, dim, value_and_grad):
+def stan_initial_positions(key, num_chains, dim, value_and_grad):
   """Stan's default initialisation: uniform(-2, 2) on the unconstrained scale, each chain's
   draw repeated until its log density and gradient are finite (at most ``INIT_TRIES``)."""
   positions = np.zeros((num_chains, dim), np.float32)
@@ -569,7 +569,7 @@ def load(name: str) -> Posterior:
   value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(logdensity_fn)))
 
   def initial_positions(key, num_chains):
-    return _stan_initial_positions(key, num_chains, dim, value_and_grad)
+    return stan_initial_positions(key, num_chains, dim, value_and_grad)
 
   return Posterior(
       name=name, dim=dim, split="tuning" if name in NAMES_TUNING else "held_out",

@@ -16,6 +16,16 @@ evaluations it spent per transition and the wall time of the sampling:
 * R-hat: the split potential scale reduction (Gelman et al., BDA3 11.4: every
   chain split in halves, :math:`\sqrt{\widehat{\mathrm{var}}^+/W}`), the maximum over
   dimensions, of x and of x^2.
+
+The headline every sampler row shares (:func:`headline`, tuningfork's): the minimum over
+coordinates of the rank-normalized bulk ESS (Vehtari, Gelman, Simpson, Carpenter and
+Bürkner 2021, `arXiv:1903.08008 <https://arxiv.org/abs/1903.08008>`_; arviz's
+``ess(..., method="bulk")``, all chains pooled), divided by the gradient evaluations of the
+whole run, every chain's: warm-up, screens, training, check and sampling. Per chain, it is
+(min bulk ESS / chains) / (total gradients per chain); for independent draws, draws per
+chain / total gradients per chain. Its gate, fixed before sampling: rank-normalized split
+R-hat (arviz's ``rhat``) below 1.01 on every coordinate, min bulk ESS at least 400 and no
+divergent transition.
 """
 
 from __future__ import annotations
@@ -86,6 +96,62 @@ def split_rhat(draws) -> float:
   between = n * split.mean(axis=0).var(axis=0, ddof=1)
   var_plus = (n - 1) / n * within + between / n
   return float(np.max(np.sqrt(var_plus / np.maximum(within, 1e-300))))
+
+
+#: tuningfork's gate: rank-normalized R-hat below this on every coordinate, ...
+GATE_RHAT = 1.01
+#: ... min bulk ESS (all chains) at least this, and no divergent transition.
+GATE_ESS = 400
+
+
+def _dataset(draws):
+  """``(num_samples, chains, dim)`` draws as arviz's dataset (chain, draw, dim)."""
+  import arviz  # pylint: disable=g-import-not-at-top
+  return arviz.convert_to_dataset(np.swapaxes(np.asarray(draws, np.float64), 0, 1))
+
+
+def bulk_ess(draws) -> np.ndarray:
+  """arviz's rank-normalized bulk ESS of each coordinate of ``(num_samples, chains, dim)``
+  draws, all chains pooled, as a count ``(dim,)``."""
+  import arviz  # pylint: disable=g-import-not-at-top
+  return np.asarray(arviz.ess(_dataset(draws), method="bulk")["x"].values, np.float64)
+
+
+def rank_rhat(draws) -> np.ndarray:
+  """arviz's rank-normalized split R-hat of each coordinate, ``(dim,)``."""
+  import arviz  # pylint: disable=g-import-not-at-top
+  return np.asarray(arviz.rhat(_dataset(draws))["x"].values, np.float64)
+
+
+def headline(draws, total_grads_per_chain, divergences: int | None) -> dict:
+  """tuningfork's headline and gate (the module docstring) of one run.
+
+  Args:
+    draws: ``(num_samples, chains, dim)``.
+    total_grads_per_chain: every gradient evaluation of the run per chain (warm-up,
+      screens, training, check and sampling); a scalar or ``(chains,)`` (averaged).
+    divergences: divergent transitions of the sampling, all chains; None where the
+      sampler does not report them (the gate then checks R-hat and ESS alone).
+
+  Returns:
+    ``min_bulk_ess`` (all chains), ``max_rank_rhat``, ``divergences``,
+    ``total_grads_per_chain``, ``min_bulk_ess_per_grad`` (the headline) and ``gate``
+    (a bool).
+  """
+  draws = np.asarray(draws, np.float64)
+  chains = draws.shape[1]
+  grads = float(np.mean(total_grads_per_chain))
+  if not grads > 0:
+    raise ValueError(f"total_grads_per_chain must be > 0, got {total_grads_per_chain}")
+  ess = bulk_ess(draws)
+  rhat = rank_rhat(draws)
+  min_ess = float(np.nan_to_num(np.min(ess), nan=0.0))
+  max_rhat = float(np.nan_to_num(np.max(rhat), nan=np.inf))
+  gate = bool(max_rhat < GATE_RHAT and min_ess >= GATE_ESS and not divergences)
+  return dict(min_bulk_ess=min_ess, max_rank_rhat=max_rhat,
+              divergences=None if divergences is None else int(divergences),
+              total_grads_per_chain=grads, min_bulk_ess_per_grad=min_ess / chains / grads,
+              gate=gate)
 
 
 def score(draws, grads_per_transition: float, seconds: float) -> dict:

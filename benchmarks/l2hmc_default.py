@@ -17,6 +17,27 @@ window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
   else the committed ones of ``l2hmc_posteriors.py`` (the centered schools' quadrature, or a
   long NUTS run).
 
+* **tuningfork's classes** (``_tuningfork``; ``--suite tuningfork_tuning``, what defaults may
+  be tuned on, or ``--suite tuningfork_held_out``, run once, at the end), started from
+  uniform(-2, 2); references: exact moments or long NUTS runs
+  (``results/tuningfork_reference.json``). Beside L2HMC run every anchor of
+  ``SAMPLERS_TUNINGFORK``: NUTS with a diagonal, dense and nutpie's low-rank metric,
+  ChEES-HMC with a diagonal metric, adjusted MCLMC (``--samplers`` picks among
+  ``sampler_baselines.ANCHORS``).
+
+The headline every sampler row shares (``_sampler_metrics.headline``, tuningfork's): min
+bulk ESS over coordinates (arviz, rank-normalized) per chain over the *total* gradient
+evaluations per chain (warm-up, screens, training, check and sampling; L2HMC: its
+``info.num_gradient_evaluations`` plus the sampling), at 1,000 draws per chain, with its gate
+(R-hat < 1.01, bulk ESS >= 400, no divergence; L2HMC reports no divergences, so its gate is
+R-hat and ESS). Beside it, per sampler: the adaptation's gradients per chain and its wall
+seconds (compilation included, as a user waits for it; all chains at once).
+
+Seeds run in the outer loop (``--seeds 3``: seed 0 on every target, then seed 1, ...), the
+results file rewritten after each target, so a run cut short keeps whole seeds first; a
+rerun with the same settings keeps the other seeds' and targets' rows (``--first-seed``
+resumes).
+
 Per target and seed: ESS per gradient (Geyer, min over coordinates) of x and x² of the
 draws, the gradients of the adaptation (warm-up and training for L2HMC, window adaptation
 for NUTS, the ChEES adaptation) reported beside, ESS per second of sampling, split R-hat,
@@ -38,6 +59,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 import warnings
 
 import jax
@@ -50,12 +72,18 @@ sys.path.insert(0, str(HERE))
 
 import _posteriordb  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _tuningfork  # pylint: disable=g-import-not-at-top,wrong-import-position
 import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
 OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
-SUITES = ("tuning", "held_out", "eight")
+SUITES = ("tuning", "held_out", "eight", "tuningfork_tuning", "tuningfork_held_out")
+#: The samplers each suite runs by default (``--samplers`` overrides).
+SAMPLERS = ("l2hmc", "nuts", "chees")
+#: tuningfork's: the default against the issue's five anchors (ChEES-HMC with a diagonal metric).
+SAMPLERS_TUNINGFORK = ("l2hmc", "nuts", "nuts_dense", "nuts_low_rank", "chees_diag",
+                       "mclmc_adjusted")
 EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
          "correlated", "rough_well", "ill_conditioned")
 CHAINS = 32
@@ -93,7 +121,23 @@ def _eight_problem(name) -> Problem:
                  dict(zip(names, reference["mean"])), dict(zip(names, reference["sd"])))
 
 
-def problems(suite: str) -> list[Problem]:
+def _tuningfork_problem(name) -> Problem:
+  model = _tuningfork.load(name)
+  if model.reference_mean is None:
+    raise ValueError(f"{name} has no reference moments yet: run python benchmarks/"
+                     f"posteriordb_check.py --suite tuningfork --names {name} --out "
+                     "benchmarks/results")
+  names = [f"x[{i}]" for i in range(model.dim)]
+  summary = lambda x: {n: x[i] for i, n in enumerate(names)}
+  return Problem(name, model.logdensity_fn, model.initial_positions, summary,
+                 dict(zip(names, model.reference_mean)), dict(zip(names, model.reference_sd)))
+
+
+def problems(suite: str, names=None) -> list[Problem]:
+  """The suite's problems, or those of them in ``names``."""
+  if suite.startswith("tuningfork"):
+    split = _tuningfork.NAMES_TUNING if suite == "tuningfork_tuning" else _tuningfork.NAMES_HELD_OUT
+    return [_tuningfork_problem(name) for name in split if not names or name in names]
   if suite == "eight":
     return [_eight_problem(name) for name in EIGHT]
   names = _posteriordb.NAMES_TUNING if suite == "tuning" else _posteriordb.NAMES_HELD_OUT
@@ -119,15 +163,22 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
   gradients per chain (NUTS's sampling budget; at most ``MAX_BUDGET_DRAWS`` draws), whose
   R-hat and moments are the acceptance's "at NUTS's gradient budget"."""
   k_adapt, k_run, k_budget = jax.random.split(key, 3)
+  start = time.perf_counter()
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", l2hmc.ConvergenceWarning)
     (states, sampler), info = l2hmc.adapt(problem.logdensity_fn, progress=None).run(
         k_adapt, positions, num_steps=num_steps)
-  run = lambda k, s: l2hmc.sample_chains(k, sampler, s, num_samples)
-  (draws, acceptance), seconds = _sampler_metrics.compiled_and_timed(run, k_run, states)
+    jax.block_until_ready(states)
+  adaptation_seconds = time.perf_counter() - start
+  run = lambda k, s: _sample_chains_and_divergences(k, sampler, s, num_samples)
+  (draws, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
+      run, k_run, states)
   grads = l2hmc.gradient_evaluations(info.config)
+  warmup_grads = float(np.mean(info.num_gradient_evaluations))
   found = dict(draws=np.asarray(draws), grads_per_transition=float(grads),
-               warmup_grads=float(info.num_gradient_evaluations), seconds=seconds,
+               warmup_grads=warmup_grads, seconds=seconds,
+               total_grads_per_chain=warmup_grads + float(grads) * num_samples,
+               divergences=int(np.sum(divergent)), adaptation_seconds=adaptation_seconds,
                acceptance=float(np.mean(acceptance)), warned=bool(caught),
                adaptation_rhat=info.rhat, messages=list(info.messages),
                num_steps=info.config.num_steps,
@@ -139,6 +190,18 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
         k_budget, states)
     found["at_budget"] = dict(_checks(problem, np.asarray(budget_draws)), draws=count)
   return found
+
+
+def _sample_chains_and_divergences(key, sampler, states, num_samples: int):
+  """``l2hmc.sample_chains``'s draws and acceptance, and ``info.is_divergent`` of every
+  transition ``(num_samples, chains)`` (the gate counts them as NUTS's divergences)."""
+  chains = jax.tree.leaves(states.position)[0].shape[0]
+
+  def one(states, key):
+    states, info = jax.vmap(sampler.step)(jax.random.split(key, chains), states)
+    return states, (states.position, info.acceptance_rate, info.is_divergent)
+
+  return jax.lax.scan(one, states, jax.random.split(key, num_samples))[1]
 
 
 def _checks(problem: Problem, draws) -> dict:
@@ -160,36 +223,69 @@ def score(problem: Problem, run: dict) -> dict:
   found["warmup_grads"] = float(np.mean(run["warmup_grads"]))
   found["warned"] = bool(run.get("warned", False))
   found["acceptance"] = run["acceptance"]
+  found.update(_sampler_metrics.headline(run["draws"], run["total_grads_per_chain"],
+                                         run.get("divergences")))
   found["right"] = right(found)
   if "at_budget" in run:  # off at 1,000 draws: the acceptance's check at NUTS's budget
     found["at_budget"] = dict(run["at_budget"], right=right(run["at_budget"]))
   right_at_budget = found.get("at_budget", found)["right"]
   found["silently_wrong"] = bool(not right_at_budget and not found["warned"])
-  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes", "reflection"):
+  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes", "reflection",
+              "adaptation_seconds"):
     if key in run:
       found[key] = run[key]
   return found
 
 
 def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_chees,
-               num_samples, baselines: dict | None = None) -> dict:
-  """Every sampler's rows per seed; with ``baselines`` (an earlier run's rows, same settings
-  and seeds), NUTS's and ChEES's are taken from there and only L2HMC runs."""
-  rows = {"l2hmc": [], "nuts": [], "chees": []}
+               num_samples, baselines: dict | None = None, samplers=SAMPLERS) -> dict:
+  """Every sampler's rows per seed, all from the same starts; with ``baselines`` (an earlier
+  run's rows, same settings and seeds), the anchors' rows are taken from there and only
+  L2HMC runs. NUTS (diagonal) runs first: its sampling gradients are L2HMC's budget."""
+  rows = {name: [] for name in samplers}
   if baselines is not None:
-    rows["nuts"], rows["chees"] = baselines["nuts"], baselines["chees"]
+    rows.update({name: baselines[name] for name in samplers if name != "l2hmc"})
   for index, seed in enumerate(seeds):
     k_start, k_l2hmc, k_nuts, k_chees = jax.random.split(jax.random.key(seed), 4)
     positions = problem.starts(k_start, CHAINS)
     if baselines is None:
-      rows["nuts"].append(score(problem, sampler_baselines.nuts(
-          problem.logdensity_fn, k_nuts, positions, num_warmup_nuts, num_samples)))
-      rows["chees"].append(score(problem, sampler_baselines.chees_hmc(
-          problem.logdensity_fn, k_chees, positions, num_warmup_chees, num_samples)))
-    budget = rows["nuts"][index]["grads_per_transition"] * num_samples
-    rows["l2hmc"].append(score(problem, run_l2hmc(problem, k_l2hmc, positions, num_steps,
-                                                  num_samples, budget)))
+      for name in samplers:
+        if name == "l2hmc":
+          continue
+        key = {"nuts": k_nuts, "chees": k_chees}.get(name)
+        if key is None:
+          key = jax.random.fold_in(k_nuts, sampler_baselines.ANCHORS.index(name))
+        rows[name].append(dict(score(problem, sampler_baselines.anchor(
+            name, problem.logdensity_fn, key, positions, num_warmup_nuts, num_warmup_chees,
+            num_samples)), seed=seed))
+    if "l2hmc" in samplers:
+      budget = (rows["nuts"][index]["grads_per_transition"] * num_samples if "nuts" in rows
+                else np.inf)
+      rows["l2hmc"].append(dict(score(problem, run_l2hmc(problem, k_l2hmc, positions,
+                                                         num_steps, num_samples, budget)),
+                                seed=seed))
   return rows
+
+
+def _seed_of(rows: list, index: int) -> int:
+  """A row's seed (rows written before rows carried it: seeds 0, 1, ... in order)."""
+  return rows[index].get("seed", index)
+
+
+def merge_rows(earlier: dict, later: dict) -> dict:
+  """``later``'s rows of one target, with ``earlier``'s rows of the seeds ``later`` lacks
+  (per sampler, sorted by seed)."""
+  merged = dict(earlier)
+  for sampler, rows in later.items():
+    if sampler == "baseline_commit":
+      merged[sampler] = rows
+      continue
+    seeds = {_seed_of(rows, i) for i in range(len(rows))}
+    old = earlier.get(sampler, [])
+    kept = [dict(row, seed=_seed_of(old, i)) for i, row in enumerate(old)
+            if _seed_of(old, i) not in seeds]
+    merged[sampler] = sorted(kept + rows, key=lambda row: row["seed"])
+  return merged
 
 
 def _rhat_cell(rows) -> str:
@@ -206,6 +302,24 @@ def _mean(rows, key):
   return float(np.mean([row[key] for row in rows]))
 
 
+def _best_anchor(rows: dict) -> float | None:
+  """The best headline among the anchors (not L2HMC) that pass the gate on every seed."""
+  passing = [_mean(r, "min_bulk_ess_per_grad") for k, r in rows.items()
+             if k not in ("l2hmc", "baseline_commit") and r and all("gate" in x for x in r)
+             and all(x["gate"] for x in r)]
+  return max(passing) if passing else None
+
+
+def _headline_cells(r: list, best: float | None) -> str:
+  """Total gradients per chain, the headline, its ratio to the best anchor and the gate."""
+  if not all("min_bulk_ess_per_grad" in row for row in r):  # rows measured before the metric
+    return "— | — | — | — |"
+  value = _mean(r, "min_bulk_ess_per_grad")
+  ratio = f"{value / best:.2f}" if best else "—"
+  return (f"{_mean(r, 'total_grads_per_chain'):.3g} | {value:.3g} | {ratio} | "
+          f"{sum(row['gate'] for row in r)}/{len(r)} |")
+
+
 def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
   lines = [f"# The default L2HMC sampler against NUTS and ChEES-HMC: {suite}", "",
            f"`python benchmarks/l2hmc_default.py --suite {suite}` at `{commit}`; settings: "
@@ -215,14 +329,22 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            "leapfrog steps adapt chose, per seed, and on how many seeds it turned local step "
            "sizes or the reflection on. Where L2HMC's 1,000 draws miss R-hat < 1.01 or "
            "the moments, it runs again to NUTS's sampling gradients (R-hat there in brackets); "
-           "silently wrong: off there without a warning.", "",
+           "silently wrong: off there without a warning. Headline (tuningfork's): min bulk ESS "
+           "(arviz) per chain over the total gradients per chain, warm-up included, the mean "
+           "over seeds; × best anchor: over the best anchor's headline among those that pass "
+           "the gate on every seed; gate: seeds passing R-hat < 1.01, bulk ESS >= 400, no "
+           "divergence (L2HMC reports none).", "",
            "| target | sampler | ESS/grad x | ESS/grad x² | × NUTS (x / x²) | ESS/s x | "
-           "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong | "
+           "total grads/chain | min bulk ESS / total grad | × best anchor | gate |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  if suite.startswith("tuningfork"):
+    return _headline_report(results, suite, commit, settings)
   for name, rows in results.items():
     nuts_x, nuts_x2 = _mean(rows["nuts"], "ess_per_grad_x"), _mean(rows["nuts"],
                                                                     "ess_per_grad_x2")
-    for sampler in ("l2hmc", "nuts", "chees"):
+    best = _best_anchor(rows)
+    for sampler in [k for k in rows if k != "baseline_commit"]:
       r = rows[sampler]
       ratio = (f"{_mean(r, 'ess_per_grad_x') / nuts_x:.2f} / "
                f"{_mean(r, 'ess_per_grad_x2') / nuts_x2:.2f}")
@@ -242,7 +364,7 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
           f"{max(row['mean_error'] for row in r):.3f} | "
           f"{max(row['sd_error'] for row in r):.3f} | "
           f"{sum(row['warned'] for row in r)}/{len(r)} | "
-          f"{sum(row['silently_wrong'] for row in r)}/{len(r)} |")
+          f"{sum(row['silently_wrong'] for row in r)}/{len(r)} | {_headline_cells(r, best)}")
   reused = {}
   for name, rows in results.items():
     if "baseline_commit" in rows:
@@ -254,15 +376,58 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
   return lines
 
 
+def _headline_report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
+  """tuningfork's table: per class and sampler the gate, the headline and its ratios to the
+  best anchor and to NUTS (diagonal), and the adaptation's cost."""
+  lines = [f"# The default L2HMC sampler against the anchors: {suite}", "",
+           f"`python benchmarks/l2hmc_default.py --suite {suite} --out benchmarks/results` at "
+           f"`{commit}` (the rows' commits in the JSON); settings: "
+           + ", ".join(f"{k}={v}" for k, v in settings.items()) + ". Every sampler from the "
+           "same starts (uniform(-2, 2)) per seed; means over the seeds run (column seeds). "
+           "Headline (tuningfork's): min bulk ESS over coordinates (arviz, rank-normalized, "
+           "all chains) per chain over the total gradients per chain (adaptation and "
+           f"{settings['samples']:,} draws). Gate: seeds with R-hat (rank-normalized) < 1.01, min bulk ESS >= 400 and "
+           "no divergent transition. × best anchor: over the best headline among the anchors "
+           "that pass the gate on every seed (— where none does); × NUTS: over NUTS (diagonal)'s "
+           "headline. Adaptation: gradients per chain, and wall seconds (compilation "
+           "included, all chains at once). Mean err: the largest error of a mean in reference "
+           "sds (worst seed).", "",
+           "| class | sampler | seeds | gate | max R-hat | min bulk ESS | divergences | "
+           "adaptation grads/chain | adaptation s | total grads/chain | headline | "
+           "× best anchor | × NUTS | mean err (sd) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, rows in results.items():
+    best = _best_anchor(rows)
+    nuts = _mean(rows["nuts"], "min_bulk_ess_per_grad") if rows.get("nuts") else None
+    for sampler in [k for k in rows if k != "baseline_commit"]:
+      r = rows[sampler]
+      value = _mean(r, "min_bulk_ess_per_grad")
+      seconds = [row["adaptation_seconds"] for row in r if "adaptation_seconds" in row]
+      divergences = [row["divergences"] for row in r if row.get("divergences") is not None]
+      lines.append(
+          f"| {name} | {sampler} | {len(r)} | {sum(row['gate'] for row in r)}/{len(r)} | "
+          f"{max(row['max_rank_rhat'] for row in r):.3f} | {_mean(r, 'min_bulk_ess'):.0f} | "
+          f"{sum(divergences) if divergences else '—'} | {_mean(r, 'warmup_grads'):.3g} | "
+          f"{f'{np.mean(seconds):.0f}' if seconds else '—'} | "
+          f"{_mean(r, 'total_grads_per_chain'):.3g} | "
+          f"{value:.3g} | {f'{value / best:.2f}' if best else '—'} | "
+          f"{f'{value / nuts:.2f}' if nuts else '—'} | "
+          f"{max(row['mean_error'] for row in r):.3f} |")
+  return lines
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--suite", choices=SUITES, default="tuning")
   parser.add_argument("--names", nargs="*", help="a subset of the suite's targets")
-  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--seeds", type=int, default=3, help="how many seeds")
+  parser.add_argument("--first-seed", type=int, default=0)
   parser.add_argument("--num-steps", type=int, default=1000, help="adapt's transitions")
   parser.add_argument("--nuts-warmup", type=int, default=1000)
   parser.add_argument("--chees-warmup", type=int, default=500)
   parser.add_argument("--samples", type=int, default=1000)
+  parser.add_argument("--samplers", nargs="+", choices=("l2hmc",) + sampler_baselines.ANCHORS,
+                      help="default: l2hmc, nuts, chees; every anchor on tuningfork's suites")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   parser.add_argument("--reuse-baselines", action="store_true",
@@ -272,33 +437,50 @@ def main(argv=None):
   if args.quick:
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
         1, 100, 50, 50, 20)
-  chosen = [p for p in problems(args.suite) if not args.names or p.name in args.names]
+  samplers = tuple(args.samplers or (SAMPLERS_TUNINGFORK if args.suite.startswith("tuningfork")
+                                     else SAMPLERS))
+  if "l2hmc" in samplers and "nuts" not in samplers:
+    samplers += ("nuts",)  # L2HMC's check at NUTS's gradient budget
+  chosen = [p for p in problems(args.suite, args.names) if not args.names or p.name in args.names]
   if args.quick:
     chosen = chosen[:1]
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, cwd=HERE, check=False).stdout.strip() or "unknown"
-  settings = dict(chains=CHAINS, seeds=args.seeds, num_steps=args.num_steps,
-                  nuts_warmup=args.nuts_warmup, chees_warmup=args.chees_warmup,
-                  samples=args.samples)
+  settings = dict(chains=CHAINS, num_steps=args.num_steps, nuts_warmup=args.nuts_warmup,
+                  chees_warmup=args.chees_warmup, samples=args.samples)
   args.out.mkdir(parents=True, exist_ok=True)
   stem = f"l2hmc_default_{args.suite}"
   path = args.out / f"{stem}.json"
-  results = {}  # a rerun of some targets with the same settings keeps the others' rows
-  if path.exists() and json.loads(path.read_text()).get("settings") == settings:
-    results = json.loads(path.read_text())["results"]
+  results = {}  # a rerun with the same settings keeps the other targets' and seeds' rows
+  if path.exists():
+    stored = json.loads(path.read_text())
+    if {k: v for k, v in stored.get("settings", {}).items() if k != "seeds"} == settings:
+      results = stored["results"]
   previous = dict(results)
   previous_commit = json.loads(path.read_text()).get("commit") if previous else None
-  for problem in tqdm(chosen, desc=f"l2hmc_default {args.suite}"):
+  seeds = range(args.first_seed, args.first_seed + args.seeds)
+  for seed, problem in tqdm([(s, p) for s in seeds for p in chosen],
+                            desc=f"l2hmc_default {args.suite}"):
     reused = previous.get(problem.name) if args.reuse_baselines else None
-    rows = run_target(problem, range(args.seeds), args.num_steps, args.nuts_warmup,
-                      args.chees_warmup, args.samples, baselines=reused)
     if reused is not None:
-      rows["baseline_commit"] = reused.get("baseline_commit", previous_commit)
-    results[problem.name] = rows
-    path.write_text(json.dumps(dict(commit=commit, settings=settings, quick=args.quick,
+      reused = {k: [dict(row, seed=_seed_of(v, i)) for i, row in enumerate(v)
+                    if _seed_of(v, i) == seed]
+                for k, v in reused.items() if k != "baseline_commit"}
+    rows = run_target(problem, [seed], args.num_steps, args.nuts_warmup,
+                      args.chees_warmup, args.samples, baselines=reused, samplers=samplers)
+    for sampler_rows in rows.values():
+      for row in sampler_rows:
+        row.setdefault("commit", commit)
+    if reused is not None:
+      rows["baseline_commit"] = previous[problem.name].get("baseline_commit", previous_commit)
+    results[problem.name] = merge_rows(results.get(problem.name, {}), rows)
+    counts = {len(r) for rows_ in results.values() for k, r in rows_.items()
+              if k != "baseline_commit"}
+    file_settings = dict(settings, seeds=max(counts))
+    path.write_text(json.dumps(dict(commit=commit, settings=file_settings, quick=args.quick,
                                     results=results), indent=1))
     (args.out / f"{stem}.md").write_text(
-        "\n".join(report(results, args.suite, commit, settings)) + "\n")
+        "\n".join(report(results, args.suite, commit, file_settings)) + "\n")
   print((args.out / f"{stem}.md").read_text())
 
 

@@ -28,6 +28,16 @@ from 1, the split R-hat, NUTS's gradients per transition and the wall time.
     python benchmarks/posteriordb_check.py                           # all 15
     python benchmarks/posteriordb_check.py --quick --names kidiq-kidscore_momhsiq
     python benchmarks/posteriordb_check.py --out benchmarks/results  # the committed files
+
+``--suite tuningfork`` makes the reference moments of tuningfork's classes that have no
+closed form (``_tuningfork``; the reference being made, not checked against): NUTS as
+above from uniform(-2, 2) starts, 8 chains, 2,000 draws each by default, and per coordinate
+of the unconstrained vector its mean, sd, arviz's rank-normalized bulk ESS and split R-hat.
+A class passes when every R-hat is at most 1.01, every bulk ESS at least 1,000 (a Monte
+Carlo error of a mean at most 0.032 sd, against the benchmarks' tolerance of 0.1 sd) and no
+transition diverged. A rerun of some classes keeps the others' rows.
+
+    python benchmarks/posteriordb_check.py --suite tuningfork --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -47,9 +57,12 @@ sys.path.insert(0, str(HERE))
 import _posteriordb  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _tuningfork  # pylint: disable=g-import-not-at-top,wrong-import-position
 import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+OUTPUTS = ("posteriordb_check.json", "posteriordb_check.md", "tuningfork_reference.json",
+           "tuningfork_reference.md")
 OUT = HERE / "out" / "posteriordb_check"  # git-ignored; the committed files: --out results
 MCSE_BOUND = 4.0  # the pass bound, in Monte Carlo standard errors
 MEAN_SLACK = 0.05  # a mean within this many reference sds passes whatever its MCSE
@@ -57,6 +70,7 @@ SD_TOLERANCE = 0.10  # an sd within this relative error passes whatever its MCSE
 RHAT_BOUND = 1.01  # the largest split R-hat of a passing posterior
 MIN_ESS = 100  # the smallest ESS of a passing posterior's parameters
 AWAY = 1.0  # a chain whose mean is this many reference sds off is away from the reference
+REFERENCE_MIN_ESS = 1000  # tuningfork: the smallest bulk ESS of a passing reference
 
 
 def effective_sample_size(draws) -> float:
@@ -183,18 +197,106 @@ def _verdict(passed) -> str:
   return "—" if passed is None else ("pass" if passed else "FAIL")
 
 
+def reference_run(name: str, key, chains: int, warmup: int, samples: int) -> dict:
+  """NUTS on tuningfork's class ``name``: every coordinate's mean, sd, bulk ESS, R-hat."""
+  start = time.perf_counter()
+  model = _tuningfork.load(name)
+  k_init, k_nuts = jax.random.split(key)
+  run = sampler_baselines.nuts(model.logdensity_fn, k_nuts,
+                               model.initial_positions(k_init, chains), warmup, samples)
+  draws = np.asarray(run["draws"], np.float64)
+  flat = draws.reshape(-1, model.dim)
+  ess = _sampler_metrics.bulk_ess(draws)
+  rhat = _sampler_metrics.rank_rhat(draws)
+  divergent = int(round(run["divergent"] * samples * chains))
+  passed = bool(rhat.max() <= RHAT_BOUND and ess.min() >= REFERENCE_MIN_ESS and divergent == 0)
+  worst = int(np.argmin(ess))
+  return dict(name=name, split=model.split, dim=model.dim, chains=chains, warmup=warmup,
+              samples=samples, mean=flat.mean(0).tolist(), sd=flat.std(0).tolist(),
+              ess_bulk=ess.tolist(), rhat=rhat.tolist(), min_ess=float(ess.min()),
+              min_ess_coordinate=model.coordinate_names[worst], max_rhat=float(rhat.max()),
+              max_mcse_in_sd=float(1 / np.sqrt(ess.min())), divergent=divergent,
+              grads_per_transition=run["grads_per_transition"],
+              warmup_grads_per_chain=float(np.mean(run["warmup_grads"])),
+              seconds=time.perf_counter() - start, passed=passed)
+
+
+def reference_report(records: dict, settings: dict) -> list[str]:
+  """Markdown: one row per tuningfork class."""
+  lines = [
+      "# tuningfork: reference moments from long NUTS runs\n",
+      f"blackjax {settings['blackjax']} NUTS, `window_adaptation` (diagonal mass matrix) on "
+      "each chain from uniform(-2, 2) starts; per class its chains, adaptation steps and "
+      f"draws per chain below; seed {settings['seed']}, commit `{settings['commit']}`"
+      f"{' (--quick)' if settings['quick'] else ''}. Per coordinate of the unconstrained "
+      "vector: mean and sd over all draws, arviz's rank-normalized bulk ESS and split R-hat. "
+      "MCSE: the largest Monte Carlo error of a mean, in sds (1 / sqrt(min ESS)). Pass: every "
+      f"R-hat at most {RHAT_BOUND}, every bulk ESS at least {REFERENCE_MIN_ESS}, no divergent "
+      "transition. The classes with a closed form (" + ", ".join(_tuningfork.EXACT)
+      + ") need no run.", "",
+      "| class | split | dim | chains x draws | warm-up | min bulk ESS (coordinate) | "
+      "max R-hat | max MCSE (sd) | divergent | grads/transition | seconds | pass |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in records.values():
+    lines.append(
+        f"| {r['name']} | {r['split']} | {r['dim']} | {r['chains']} x {r['samples']} |"
+        f" {r['warmup']} | {r['min_ess']:.0f} ({r['min_ess_coordinate']}) |"
+        f" {r['max_rhat']:.4f} | {r['max_mcse_in_sd']:.3f} | {r['divergent']} |"
+        f" {r['grads_per_transition']:.1f} | {r['seconds']:.0f} |"
+        f" {'pass' if r['passed'] else 'FAIL'} |")
+  return lines
+
+
+def main_tuningfork(args):
+  """``--suite tuningfork``: the reference moments, merged into the file in ``--out``."""
+  import blackjax  # pylint: disable=g-import-not-at-top
+  names = args.names or [n for n in _tuningfork.NAMES if n not in _tuningfork.EXACT]
+  chains, warmup, samples = args.chains, args.warmup, args.samples
+  if args.quick:
+    chains, warmup, samples = 2, 100, 100
+  settings = dict(seed=args.seed, quick=args.quick, blackjax=blackjax.__version__,
+                  commit=_report.git_commit(short=True))
+  args.out.mkdir(parents=True, exist_ok=True)
+  path = args.out / "tuningfork_reference.json"
+  records = json.loads(path.read_text())["records"] if path.exists() else {}
+  for name in names:
+    key = jax.random.fold_in(jax.random.key(args.seed), _tuningfork.NAMES.index(name))
+    records[name] = dict(reference_run(name, key, chains, warmup, samples),
+                         commit=settings["commit"])
+    r = records[name]
+    print(f"{name}: {'pass' if r['passed'] else 'FAIL'}, min ESS {r['min_ess']:.0f} "
+          f"({r['min_ess_coordinate']}), R-hat {r['max_rhat']:.4f}, {r['divergent']} divergent,"
+          f" {r['grads_per_transition']:.1f} grads/transition ({r['seconds']:.0f} s)", flush=True)
+    ordered = {n: records[n] for n in _tuningfork.NAMES if n in records}
+    reference = {n: dict(mean=r["mean"], sd=r["sd"], passed=r["passed"])
+                 for n, r in ordered.items()}
+    path.write_text(json.dumps(dict(settings=settings, reference=reference, records=ordered))
+                    + "\n")
+    _report.write_table(reference_report(ordered, settings),
+                        str(args.out / "tuningfork_reference.md"))
+  return records
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--names", nargs="+", default=list(_posteriordb.NAMES),
-                      choices=_posteriordb.NAMES)
+  parser.add_argument("--suite", choices=("posteriordb", "tuningfork"), default="posteriordb",
+                      help="posteriordb: check the densities against posteriordb's references;"
+                      " tuningfork: make the references of tuningfork's classes")
+  parser.add_argument("--names", nargs="+", choices=_posteriordb.NAMES + _tuningfork.NAMES)
   parser.add_argument("--chains", type=int, default=8)
   parser.add_argument("--warmup", type=int, default=1000, help="window-adaptation steps")
-  parser.add_argument("--samples", type=int, default=1000, help="draws per chain")
+  parser.add_argument("--samples", type=int, default=None,
+                      help="draws per chain (default 1,000; tuningfork 2,000)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--quick", action="store_true",
                       help="4 chains, 500 adaptation steps, 500 draws: a smoke run")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   args = parser.parse_args(argv)
+  if args.samples is None:
+    args.samples = 2000 if args.suite == "tuningfork" else 1000
+  if args.suite == "tuningfork":
+    return main_tuningfork(args)
+  args.names = args.names or list(_posteriordb.NAMES)
   import blackjax  # pylint: disable=g-import-not-at-top
   import tqdm  # pylint: disable=g-import-not-at-top
   chains, warmup, samples = args.chains, args.warmup, args.samples

@@ -64,44 +64,75 @@ def sample_nuts(target, key, chains: int, adaptation: int, samples: int) -> dict
   return _nuts(target.logdensity_fn, k_adapt, k_run, positions, adaptation, samples)
 
 
-def nuts(logdensity_fn, key, positions, num_warmup: int, num_samples: int) -> dict:
-  """NUTS after ``window_adaptation`` (diagonal mass matrix), one adaptation per chain.
+#: NUTS's metrics: Stan's window adaptation with a diagonal or a dense mass matrix, and
+#: nutpie's low-rank Fisher metric (Seyboldt, Carlson and Carpenter 2026) in the same windows.
+NUTS_METRICS = ("diagonal", "dense", "low_rank")
 
-  Every chain adapts its own step size and mass matrix from its own start (the
-  adaptations vmapped), then draws ``num_samples`` with them.
+
+def nuts(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
+         metric: str = "diagonal") -> dict:
+  """NUTS after a windowed adaptation, one adaptation per chain.
+
+  Every chain adapts its own step size and metric from its own start (the adaptations
+  vmapped), then draws ``num_samples`` with them. ``metric``:
+
+  * ``"diagonal"``, ``"dense"``: ``blackjax.window_adaptation(blackjax.nuts, logdensity_fn,
+    is_mass_matrix_diagonal=...)``, Stan's warm-up;
+  * ``"low_rank"``: ``blackjax.window_adaptation_low_rank(blackjax.nuts, logdensity_fn,
+    gradient_based_init=True)``, nutpie's metric: diagonal plus a correction of rank at
+    most 10 that minimises a Fisher divergence from the draws and their gradients, the
+    diagonal seeded from the first gradient as nutpie does.
 
   Args:
     logdensity_fn: a flat ``(dim,)`` position -> log density.
     key: PRNG key.
     positions: the chains' starts, ``(chains, dim)``.
-    num_warmup: window-adaptation steps.
+    num_warmup: adaptation steps.
     num_samples: transitions after the adaptation.
+    metric: one of ``NUTS_METRICS``.
 
   Returns:
     ``draws`` ``(num_samples, chains, dim)``; ``grads_per_transition`` (the mean of
     ``info.num_integration_steps``); ``warmup_grads`` ``(chains,)`` (the sum of the
-    integration steps during the adaptation); ``seconds`` (the sampling, compiled,
-    after the adaptation); ``acceptance``; ``divergent`` (the share of divergent
-    transitions); ``step_size`` ``(chains,)``.
+    integration steps during the adaptation); ``total_grads_per_chain`` (warm-up and
+    sampling, the mean over chains); ``seconds`` (the sampling, compiled, after the
+    adaptation); ``acceptance``; ``divergent`` (the share of divergent transitions) and
+    ``divergences`` (their count); ``adaptation_seconds`` (the adaptation's wall time,
+    compilation included, all chains at once); ``step_size`` ``(chains,)``.
+
+  Raises:
+    ValueError: for a metric outside ``NUTS_METRICS``.
   """
+  if metric not in NUTS_METRICS:
+    raise ValueError(f"metric must be one of {NUTS_METRICS}, got {metric!r}")
   k_adapt, k_run = jax.random.split(key)
-  return _nuts(logdensity_fn, k_adapt, k_run, jnp.asarray(positions), num_warmup, num_samples)
+  return _nuts(logdensity_fn, k_adapt, k_run, jnp.asarray(positions), num_warmup, num_samples,
+               metric)
 
 
-def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: int) -> dict:
+def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: int,
+          metric: str = "diagonal") -> dict:
   import blackjax  # pylint: disable=g-import-not-at-top
   chains = positions.shape[0]
+  # keep the gradients spent (and the low-rank run's final translation, which it reads)
+  info_fn = blackjax.adaptation.base.get_filter_adapt_info_fn(
+      info_keys={"num_integration_steps"}, adapt_state_keys={"mu_star"})
 
   def adapt(key, position):
-    warmup = blackjax.window_adaptation(
-        blackjax.nuts, logdensity_fn, is_mass_matrix_diagonal=True,
-        adaptation_info_fn=blackjax.adaptation.base.get_filter_adapt_info_fn(
-            info_keys={"num_integration_steps"}))
+    if metric == "low_rank":
+      warmup = blackjax.window_adaptation_low_rank(
+          blackjax.nuts, logdensity_fn, gradient_based_init=True, adaptation_info_fn=info_fn)
+    else:
+      warmup = blackjax.window_adaptation(
+          blackjax.nuts, logdensity_fn, is_mass_matrix_diagonal=metric == "diagonal",
+          adaptation_info_fn=info_fn)
     (state, parameters), info = warmup.run(key, position, num_steps=adaptation)
     return state, parameters, jnp.sum(info.info.num_integration_steps)
 
-  states, parameters, warmup_grads = jax.jit(jax.vmap(adapt))(
-      jax.random.split(k_adapt, chains), positions)
+  start = time.perf_counter()
+  states, parameters, warmup_grads = jax.block_until_ready(jax.jit(jax.vmap(adapt))(
+      jax.random.split(k_adapt, chains), positions))
+  adaptation_seconds = time.perf_counter() - start
 
   def run(keys, states, parameters):
     def chain(key, state, parameters):
@@ -118,10 +149,14 @@ def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: in
 
   (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
       run, jax.random.split(k_run, chains), states, parameters)
+  warmup_grads = np.asarray(warmup_grads)
   return dict(draws=np.swapaxes(np.asarray(draws), 0, 1),
-              grads_per_transition=float(np.mean(steps)), warmup_grads=np.asarray(warmup_grads),
+              grads_per_transition=float(np.mean(steps)), warmup_grads=warmup_grads,
+              total_grads_per_chain=float(np.mean(warmup_grads) + np.mean(steps) * samples),
               seconds=seconds, acceptance=float(np.mean(acceptance)),
-              divergent=float(np.mean(divergent)), step_size=np.asarray(parameters["step_size"]))
+              divergent=float(np.mean(divergent)), divergences=int(np.sum(divergent)),
+              adaptation_seconds=adaptation_seconds,
+              step_size=np.asarray(parameters["step_size"]))
 
 
 def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
@@ -152,8 +187,9 @@ def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
     ``draws`` ``(num_samples, chains, dim)``; ``grads_per_transition`` (the mean of
     ``info.num_integration_steps``); ``warmup_grads`` ``(chains,)`` (the sum of the
     integration steps during the adaptation); ``seconds`` (the sampling, compiled,
-    after the adaptation); ``acceptance``; ``divergent``; the adapted ``step_size``
-    and ``num_leapfrog_steps`` (the mean before jitter).
+    after the adaptation); ``acceptance``; ``divergent`` and ``divergences``;
+    ``total_grads_per_chain`` and ``adaptation_seconds`` as :func:`nuts`; the adapted
+    ``step_size`` and ``num_leapfrog_steps`` (the mean before jitter).
   """
   import blackjax  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
@@ -166,9 +202,11 @@ def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
           info_keys={"num_integration_steps"}))
   # Not under jit: ``parameters`` holds the jitter's functions (the adaptation's scan is
   # compiled all the same).
-  (states, parameters), info = warmup.run(
+  start = time.perf_counter()
+  (states, parameters), info = jax.block_until_ready(warmup.run(
       k_adapt, positions, step_size=step_size, optim=optax.adam(learning_rate, b1=0.0, b2=0.95),
-      num_steps=num_warmup, max_sampling_steps=num_samples)
+      num_steps=num_warmup, max_sampling_steps=num_samples))
+  adaptation_seconds = time.perf_counter() - start
   warmup_grads = jnp.sum(info.info.num_integration_steps, axis=0)
   step = blackjax.dynamic_hmc(logdensity_fn, **parameters).step
 
@@ -182,11 +220,115 @@ def chees_hmc(logdensity_fn, key, positions, num_warmup: int, num_samples: int,
 
   (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
       run, k_run, states)
+  warmup_grads = np.asarray(warmup_grads)
   return dict(draws=np.asarray(draws), grads_per_transition=float(np.mean(steps)),
-              warmup_grads=np.asarray(warmup_grads), seconds=seconds,
-              acceptance=float(np.mean(acceptance)), divergent=float(np.mean(divergent)),
-              step_size=float(parameters["step_size"]),
+              warmup_grads=warmup_grads,
+              total_grads_per_chain=float(np.mean(warmup_grads) + np.mean(steps) * num_samples),
+              seconds=seconds, acceptance=float(np.mean(acceptance)),
+              divergent=float(np.mean(divergent)), divergences=int(np.sum(divergent)),
+              adaptation_seconds=adaptation_seconds, step_size=float(parameters["step_size"]),
               num_leapfrog_steps=float(parameters["integration_steps_params"][0]))
+
+
+#: Gradient evaluations per step of adjusted MCLMC's integrator (isokinetic McLachlan, a
+#: two-stage scheme: two gradients per step).
+MCLMC_GRADS_PER_STEP = 2
+#: Adjusted MCLMC's target acceptance, as blackjax's documentation recommends.
+MCLMC_TARGET_ACCEPTANCE = 0.9
+
+
+def adjusted_mclmc(logdensity_fn, key, positions, num_samples: int) -> dict:
+  """Adjusted MCLMC (MAMS; Robnik, Cohn-Gordon and Seljak 2025) with its documented tuning.
+
+  As blackjax's sampling book sets it up: the dynamic kernel
+  (``blackjax.mcmc.adjusted_mclmc_dynamic``, a trajectory of a random number of
+  isokinetic McLachlan steps around ``L / step_size``), tuned per chain by
+  ``blackjax.adjusted_mclmc_find_L_and_step_size`` at a target acceptance of 0.9 with
+  ``frac_tune1 = frac_tune2 = frac_tune3 = 0.1`` of ``num_samples`` and a diagonal
+  preconditioner, then ``num_samples`` transitions with the tuned step size, ``L`` and
+  inverse mass matrix. Every chain tunes from its own start (vmapped).
+
+  Args:
+    logdensity_fn: a flat ``(dim,)`` position -> log density.
+    key: PRNG key.
+    positions: the chains' starts, ``(chains, dim)``.
+    num_samples: transitions after the tuning (the tuning's length is a fraction of it).
+
+  Returns:
+    As :func:`nuts`; gradients count ``MCLMC_GRADS_PER_STEP`` per integrator step, in the
+    tuning and in the sampling.
+  """
+  import blackjax  # pylint: disable=g-import-not-at-top
+  from blackjax.mcmc import adjusted_mclmc_dynamic  # pylint: disable=g-import-not-at-top
+  positions = jnp.asarray(positions)
+  chains = positions.shape[0]
+  k_init, k_tune, k_run = jax.random.split(key, 3)
+  steps_fn = adjusted_mclmc_dynamic.make_random_trajectory_length_fn(True)
+  kernel = adjusted_mclmc_dynamic.build_kernel(
+      integration_steps_fn=steps_fn, integrator=blackjax.mcmc.integrators.isokinetic_mclachlan)
+
+  def tune(key_init, key_tune, position):
+    state = adjusted_mclmc_dynamic.init(position, logdensity_fn, key_init)
+    state, params, tuning_steps = blackjax.adjusted_mclmc_find_L_and_step_size(
+        mclmc_kernel=kernel, logdensity_fn=logdensity_fn, num_steps=num_samples, state=state,
+        rng_key=key_tune, target=MCLMC_TARGET_ACCEPTANCE, frac_tune1=0.1, frac_tune2=0.1,
+        frac_tune3=0.1, diagonal_preconditioning=True)
+    return state, params, tuning_steps
+
+  start = time.perf_counter()
+  states, params, tuning_steps = jax.block_until_ready(jax.jit(jax.vmap(tune))(
+      jax.random.split(k_init, chains), jax.random.split(k_tune, chains), positions))
+  adaptation_seconds = time.perf_counter() - start
+
+  def run(keys, states, params):
+    def chain(key, state, params):
+      def one(state, key):
+        state, info = kernel(key, state, logdensity_fn, params.step_size,
+                             inverse_mass_matrix=params.inverse_mass_matrix,
+                             integration_steps_params=(params.L / params.step_size,))
+        return state, (state.position, info.num_integration_steps, info.acceptance_rate,
+                       info.is_divergent)
+
+      return jax.lax.scan(one, state, jax.random.split(key, num_samples))[1]
+
+    return jax.vmap(chain)(keys, states, params)
+
+  (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
+      run, jax.random.split(k_run, chains), states, params)
+  warmup_grads = MCLMC_GRADS_PER_STEP * np.asarray(tuning_steps, np.float64)
+  grads = MCLMC_GRADS_PER_STEP * float(np.mean(steps))
+  return dict(draws=np.swapaxes(np.asarray(draws), 0, 1), grads_per_transition=grads,
+              warmup_grads=warmup_grads,
+              total_grads_per_chain=float(np.mean(warmup_grads) + grads * num_samples),
+              seconds=seconds, acceptance=float(np.mean(acceptance)),
+              divergent=float(np.mean(divergent)), divergences=int(np.sum(divergent)),
+              adaptation_seconds=adaptation_seconds, step_size=np.asarray(params.step_size),
+              num_integration_steps=float(np.mean(np.asarray(params.L / params.step_size))))
+
+
+#: The anchors of a sampler with no per-target choice, each as its documentation sets it up.
+ANCHORS = ("nuts", "nuts_dense", "nuts_low_rank", "chees", "chees_diag", "mclmc_adjusted")
+
+
+def anchor(name: str, logdensity_fn, key, positions, num_warmup_nuts: int,
+           num_warmup_chees: int, num_samples: int) -> dict:
+  """The anchor ``name`` of ``ANCHORS`` on ``logdensity_fn`` from ``positions``: NUTS with a
+  diagonal, dense or low-rank metric (``num_warmup_nuts`` adaptation steps), ChEES-HMC with
+  an identity or a diagonal metric (``num_warmup_chees``), adjusted MCLMC (its tuning's own
+  length)."""
+  if name == "nuts":
+    return nuts(logdensity_fn, key, positions, num_warmup_nuts, num_samples)
+  if name in ("nuts_dense", "nuts_low_rank"):
+    return nuts(logdensity_fn, key, positions, num_warmup_nuts, num_samples,
+                metric=name.removeprefix("nuts_"))
+  if name == "chees":
+    return chees_hmc(logdensity_fn, key, positions, num_warmup_chees, num_samples)
+  if name == "chees_diag":
+    return chees_hmc(logdensity_fn, key, positions, num_warmup_chees, num_samples,
+                     mass_matrix_estimation="diagonal")
+  if name == "mclmc_adjusted":
+    return adjusted_mclmc(logdensity_fn, key, positions, num_samples)
+  raise ValueError(f"unknown anchor {name!r}; the anchors are {', '.join(ANCHORS)}")
 
 
 def sample_hmc(target, key, chains: int, burn_in: int, samples: int, num_steps: int,

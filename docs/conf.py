@@ -1,6 +1,6 @@
 """Sphinx configuration: MyST markdown pages, autodoc API reference, built offline.
 
-Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``
+Build: ``sphinx-build -W -b html docs docs/_build/html``
 (``pip install -e ".[docs]"``). ``tests/integration/test_docs_build.py`` runs that build.
 """
 
@@ -29,7 +29,8 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+# reference/: the same API reference as Markdown for the repository page (_ext/api_markdown.py).
+exclude_patterns = ["_build", "reference", "Thumbs.db", ".DS_Store"]
 
 # Markdown: $...$ and $$...$$ math, heading anchors for links to sections.
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]

@@ -12,6 +12,7 @@ from metaoptax._src.averaging import AverageState
 from metaoptax._src.averaging import average_iterates
 from metaoptax._src.averaging import averaged_params
 from metaoptax._src.progress import Progress
+from metaoptax.step_size import AveragedTrace
 from metaoptax.step_size import ClimbState
 from metaoptax.step_size import ExactTrace
 from metaoptax.step_size import HessianFreeTrace

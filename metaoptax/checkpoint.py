@@ -211,6 +211,13 @@ def latest_step(directory: str | os.PathLike) -> int | None:
   Loops that checkpoint every few steps write ``directory/<step>``; orbax
   writes to a temporary name and renames when complete, so only finished
   checkpoints count.
+
+  Args:
+    directory: the folder the loop saves its checkpoints in.
+
+  Returns:
+    The largest ``step`` with a folder ``directory/<step>``, or ``None`` when the folder
+    does not exist or holds none.
   """
   if not os.path.isdir(directory):
     return None

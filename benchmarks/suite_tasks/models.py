@@ -26,25 +26,30 @@ def classifier_problem_fns(logits_fn, x_train, y_train, x_test, y_test, *, batch
                            label_smoothing=0.0, num_classes=10, validation=None):
   """(loss, batch, evaluate) of a classifier on device arrays.
 
-  ``evaluate`` gives the mean train loss on the full train set and the test
-  accuracy; with ``validation=(x_val, y_val)`` also the validation accuracy
-  (``"val"``), on which methods are selected.
+  ``evaluate`` gives the mean train loss on the full train set, the test accuracy
+  and the test loss (``"test_loss"``: the plain cross-entropy, without label
+  smoothing); with ``validation=(x_val, y_val)`` also the validation accuracy
+  (``"val"``), on which methods are selected, and the validation loss (``"val_loss"``).
   """
 
-  def loss(params, batch):
-    x, y = batch
+  def cross_entropy(params, x, y, smoothing):
     targets = jax.nn.one_hot(y, num_classes)
-    if label_smoothing:
-      targets = targets * (1 - label_smoothing) + label_smoothing / num_classes
+    if smoothing:
+      targets = targets * (1 - smoothing) + smoothing / num_classes
     return jnp.mean(-jnp.sum(targets * jax.nn.log_softmax(logits_fn(params, x)), -1))
+
+  def loss(params, batch):
+    return cross_entropy(params, *batch, label_smoothing)
 
   batch = minibatches(x_train, y_train, batch_size)
 
   def evaluate(params):
     accuracy = lambda x, y: jnp.mean(jnp.argmax(logits_fn(params, x), -1) == y)
-    out = {"train_loss": loss(params, (x_train, y_train)), "test": accuracy(x_test, y_test)}
+    out = {"train_loss": loss(params, (x_train, y_train)), "test": accuracy(x_test, y_test),
+           "test_loss": cross_entropy(params, x_test, y_test, 0.0)}
     if validation is not None:
       out["val"] = accuracy(*validation)
+      out["val_loss"] = cross_entropy(params, *validation, 0.0)
     return out
 
   return loss, batch, evaluate

@@ -43,6 +43,9 @@ class Method(NamedTuple):
       ``MetaOptimizeState`` (with ``learned_step_size``).
     needs_validation_loss: pass ``validation_loss``, the loss on a minibatch of the
       problem's validation split (``problem.val_batch``), to ``update`` at every step.
+    needs_validation_grads: pass ``meta_grads``, the gradient of the loss on a minibatch
+      of the validation split (the held-out meta-gradient of
+      :func:`metaoptax.metaoptimize`), to ``update`` at every step.
   """
 
   name: str
@@ -57,6 +60,7 @@ class Method(NamedTuple):
   names: tuple | None = None
   step_sizes_of: Callable[[Any], Any] | None = None
   needs_validation_loss: bool = False
+  needs_validation_grads: bool = False
 
 
 class RunLog(NamedTuple):
@@ -69,6 +73,13 @@ class RunLog(NamedTuple):
   step_sizes: np.ndarray | None  # (seeds, n, m) or None
   seconds: float  # wall time of the training steps for all seeds (compile excluded)
   val: np.ndarray | None = None  # (seeds, n): the validation metric, where the problem has one
+  test_loss: np.ndarray | None = None  # (seeds, n): the test loss, where the problem gives one
+  val_loss: np.ndarray | None = None  # (seeds, n): the validation loss, likewise
+
+
+#: The :class:`RunLog` fields of optional metrics: recorded where ``problem.evaluate``
+#: gives them (a classifier's losses beside its accuracies).
+OPTIONAL_METRICS = ("test_loss", "val_loss")
 
 
 def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
@@ -83,8 +94,8 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
   """
   if steps % chunk:
     raise ValueError(f"steps ({steps}) must be a multiple of chunk ({chunk}).")
-  if method.needs_validation_loss and problem.val_batch is None:
-    raise ValueError(f"{method.name} needs a validation loss, and {problem.name} has no "
+  if (method.needs_validation_loss or method.needs_validation_grads) and problem.val_batch is None:
+    raise ValueError(f"{method.name} needs a validation batch, and {problem.name} has no "
                      "validation split (Problem.val_batch is None).")
   values = method.values
   if seed_per_value and (values is None or len(values) != seeds):
@@ -106,7 +117,8 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
     sizes = (jnp.atleast_1d((method.step_sizes_of or metaoptax.step_sizes)(s))
              if method.learned_step_size
              else jnp.zeros((0,)))
-    return metrics["train_loss"], metrics["test"], sizes, metrics.get("val", metrics["test"])
+    return (metrics["train_loss"], metrics["test"], sizes, metrics.get("val", metrics["test"]),
+            {k: metrics[k] for k in OPTIONAL_METRICS if k in metrics})
 
   def init(key, h):
     p = problem.init(key)
@@ -124,8 +136,11 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
       loss_fn = lambda q: problem.loss(q, batch)
       grads = jax.grad(loss_fn)(p)
       extra = {"obj_fn": loss_fn} if method.needs_obj else {}
+      held_out = lambda: problem.val_batch(jax.random.fold_in(key, 1))
       if method.needs_validation_loss:
-        extra["validation_loss"] = problem.loss(p, problem.val_batch(jax.random.fold_in(key, 1)))
+        extra["validation_loss"] = problem.loss(p, held_out())
+      if method.needs_validation_grads:
+        extra["meta_grads"] = jax.grad(problem.loss)(p, held_out())
       updates, s = opt.update(grads, s, p, **extra)
       return (optax.apply_updates(p, updates), s), None
 
@@ -148,6 +163,7 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
   bar.close()
   losses, tests, sizes, vals = (np.stack([np.asarray(r[j]) for r in records], 1)
                                 for j in range(4))
+  optional = {k: np.stack([np.asarray(r[4][k]) for r in records], 1) for k in records[0][4]}
   logs = []
   for v in range(k):
     rows = slice(v * seeds, (v + 1) * seeds)
@@ -157,7 +173,7 @@ def train(problem, method: Method, *, steps: int, seeds: int, chunk: int,
     logs.append(RunLog(
         method=m, steps=np.arange(steps // chunk + 1) * chunk, train_loss=losses[rows],
         test=tests[rows], step_sizes=sizes[rows] if method.learned_step_size else None,
-        seconds=seconds / k, val=vals[rows]))
+        seconds=seconds / k, val=vals[rows], **{k: v[rows] for k, v in optional.items()}))
   return logs
 
 
@@ -181,12 +197,12 @@ def train_cached(cache: pathlib.Path | None, key: str, problem, method: Method, 
         logs.append(RunLog(method=method._replace(name=name, info=info, values=None),
                            steps=f["steps"], train_loss=get("train_loss"), test=get("test"),
                            step_sizes=get("step_sizes"), seconds=meta["seconds"][i],
-                           val=get("val")))
+                           val=get("val"), **{k: get(k) for k in OPTIONAL_METRICS}))
       return logs
   logs = train(problem, method, **kwargs)
   path.parent.mkdir(parents=True, exist_ok=True)
   arrays = {f"{i}_{field}": getattr(log, field) for i, log in enumerate(logs)
-            for field in ("train_loss", "test", "step_sizes", "val")
+            for field in ("train_loss", "test", "step_sizes", "val", *OPTIONAL_METRICS)
             if getattr(log, field) is not None}
   meta = {"names": [(log.method.name, log.method.info) for log in logs],
           "seconds": [log.seconds for log in logs]}

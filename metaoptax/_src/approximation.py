@@ -114,9 +114,9 @@ class Approximation(NamedTuple):
   #: ``(trace, meta_params) -> trace``: the trace a restart starts from (the guard's),
   #: with the structure of ``trace``.
   initial_trace: Callable[[Any, MetaParams], Any]
-  #: ``(layout, trace, grads, meta_params) -> s``: :math:`s_t = H_t^\top g_t`, a
+  #: ``(layout, trace, grads, meta_params, params) -> s``: :math:`s_t = H_t^\top g_t`, a
   #: ``MetaParams`` (one entry per block, one per learned hyperparameter).
-  meta_gradient: Callable[[BlockLayout, Any, Any, MetaParams], MetaParams]
+  meta_gradient: Callable[[BlockLayout, Any, Any, MetaParams, Any], MetaParams]
   #: ``(config, layout, grads, state, meta_grad, params, extra_args) -> (delta, state)``:
   #: one step given that meta-gradient.
   step: Callable[..., tuple[Any, Any]]
@@ -125,3 +125,6 @@ class Approximation(NamedTuple):
   checks_new_trace: bool
   #: Whether ``s`` may come from a held-out gradient (``update(..., meta_grads=)``).
   takes_held_out_gradient: bool
+  #: ``(trace, params, updates) -> trace``, or ``None``: applied after the guard, to the
+  #: updates as returned (the trace read off an average moves with the new iterate).
+  after_update: Callable[[Any, Any, Any], Any] | None = None

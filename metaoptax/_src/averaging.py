@@ -32,7 +32,14 @@ from metaoptax._src.hyperparams import concrete_number
 
 
 class AverageState(NamedTuple):
-  """The step count and the averaged weights :math:`\\bar w_t`."""
+  r"""The step count and the averaged weights :math:`\bar w_t`.
+
+  Attributes:
+    count: int32 scalar, the steps taken.
+    average: params-shaped, the average :math:`\bar w_t` of the weights over the last
+      fraction of the steps (:func:`metaoptax.average_iterates`); what
+      :func:`metaoptax.averaged_params` returns.
+  """
 
   count: jax.Array
   average: optax.Params
@@ -62,10 +69,7 @@ def average_iterates(horizon: float = 0.1, dtype: Any = None) -> optax.GradientT
     0.9091
   """
   dtype = rounding.check_storage_dtype("dtype", dtype)
-  number = concrete_number("horizon", horizon)  # a traced value (inject_hyperparams) passes
-  if number is not None and not 0.0 < number <= 1.0:
-    raise ValueError(f"average_iterates(horizon={horizon!r}): the horizon is a fraction "
-                     "of the steps taken, in (0, 1].")
+  check_horizon("average_iterates(horizon=...)", horizon)
 
   def init_fn(params):
     # float32 or wider (as the library's other state), and a copy: the params and the
@@ -83,7 +87,7 @@ def average_iterates(horizon: float = 0.1, dtype: Any = None) -> optax.GradientT
     if params is None:
       raise ValueError("average_iterates needs params: update(updates, state, params).")
     count = optax.safe_increment(state.count)
-    weight = 1.0 / (horizon * count.astype(jnp.float32) + 1.0)
+    weight = average_weight(horizon, count)
 
     def step(average, p, u):
       wide = tree_utils.wide_dtype(average.dtype)
@@ -97,6 +101,19 @@ def average_iterates(horizon: float = 0.1, dtype: Any = None) -> optax.GradientT
     return updates, AverageState(count=count, average=average)
 
   return optax.GradientTransformation(init_fn, update_fn)
+
+
+def check_horizon(name: str, horizon: Any) -> None:
+  """Raises unless ``horizon`` is in (0, 1] (a traced value passes)."""
+  number = concrete_number("horizon", horizon)  # a traced value (inject_hyperparams) passes
+  if number is not None and not 0.0 < number <= 1.0:
+    raise ValueError(f"{name}: the average's horizon is a fraction of the steps taken, in "
+                     f"(0, 1]; got {horizon!r}.")
+
+
+def average_weight(horizon: Any, count: jax.Array) -> jax.Array:
+  """:math:`\\rho_t = 1 / (c\\,t + 1)`, the weight of the iterate at step ``t = count``."""
+  return 1.0 / (horizon * count.astype(jnp.result_type(horizon, jnp.float32)) + 1.0)
 
 
 def averaged_params(state: Any) -> optax.Params:

@@ -76,14 +76,14 @@ def initial_trace(trace: ExactTrace, meta_params: MetaParams) -> ExactTrace:
 
 
 def meta_gradient(layout: BlockLayout, trace: ExactTrace, grads: Any,
-                  meta_params: MetaParams) -> MetaParams:
+                  meta_params: MetaParams, params: Any = None) -> MetaParams:
   """``s = H^T g``: one entry per column of the trace (laid out like the meta-parameters).
 
   The guard reads ``s`` to detect non-finite gradients and traces and the step
   uses it, so its derivative must stay finite when they are not (see
   :func:`metaoptax._src.tree_utils.product_with_finite_derivative`).
   """
-  del layout
+  del layout, params
   return _columns_dot(trace.weights, grads, meta_params,
                       tree_utils.product_with_finite_derivative)
 

@@ -68,7 +68,7 @@ def initial_trace(trace: HessianFreeTrace, meta_params: MetaParams) -> HessianFr
 
 
 def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any,
-                  meta_params: MetaParams) -> MetaParams:
+                  meta_params: MetaParams, params: Any = None) -> MetaParams:
   """``s = H^T g`` from the compressed trace: per-block sums of ``h * g``, like ``beta``
   (of ``Re(conj(h) * g)`` for complex params: :func:`metaoptax._src.tree_utils.real_product`);
   for each learned hyperparameter, the full sum of its column times ``g``.
@@ -81,6 +81,7 @@ def meta_gradient(layout: BlockLayout, trace: HessianFreeTrace, grads: Any,
     h = h.astype(tree_utils.wide_dtype(h.dtype))  # a bfloat16 trace is read as float32
     return tree_utils.real_product(h, g.astype(h.dtype), tree_utils.product_with_finite_derivative)
 
+  del params
   s = layout.reduce(jax.tree.map(product, trace.weights, grads))
 
   def dot(column):

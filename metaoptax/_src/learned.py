@@ -48,10 +48,17 @@ WEIGHT_DECAY = "weight_decay"
 
 
 class MetaParams(NamedTuple):
-  """The meta-parameters: the step sizes' ``beta`` and the learned hyperparameters."""
+  r"""The meta-parameters: the step sizes' ``beta`` and the learned hyperparameters.
 
-  step_size: Any  # beta: log step sizes (or step sizes for "linear"), one per block
-  hyperparams: dict  # name -> phi, a scalar: logit or log of the hyperparameter; {} if none
+  Attributes:
+    step_size: :math:`\beta`: log step sizes (step sizes with ``parametrization="linear"``),
+      one per block.
+    hyperparams: ``{name: phi}``, each a scalar, the logit or log of a learned
+      hyperparameter; ``{}`` when none is learned.
+  """
+
+  step_size: Any
+  hyperparams: dict
 
 
 def domain(name: str) -> str:

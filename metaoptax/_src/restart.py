@@ -78,26 +78,34 @@ def restarts(climb_memory: Any) -> bool:
   return count == 0
 
 
-def adam_decays(base: optax.GradientTransformation) -> tuple[jax.Array, jax.Array]:
+class NoAdamMomentsError(ValueError):
+  """The base of ``climb_memory > 0`` does not hold exactly one Adam state."""
+
+
+def adam_decays(base: optax.GradientTransformation,
+                params: Any) -> tuple[jax.Array, jax.Array]:
   """``(1 - b1, 1 - b2)`` of the one ``optax.ScaleByAdamState`` of ``base``, read off one
-  step of ``base`` on a one-weight tree from its initial state (``mu = (1 - b1) g``,
-  ``nu = (1 - b2) g^2`` at ``g = 1``: the complements as Adam computes them, which
-  :func:`shorten_if_the_climb_ended` needs accurately); raises unless ``base`` holds
-  exactly one.
+  step of ``base`` from its initial state on a probe of ``params``' structure (every leaf
+  ``ones`` of shape ``(1,) * ndim``, so that pytree masks and ndim-reading callables fit):
+  ``mu = (1 - b1) g``, ``nu = (1 - b2) g^2`` at ``g = 1``, the complements as Adam computes
+  them, which :func:`shorten_if_the_climb_ended` needs accurately. Constants even where a
+  trace calls it. Raises unless ``base`` holds exactly one ``ScaleByAdamState`` with a
+  leaf that is not masked out.
   Decays that are learned (``learn=("b1", "b2")``) are read from the state instead, when
   the moments are shortened (:func:`shorten_if_the_climb_ended`)."""
-  params = {"w": jnp.zeros([1], jnp.float32)}
   base = optax.with_extra_args_support(base)
   with jax.ensure_compile_time_eval():  # concrete even where a trace builds the optimizer
-    _, state = base.update({"w": jnp.ones([1], jnp.float32)}, base.init(params), params)
+    probe = jax.tree.map(lambda x: jnp.zeros((1,) * jnp.ndim(x), jnp.float32), params)
+    ones = jax.tree.map(jnp.ones_like, probe)
+    _, state = base.update(ones, base.init(probe), probe)
   found = tree_utils.instances_of(state, optax.ScaleByAdamState)
-  if len(found) != 1:
-    raise ValueError(
+  leaves = [jax.tree.leaves(tree) for adam in found for tree in (adam.mu, adam.nu)]
+  if len(found) != 1 or not all(leaves):
+    raise NoAdamMomentsError(
         f"climb_memory > 0 counts Adam's moments as that many steps: the base must hold "
-        f"exactly one optax.ScaleByAdamState, and its state holds {len(found)}; use "
-        "climb_memory=0 (a restart from base.init) for other bases.")
-  (adam,) = found
-  return tuple(jax.tree.leaves(tree)[0][0].astype(jnp.float32) for tree in (adam.mu, adam.nu))
+        f"exactly one optax.ScaleByAdamState with at least one leaf, and its state holds "
+        f"{len(found)}; use climb_memory=0 (a restart from base.init) for other bases.")
+  return tuple(jnp.ravel(tree[0])[0].astype(jnp.float32) for tree in leaves)
 
 
 def restart_if_the_climb_ended(state: MetaOptimizeState,

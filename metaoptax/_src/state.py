@@ -20,10 +20,14 @@ class HyperparamTrace(NamedTuple):
   Each column carries the base-state leaves that depend on its hyperparameter
   (Adam's first moment for ``b1``, the second for ``b2``, none for
   ``weight_decay``).
+
+  Attributes:
+    weights: ``K`` params-shaped trees, :math:`dw/d\phi_k`.
+    base_state: ``K`` tuples, the base-state floating-point leaves each column carries.
   """
 
-  weights: tuple  # K params-shaped trees
-  base_state: tuple  # K tuples of the base-state float leaves each column carries
+  weights: tuple
+  base_state: tuple
 
 
 class HessianFreeTrace(NamedTuple):
@@ -35,12 +39,43 @@ class HessianFreeTrace(NamedTuple):
   Lion, RMSProp, momentum and SGD, whose states depend on the weights only
   through the gradient. ``hyperparams`` holds one column per learned
   hyperparameter (none when only the step sizes are learned).
+
+  Attributes:
+    weights: :math:`h`, params-shaped (float32, or bfloat16 with ``trace_dtype``).
+    base_state: the sensitivities of the base state's floating-point leaves that read
+      the params.
+    hyperparams: the learned hyperparameters' columns (:class:`~metaoptax.HyperparamTrace`).
+    count: int32 scalar, the steps since the trace (re)started; it seeds the
+      stochastic rounding of a bfloat16 trace.
   """
 
-  weights: Any  # h, params-shaped (float32, or bfloat16 with ``trace_dtype``)
-  base_state: tuple  # sensitivities of params-reading base-state float leaves
-  hyperparams: HyperparamTrace  # the learned hyperparameters' columns
-  count: jax.Array  # int32: steps since the trace (re)started; seeds its rounding
+  weights: Any
+  base_state: tuple
+  hyperparams: HyperparamTrace
+  count: jax.Array
+
+
+class AveragedTrace(NamedTuple):
+  """The Hessian-free trace of ``metaoptimize(..., average=c)``: read off the average.
+
+  No params-sized trace is stored: :math:`h = (w - \\bar w)/(1 - \\rho_t)` is the
+  iterate's distance from the average of the weights (see
+  :mod:`metaoptax._src.averaged_trace`), which :func:`metaoptax.averaged_params`
+  returns.
+
+  Attributes:
+    average: an ``AverageState``: the step count and the average of the weights.
+    horizon: scalar (float32, float64 for float64 params): :math:`c`, the average's
+      horizon as a fraction of the steps.
+    base_state: the sensitivities of the base state's floating-point leaves that read
+      the params (as :class:`HessianFreeTrace`'s).
+    hyperparams: the learned hyperparameters' columns (as :class:`HessianFreeTrace`'s).
+  """
+
+  average: Any
+  horizon: jax.Array
+  base_state: tuple
+  hyperparams: HyperparamTrace
 
 
 class ExactTrace(NamedTuple):
@@ -50,34 +85,67 @@ class ExactTrace(NamedTuple):
   of learned hyperparameters); column ``j`` is the discounted sensitivity to
   meta-parameter ``j``. Only the
   floating-point leaves of the optimizer states carry sensitivities.
+
+  Attributes:
+    weights: :math:`X^w = H`, params-shaped leaves with a leading ``m`` axis.
+    base_state: :math:`X` for the floating-point leaves of the base optimizer's state.
+    meta_params: :math:`Y`, a :class:`~metaoptax.MetaParams` tree whose leaves have a
+      leading ``m`` axis.
+    meta_state: :math:`Y` for the floating-point leaves of the meta optimizer's state.
   """
 
-  weights: Any  # X^w = H, params-shaped leaves with a leading m axis
-  base_state: tuple  # X for the float leaves of the base optimizer state
-  meta_params: Any  # Y, a MetaParams tree whose leaves have a leading m axis
-  meta_state: tuple  # Y for the float leaves of the meta optimizer state
+  weights: Any
+  base_state: tuple
+  meta_params: Any
+  meta_state: tuple
 
 
 class ClimbState(NamedTuple):
-  """State of :func:`metaoptax.climb`."""
+  r"""State of :func:`metaoptax.climb`.
 
-  average: jax.Array  # the smoothed total meta-gradient (a scalar in beta's dtype)
-  climbing: jax.Array  # bool scalar: the climb has not ended
-  climb_steps: jax.Array  # int32: steps taken while climbing
-  ended: jax.Array  # bool scalar: the climb ended at the last step
-  meta_state: optax.OptState  # state of the meta optimizer that takes over
+  Attributes:
+    average: the smoothed total meta-gradient, a scalar in :math:`\beta`'s dtype.
+    climbing: bool scalar, the climb has not ended.
+    climb_steps: int32 scalar, the steps taken while climbing.
+    ended: bool scalar, the climb ended at the last step.
+    meta_state: the state of the meta optimizer that takes over after the climb.
+  """
+
+  average: jax.Array
+  climbing: jax.Array
+  climb_steps: jax.Array
+  ended: jax.Array
+  meta_state: optax.OptState
 
 
 class MetaOptimizeState(NamedTuple):
-  """State of :func:`metaoptax.metaoptimize`."""
+  r"""State of :func:`metaoptax.metaoptimize`.
 
-  base_state: optax.OptState  # state of the base (direction) transformation
-  meta_params: learned.MetaParams  # beta (log step sizes, or step sizes) and phi
-  meta_state: optax.OptState  # state of the meta transformation acting on beta
-  trace: Any  # a HessianFreeTrace or an ExactTrace
-  log_parametrization: jax.Array  # bool scalar: alpha = exp(beta) if True else beta
-  skipped_steps: jax.Array  # int32: steps skipped (non-finite gradient or update)
-  trace_resets: jax.Array  # int32: trace restarts (finite step, non-finite trace)
+  Read it with :func:`metaoptax.step_sizes`, :func:`metaoptax.hyperparameters` and
+  :func:`metaoptax.sensitivity_trace` rather than by field: wrappers (the average, the
+  climb, the gate) nest it inside their own states.
+
+  Attributes:
+    base_state: the state of the base (direction) transformation.
+    meta_params: :math:`\beta` (log step sizes, or step sizes) and :math:`\phi`, the learned
+      hyperparameters (:class:`~metaoptax.MetaParams`).
+    meta_state: the state of the meta transformation acting on :math:`\beta`.
+    trace: a :class:`~metaoptax.HessianFreeTrace`, an :class:`~metaoptax.AveragedTrace` or an
+      :class:`~metaoptax.ExactTrace`.
+    log_parametrization: bool scalar: :math:`\alpha = e^\beta` if true, else
+      :math:`\alpha = \beta`.
+    skipped_steps: int32 scalar, the steps skipped (non-finite gradient or update).
+    trace_resets: int32 scalar, the trace's restarts (a finite step whose trace was not
+      finite).
+  """
+
+  base_state: optax.OptState
+  meta_params: learned.MetaParams
+  meta_state: optax.OptState
+  trace: Any
+  log_parametrization: jax.Array
+  skipped_steps: jax.Array
+  trace_resets: jax.Array
 
 
 def _find_states(state: Any) -> list[MetaOptimizeState]:
@@ -143,13 +211,31 @@ def hyperparameters(state: Any) -> dict:
       "hyperparameters")
 
 
-def sensitivity_trace(state: Any) -> Any:
+def sensitivity_trace(state: Any, params: Any = None) -> Any:
   """The trace ``H`` (sensitivity of the weights to the meta-parameters).
 
   Hessian-free: a params-shaped tree ``h`` with ``h[i] = H[i, b(i)]``.
   Exact variants: a params-shaped tree whose leaves have a leading axis of size
   ``m``, one column ``H[:, j]`` per block (then one per learned hyperparameter).
   With learned hyperparameters, the Hessian-free step sizes' trace ``h``.
+
+  Args:
+    state: a :class:`MetaOptimizeState`, or any optimizer state that contains exactly
+      one (e.g. of an ``optax.chain`` or of :func:`metaoptax.adamw`).
+    params: the current params, needed where the trace is read off an average of the
+      iterates (``metaoptimize(..., gamma=None, average=c)``):
+      :math:`h = (w - \\bar w)/(1 - \\rho_t)`.
+
+  Returns:
+    The trace, as above.
   """
-  return _the_state(state).trace.weights
+  trace = _the_state(state).trace
+  if not isinstance(trace, AveragedTrace):
+    return trace.weights
+  if params is None:
+    raise ValueError("sensitivity_trace: this trace is read off the average of the iterates "
+                     "(metaoptimize(..., average=c)); give the current params: "
+                     "sensitivity_trace(state, params).")
+  from metaoptax._src import averaged_trace  # pylint: disable=g-import-not-at-top
+  return averaged_trace.weights_trace(trace.horizon, trace.average, params)
 

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import blocks as blocks_lib, exact, guard, hessian_free, learned, tree_utils
-from metaoptax._src import restart, rounding, validation
+from metaoptax._src import averaged_trace, averaging, blocks as blocks_lib, exact, guard
+from metaoptax._src import hessian_free, learned, restart, rounding, tree_utils, validation
 from metaoptax._src.approximation import Approximation, StepConfig
 from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
 from metaoptax._src.state import MetaOptimizeState
@@ -36,7 +36,7 @@ def metaoptimize(
     *,
     init_step_size: float,
     blocks: blocks_lib.BlockSpec = "scalar",
-    gamma: float = 1.0,
+    gamma: float | None = 1.0,
     approximation: str = "hessian_free",
     weight_decay: float = 0.0,
     step_size_bounds: tuple[float, float] = DEFAULT_STEP_SIZE_BOUNDS,
@@ -48,6 +48,7 @@ def metaoptimize(
     sensitivity_radius: float = exact.DEFAULT_SENSITIVITY_RADIUS,
     climb_memory: int | None = None,
     trace_dtype: Any = None,
+    average: float | None = None,
 ) -> optax.GradientTransformationExtraArgs:
   r"""Wraps a base direction with step sizes that are meta-optimized on the fly.
 
@@ -89,7 +90,8 @@ def metaoptimize(
     blocks: ``"scalar"``, ``"per_leaf"`` (one step size per parameter array),
       ``"per_param"`` (weight-wise), a pytree of integer labels matching params
       (one label per weight or one per array), or a callable params -> labels.
-    gamma: discount ``gamma`` in ``[0, 1]`` of future losses; ``1`` (default) is
+    gamma: discount ``gamma`` in ``[0, 1]`` of future losses, or ``None`` with ``average``
+      (the trace read off the average, with its discount); ``1`` (default) is
       the paper's choice, ``0`` gives hypergradient descent.
     approximation: ``"hessian_free"`` (no extra function evaluations, one
       params-sized trace), ``"l_approx"`` or ``"2x2"`` (exact Hessian terms by
@@ -143,6 +145,20 @@ def metaoptimize(
       computed in float32 and stored stochastically rounded, so that its small
       increments are kept on average (:mod:`metaoptax._src.rounding`); the meta-gradient
       reads it as float32. Real params and ``approximation="hessian_free"`` only.
+    average: ``None``, or the horizon :math:`c \in (0, 1]` of an average of the weights
+      kept in the state, :math:`\bar w_t = \bar w_{t-1} + (w_t - \bar w_{t-1})/(c\,t + 1)`
+      (as :func:`metaoptax.average_iterates`; evaluate :func:`metaoptax.averaged_params` of
+      the state), from which the Hessian-free trace is read,
+      :math:`h_t = (w_t - \bar w_t)/(1 - \rho_t)`: no trace is stored, one params-sized
+      buffer less. Needs ``gamma=None``: the trace's discount is the average's,
+      :math:`\gamma_t = c\,t/(c\,t + 1)` (a horizon of :math:`c\,t` steps, growing with the
+      run; the learned hyperparameters' columns are not discounted), and weight decay's
+      factor :math:`1 - \kappa\alpha` on the
+      carried trace is left out (see ``metaoptax._src.averaged_trace``). A restart of the
+      trace (the guard's) restarts the average at the iterate. ``approximation=
+      "hessian_free"`` only; the updates must be applied as they are. The average is kept
+      in float32 (or wider params' dtype): the trace is its small difference from the
+      weights, which a bfloat16 average's rounding would swamp.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs``. Its ``update`` needs ``params``;
@@ -172,6 +188,8 @@ def metaoptimize(
     Optimizing Step Sizes and Other Meta-parameters
     <https://arxiv.org/abs/2402.02342>`_, 2024.
   """
+  _check_average(average, approximation, gamma, trace_dtype)
+  gamma = 1.0 if gamma is None else gamma  # with average: the columns the average does not hold
   _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
             step_size_bounds, parametrization, sensitivity_radius)
   trace_dtype = rounding.check_storage_dtype("trace_dtype", trace_dtype)
@@ -196,11 +214,19 @@ def metaoptimize(
                    else (lower, upper)),
       meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn,
       trace_dtype=trace_dtype)
-  implementation = _APPROXIMATIONS[approximation]
+  implementation = (_APPROXIMATIONS[approximation] if average is None
+                    else averaged_trace.approximation(average))
   restarting = climb_memory is not None and restart.restarts(climb_memory)
-  # Adam's (1 - b1, 1 - b2), read off the base once, for the moments counted as steps
-  adam_decays = (restart.adam_decays(base)
-                 if climb_memory is not None and not restarting else None)
+  # Adam's (1 - b1, 1 - b2) for the moments counted as steps, read off the base on a probe
+  # of the params' structure (a pytree mask must fit): checked at init, constants in update
+  shortening = climb_memory is not None and not restarting
+  if shortening:
+    try:  # at construction where a one-leaf probe fits the base
+      restart.adam_decays(base, {"w": jnp.zeros([1])})
+    except restart.NoAdamMomentsError:
+      raise
+    except (ValueError, TypeError):  # the base reads the params' structure (a pytree mask)
+      pass  # checked at init
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
@@ -223,6 +249,8 @@ def metaoptimize(
     meta_state = meta.init(meta_params)
     if climb_memory is not None:
       restart.check_climbs(meta_state)
+    if shortening:
+      restart.adam_decays(base, params)  # raises here unless the base holds one Adam
     return MetaOptimizeState(
         base_state=base_state,
         meta_params=meta_params,
@@ -243,17 +271,20 @@ def metaoptimize(
       state = restart.restart_if_the_climb_ended(
           state, config.base_state_for(state.meta_params,
                                        config.base.init(tree_utils.widen(params))))
-    elif climb_memory is not None:
-      state = restart.shorten_if_the_climb_ended(state, climb_memory, *adam_decays)
+    elif shortening:
+      state = restart.shorten_if_the_climb_ended(state, climb_memory,
+                                                 *restart.adam_decays(base, params))
     meta_grads = extra_args.pop("meta_grads", None)
     if meta_grads is None:
-      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
+      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params,
+                                               params)
     else:
       meta_grads = _held_out(meta_grads, updates, implementation, approximation)
       meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads,
-                                               state.meta_params)
+                                               state.meta_params, params)
       if held_out == "hyperparams" and learn:  # the step sizes follow the training loss
-        on_train = implementation.meta_gradient(layout, state.trace, updates, state.meta_params)
+        on_train = implementation.meta_gradient(layout, state.trace, updates,
+                                                state.meta_params, params)
         meta_grad = meta_grad._replace(step_size=on_train.step_size)
 
     def attempt(grads, state, meta_grad):
@@ -265,7 +296,11 @@ def metaoptimize(
           check_new_trace=implementation.checks_new_trace)
     else:
       delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
-    return optax.tree_utils.tree_cast_like(delta, params), new_state
+    delta = optax.tree_utils.tree_cast_like(delta, params)
+    if implementation.after_update is not None:
+      new_state = new_state._replace(
+          trace=implementation.after_update(new_state.trace, params, delta))
+    return delta, new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -284,6 +319,28 @@ def _held_out(meta_grads: Any, grads: Any, implementation: Approximation, name: 
         f"held-out objective at params); got {jax.tree.structure(meta_grads)}, "
         f"expected {jax.tree.structure(grads)}.")
   return tree_utils.zeros_unless(tree_utils.all_finite(meta_grads), meta_grads)
+
+
+def _check_average(average, approximation, gamma, trace_dtype):
+  """Checks ``average`` against the other arguments."""
+  if average is None:
+    if gamma is None:
+      raise ValueError("gamma=None reads the trace off an average of the iterates, with its "
+                       "discount: give average= (its horizon, e.g. 0.1), or a gamma in [0, 1].")
+    return
+  averaging.check_horizon(f"metaoptimize(average={average!r})", average)
+  if approximation != "hessian_free":
+    raise ValueError(f"average={average} reads the Hessian-free trace off the average: it "
+                     f"needs approximation='hessian_free', got {approximation!r} (chain "
+                     "metaoptax.average_iterates after it instead).")
+  if trace_dtype is not None:
+    raise ValueError(f"trace_dtype={trace_dtype} with average={average}: no trace is stored "
+                     "(it is read off the average, kept in float32).")
+  if gamma is not None:
+    raise ValueError(f"gamma={gamma} with average={average}: the trace read off the average "
+                     "has the average's discount (a horizon of average * t steps); give "
+                     "gamma=None, or chain metaoptax.average_iterates after a stored trace "
+                     "of discount gamma.")
 
 
 def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,

@@ -91,27 +91,52 @@ CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the ty
 
 
 class WarmupResult(NamedTuple):
-  """What :func:`warmup` found."""
+  r"""What :func:`warmup` found.
 
+<<<<<<< HEAD
   step_size: jax.Array  # h, the step size in the whitened coordinates
   whitening: Whitening  # the chains' per-coordinate mean and standard deviation
   positions: jax.Array  # (chains, dim) the chains at the end of the warm-up
   acceptance: jax.Array  # mean acceptance probability over the final window's second half
   # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup);
   # None above MOMENTS_MAX_DIM coordinates with slopes="squares" and no dense metric
+=======
+  Attributes:
+    step_size: :math:`h`, the step size in the whitened coordinates.
+    whitening: the chains' :class:`Whitening` (their location and scale, and with the
+      dense metric their Cholesky factor).
+    positions: ``(chains, dim)``, the chains at the end of the warm-up.
+    acceptance: the mean acceptance probability over the final window's second half.
+    log_scale_slopes: ``(dim, dim)``: entry ``(j, i)`` is
+      :math:`\partial \log(\text{local scale of } z_i) / \partial z_j`, diagonal 0
+      (``slopes=``); ``None`` without.
+    log_scale_samples: with ``slopes="curvature"``: (positions :math:`z`, log local
+      scales of :math:`z`) over the final window's second half, ``(transitions * chains,
+      dim)`` each, for the saturating fit; ``None`` otherwise.
+    rhat: ``(dim + 1,)``, the split R-hat of each coordinate and of :math:`\log p` over
+      the final window's second half.
+    num_transitions: int, the transitions the warm-up made.
+    burn_in_rhat: the largest split R-hat of the last burn-in window.
+    num_hessian_evaluations: int, the Hessians of :math:`\log p` each chain evaluated
+      (the dense metric's Newton metrics: one per burn-in window and one for window 2;
+      the curvature slopes' diagonal: one per transition of the final window's second
+      half), each ``dim`` forward-over-reverse products.
+    num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
+      every chain.
+  """
+
+  step_size: jax.Array
+  whitening: Whitening
+  positions: jax.Array
+  acceptance: jax.Array
+>>>>>>> main
   log_scale_slopes: jax.Array | None = None
-  # with slopes="curvature": (positions z, log local scales of z) at the final window's
-  # second half, (transitions * chains, dim) each, for the saturating fit
   log_scale_samples: tuple[jax.Array, jax.Array] | None = None
-  # (dim + 1,) the split R-hat of each coordinate and of log p over the final window's
-  # second half
   rhat: jax.Array | None = None
-  num_transitions: jax.Array | None = None  # int, the transitions the warm-up made
-  burn_in_rhat: jax.Array | None = None  # the largest split R-hat of the last burn-in window
-  # int, the Hessians of log p each chain evaluated (the dense metric's Newton metrics: one
-  # per burn-in window and one for window 2; the curvature slopes' diagonal: one per
-  # transition of the final window's second half), each dim forward-over-reverse products
+  num_transitions: jax.Array | None = None
+  burn_in_rhat: jax.Array | None = None
   num_hessian_evaluations: jax.Array | None = None
+  num_divergent: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -163,7 +188,8 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[7] + in_second_half * jnp.sum(log_square, 0),
             sums[8] + in_second_half * x, sums[9] + in_second_half * x * x,
             *_quarter_sums(t, length, half, x, states.logdensity - shift_logdensity,
-                           sums[10], sums[11]))
+                           sums[10], sums[11]),
+            sums[12] + jnp.sum(info.is_divergent, dtype=jnp.int32))
     log_h = log_h + rate * (acceptance - target)
     if keep_draws:  # the draws and gradients at every stride-th transition of the second half
       since = t - (length - half)
@@ -187,9 +213,14 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
     draws = (jnp.zeros((num_kept,) + states.position.shape, states.position.dtype),) * 2
   (states, log_h, sums, draws), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
+<<<<<<< HEAD
                                    per_chain, per_chain, quarters, anchor), draws),
+=======
+                                   per_chain, per_chain, quarters, anchor,
+                                   jnp.zeros((), jnp.int32))),
+>>>>>>> main
       (jax.random.split(key, length), jnp.arange(length)))
-  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _ = sums
+  s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _, divergent = sums
   n = half * states.position.shape[0]
   centred_mean = s1 / n
   variance = jnp.maximum(s2 / n - centred_mean**2, 0.0) * n / max(n - 1, 1)
@@ -207,7 +238,11 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   rhat = _split_rhat(quarters, half // 2, half - half // 2)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
           s_chain / half, slopes, kept, midpoint(shift + c1 / half, mean), rhat, covariance,
+<<<<<<< HEAD
           n, draws or None)
+=======
+          n, divergent)
+>>>>>>> main
 
 
 def _dense(location, covariance, variance, n):
@@ -473,26 +508,32 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     return whitening
 
   def burn_in(carry):
-    states, log_h, whitening, count, _ = carry
+    states, log_h, whitening, count, _, divergent = carry
     key = jax.random.fold_in(keys[0], count)
     found = window(key, states, log_h, travel_whitening(states, whitening), lengths[0])
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
-    return states, found[5], diagonal(rescaled(found)), count + 1, jnp.max(found[11])
+    return (states, found[5], diagonal(rescaled(found)), count + 1, jnp.max(found[11]),
+            divergent + found[14])
 
   def travelling(carry):
     return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
 
   inf = jnp.asarray(jnp.inf, positions.dtype)
-  states, log_h, whitening, count, burn_in_rhat = jax.lax.while_loop(
-      travelling, burn_in, burn_in((states, log_h, diagonal(scale), jnp.zeros((), jnp.int32),
-                                    inf)))
+  zero = jnp.zeros((), jnp.int32)
+  states, log_h, whitening, count, burn_in_rhat, divergent = jax.lax.while_loop(
+      travelling, burn_in, burn_in((states, log_h, diagonal(scale), zero, inf, zero)))
   # the whitening from chains that found the typical set: one window, then the final one
   found = window(keys[1], states, log_h, travel_whitening(states, whitening), lengths[1],
                  keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   states = _restart_stuck(keys[4], found[0], found[7])
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
+  divergent = divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
+<<<<<<< HEAD
    rhat, _, _, _) = window(keys[2], states, log_h, whitening, lengths[2],
+=======
+   rhat, _, _, final_divergent) = window(keys[2], states, log_h, whitening, lengths[2],
+>>>>>>> main
                         curvature=slopes == "curvature")
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
@@ -505,4 +546,5 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
                       samples, rhat,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
                       (count + 1) * (metric == "dense")
-                      + (slopes == "curvature") * (lengths[2] - lengths[2] // 2))
+                      + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
+                      divergent + final_divergent)

@@ -40,22 +40,44 @@ The check's draws give the diagnostics:
   (:func:`metaoptax.l2hmc.diagnostics.split_rhat`) over the check's transitions;
 * the mean acceptance probability;
 * the fraction of finite positions;
+* the fraction of divergent proposals: those whose position, log density, gradient or
+  log-Jacobian is not finite (:func:`metaoptax.l2hmc.is_divergent`), counted as NUTS counts
+  its divergences. They are rejected, so the chains stay out of where the log density
+  fails: a log density that is NaN on part of the posterior gives draws of the rest, with
+  every other check passing. The proposals of chains that mix land about where draws would,
+  so the rate estimates the posterior mass the chains are kept out of, and
+  ``MAX_DIVERGENT_RATE`` (one in a thousand) bounds the error that leaves in any probability
+  to about as much, below the Monte Carlo error of a thousand draws. A log density finite
+  wherever the chains go gives none but the overflows of a trajectory thrown far out (a
+  funnel's neck, where NUTS diverges too). Where :math:`-\infty` marks the edge of a
+  constrained support on purpose, the rate is the cost of the rejections: sample
+  unconstrained coordinates;
 * the Monte Carlo error of each coordinate's standard deviation (from the ESS of its squares):
   converged chains of a heavy-tailed posterior (a funnel's mouth) still give spreads that
   many more draws would change.
 
 Where :math:`\hat R` exceeds ``max_rhat``, the acceptance is below ``min_acceptance`` or
-above ``max_acceptance``, a position is not finite, or that error exceeds ``max_sd_error``,
-``run`` warns
+above ``max_acceptance``, a position is not finite, more than ``max_divergent_rate`` of the
+proposals diverge, or that error exceeds ``max_sd_error``, ``run`` warns
 (:class:`ConvergenceWarning`) with what to do, and ``info.converged`` is ``False``. The
 returned states are the check's last: the chains continue from there
 (:func:`metaoptax.l2hmc.sample_chains`, or ``blackjax.util.run_inference_algorithm`` per
-chain).
+chain). ``info.num_divergent`` counts the whole adaptation's divergent proposals.
+
+Before all that, ``run`` evaluates the log density and its gradient at every chain's start
+(one vmapped call): where one is not finite, at all starts or some, it raises a
+``ValueError`` that names the log density and the failing chains and their positions.
+``positions`` must have a leading axis of chains on every leaf: a bare 1-D array is an
+error (one position, or chains of a scalar, cannot be told apart), and so are leaves whose
+leading axes differ (one lacks the axis). A leaf without the axis whose first axis happens
+to equal the number of chains cannot be told from one with it; where it makes the log
+density of one chain's position other than a scalar, that is an error too.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from typing import Callable, NamedTuple
 
@@ -65,7 +87,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metaoptax._src.progress import Progress
+from metaoptax._src.multihost import is_main_process
+from metaoptax._src.progress import Bar, Progress
 from metaoptax.l2hmc import local_step_sizes
 from metaoptax.l2hmc.adaptation import WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import split_rhat
@@ -89,6 +112,10 @@ LOCAL_MAX_DIM = 256
 # their midpoint is accepted with a mean probability of at least REFLECTION_ACCEPTANCE
 MODES_RHAT = 2.0
 REFLECTION_ACCEPTANCE = 0.5
+# the check's largest fraction of divergent proposals (not finite: L2HMCInfo.is_divergent)
+# of a converged run (adapt's max_divergent_rate; module docstring)
+MAX_DIVERGENT_RATE = 1e-3
+MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 
 
 class ConvergenceWarning(UserWarning):
@@ -96,20 +123,70 @@ class ConvergenceWarning(UserWarning):
 
 
 class AdaptationInfo(NamedTuple):
-  """What :func:`adapt`'s ``run`` found, and its checks of the chains."""
+  r"""What :func:`adapt`'s ``run`` found, and its checks of the chains.
 
-  converged: bool  # every check passed
-  rhat: float  # the largest split R-hat over coordinates and log p (check transitions)
-  rhat_per_coordinate: np.ndarray  # (dim + 1,): each flat coordinate's, then log p's
-  acceptance: float  # mean acceptance probability of the check's transitions
-  finite: float  # the fraction of finite positions in the check
-  sd_error: float  # the largest relative Monte Carlo error of a coordinate's sd (check's draws)
-  messages: tuple[str, ...]  # the warnings issued (empty where converged)
-  # per chain: warm-up (a Hessian counted as dim gradients), training and check
+  ``print(info)`` (and ``repr``) gives a summary of a few lines; the fields hold the rest.
+  The check is the last 20 % of ``num_steps``: every chain's transitions with the trained
+  sampler (module docstring).
+
+  Attributes:
+    converged: every check passed (no :class:`ConvergenceWarning`; ``messages`` empty).
+    rhat: the largest split :math:`\hat R` over the coordinates and :math:`\log p`, over the
+      check's transitions.
+    rhat_per_coordinate: ``(dim + 1,)`` each flat coordinate's split :math:`\hat R` (in
+      ``jax.flatten_util.ravel_pytree``'s order), then :math:`\log p`'s.
+    acceptance: the mean acceptance probability of the check's transitions.
+    finite: the fraction of the check's positions and log densities that are finite.
+    sd_error: the largest relative Monte Carlo error of a coordinate's standard deviation
+      over the check's draws (from the ESS of its squares).
+    divergent_rate: the fraction of the check's proposals (transitions times chains) that
+      diverged: their position, log density, gradient or log-Jacobian is not finite
+      (:func:`metaoptax.l2hmc.is_divergent`; rejected, so the chains stay out of where the
+      log density fails).
+    num_divergent: the divergent proposals of the whole adaptation, over every chain: the
+      warm-ups' (the screens' included), the training's and the check's.
+    messages: the warnings issued, one string each (empty where converged).
+    num_gradient_evaluations: per chain, the gradients of the warm-ups (a Hessian counted as
+      ``dim`` gradients), the screens, the training and the check.
+    warmup: the warm-up's :class:`metaoptax.l2hmc.WarmupResult` (the second one where a screen
+      chose local step sizes or the reflection).
+    training: the training's :class:`metaoptax.l2hmc.TrainingResult`.
+    config: the sampler's :class:`metaoptax.l2hmc.L2HMCConfig` (``dim`` filled, ``num_steps``
+      chosen, and what the screens chose: ``local_step_sizes`` with ``scale_move``, or
+      ``reflection``).
+  """
+
+  converged: bool
+  rhat: float
+  rhat_per_coordinate: np.ndarray
+  acceptance: float
+  finite: float
+  sd_error: float
+  divergent_rate: float
+  num_divergent: int
+  messages: tuple[str, ...]
   num_gradient_evaluations: int
   warmup: WarmupResult
   training: TrainingResult
-  config: L2HMCConfig  # the sampler's (dim filled; num_steps chosen)
+  config: L2HMCConfig
+
+  def __repr__(self) -> str:
+    lines = [f"AdaptationInfo: {'converged' if self.converged else 'NOT converged'}",
+             f"  split R-hat       {self.rhat:.4g} (the largest over "
+             f"{self.rhat_per_coordinate.shape[0] - 1} coordinates and log p)",
+             f"  acceptance        {self.acceptance:.3g} (mean); finite {self.finite:.0%}",
+             f"  divergent         {self.divergent_rate:.2%} of the check's proposals; "
+             f"{self.num_divergent:,} in all",
+             f"  sd error          {self.sd_error:.1%} (the largest, relative)",
+             f"  gradients         {self.num_gradient_evaluations:,} per chain"]
+    if self.config is not None:
+      chosen = [name for name, on in (("local step sizes", self.config.local_step_sizes),
+                                      ("scale move", self.config.scale_move),
+                                      ("reflection", self.config.reflection)) if on]
+      lines.append(f"  sampler           K = {self.config.num_steps} leapfrog steps; "
+                   f"screens chose {', '.join(chosen) or 'nothing'}")
+    lines += [f"  warning: {message}" for message in self.messages]
+    return "\n".join(lines)
 
 
 class Adaptation(NamedTuple):
@@ -124,6 +201,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
           progress: str | Callable[[Progress], None] | None = "bar",
           max_rhat: float = 1.05, min_acceptance: float = 0.1,
           max_acceptance: float = 0.99, max_sd_error: float = 0.1,
+          max_divergent_rate: float = MAX_DIVERGENT_RATE,
           choose_num_steps: bool = True,
           choose_local_step_sizes: bool = True,
           choose_reflection: bool = True) -> Adaptation:
@@ -137,12 +215,18 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
       ``warmup_iterations`` are set by ``run`` from the positions and ``num_steps``.
     optimizer: the step sizes' optimizer (default
       :func:`metaoptax.l2hmc.default_optimizer`).
-    progress: the training's progress (:func:`metaoptax.l2hmc.train`).
+    progress: ``"bar"``: one tqdm bar over the whole run, labelled with its phase (the
+      warm-up, the screens, the training with its loss, the check), counting every
+      chain's transitions; a callable receiving a :class:`metaoptax.Progress` at the start
+      and the end of each phase and every tenth of the training (``print`` prints a
+      labelled line); or ``None`` for silence.
     max_rhat: the check's largest split R-hat of a converged run.
     min_acceptance, max_acceptance: the check's mean acceptance of a run that moves with
       steps of a useful size (near 0: the chains barely move; near 1: the steps are tiny).
     max_sd_error: the check's largest relative Monte Carlo error of a coordinate's standard
       deviation (heavy tails make it large; module docstring).
+    max_divergent_rate: the check's largest fraction of divergent proposals (their log
+      density or gradient not finite; module docstring).
     choose_num_steps: choose the sampler's leapfrog steps per transition from the
       warm-up's step size (module docstring); ``False``: ``config.num_steps`` throughout.
     choose_local_step_sizes: where the warm-up's chains show a local scale that varies,
@@ -157,6 +241,15 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     ``((states, sampler), info)``: the chains' states (leaves with a leading chain axis),
     the trained :class:`metaoptax.l2hmc.SamplingAlgorithm` (its whitening included) and an
     :class:`AdaptationInfo`.
+
+  Raises:
+    ValueError: here, for settings out of range; from ``run``, before any sampling, for
+      ``positions`` that are not a pytree whose leaves share a leading axis of at least 2
+      chains (a bare 1-D array is an error: pass ``(num_chains, dim)``, a scalar parameter
+      as ``(num_chains, 1)``), for a ``logdensity_fn`` that does not return a scalar, and
+      where the log density or its gradient is not finite at the start of any chain, all
+      or only some (the message names the function and lists the failing chains with their
+      positions: move those starts).
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -178,15 +271,28 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
   if not 0.0 <= min_acceptance < max_acceptance <= 1.0:
     raise ValueError("need 0 <= min_acceptance < max_acceptance <= 1, got "
                      f"{min_acceptance} and {max_acceptance}.")
+  if not 0.0 <= max_divergent_rate <= 1.0:
+    raise ValueError(f"max_divergent_rate must be in [0, 1], got {max_divergent_rate}.")
+  if not (progress is None or progress == "bar" or callable(progress)):
+    raise ValueError(f"progress must be 'bar', a callable or None, got {progress!r}.")
 
   def run(rng_key: jax.Array, positions, num_steps: int = 1000):
     leaves = jax.tree.leaves(positions)
     if not leaves or any(jnp.ndim(leaf) < 1 for leaf in leaves):
-      raise ValueError("positions must be a pytree of arrays with a leading axis of chains.")
+      raise ValueError("positions must be a pytree of arrays with a leading axis of chains, "
+                       f"got shapes {jax.tree.map(jnp.shape, positions)}.")
+    if jax.tree_util.treedef_is_leaf(jax.tree.structure(positions)) and jnp.ndim(
+        positions) == 1:
+      raise ValueError(
+          f"positions is one array of shape {jnp.shape(positions)}: one position with no "
+          "axis of chains, or chains of a scalar? Pass an array of shape (num_chains, dim) "
+          "(a scalar parameter as (num_chains, 1)), or a pytree whose leaves have a leading "
+          "axis of chains (a scalar parameter as {'x': shape (num_chains,)}).")
     num_chains = jnp.shape(leaves[0])[0]
     if any(jnp.shape(leaf)[0] != num_chains for leaf in leaves):
       raise ValueError("every leaf of positions must have the same leading (chains) axis, "
-                       f"got {[jnp.shape(leaf) for leaf in leaves]}.")
+                       f"got shapes {jax.tree.map(jnp.shape, positions)}: does a leaf lack "
+                       "the axis of chains?")
     if num_chains < 2:
       raise ValueError(f"adapt needs at least 2 chains (to check them), got {num_chains}.")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 100:
@@ -196,42 +302,59 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(positions)
     dim = flat.shape[1]
     flat_logdensity = lambda x: logdensity_fn(unravel(x))
+    _check_starts(logdensity_fn, flat_logdensity, flat, first)
     target = Target("adapt", dim, flat_logdensity)
     num_warmup, num_training = (int(num_steps * share) for share in SHARES[:2])
     num_check = num_steps - num_warmup - num_training
     run_config = config._replace(dim=dim)
     run_training = training._replace(num_chains=num_chains, warmup_iterations=num_warmup)
     k_init, k_check = jax.random.split(rng_key)
+    report = _Report(progress, num_steps)
+    report("warm-up", 0)
     state, found, run_config = _initial_state(
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
-    warmup_gradients = _warmup_gradients(found, config.num_steps, dim)
+    cost = _warmup_cost(found, config.num_steps, dim)
+    report("warm-up", cost.transitions - num_warmup, cost.transitions,
+           acceptance=float(found.acceptance), step_size=float(found.step_size),
+           divergent=cost.divergent)
     reflected = None
     if choose_reflection and not config.reflection and not config.local_step_sizes:
+      report("screen for modes")
       reflected, screened = _screen_reflection(
           jax.random.fold_in(k_init, 2), target, config._replace(dim=dim), run_training,
           optimizer, found, choose_num_steps)
-      warmup_gradients += screened
+      cost += screened
+      report("screen for modes", screened.transitions, screened.transitions)
       if reflected is not None:
         state, found, run_config = reflected
     if (reflected is None and choose_local_step_sizes and not config.local_step_sizes
         and dim <= LOCAL_MAX_DIM):
+      report("screen for local scales")
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
           optimizer, found.positions, choose_num_steps)
-      warmup_gradients += screened
+      cost += screened
+      report("screen for local scales", screened.transitions, screened.transitions)
       if chosen is not None:
         state, found, run_config, run_training = chosen
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
-                   optimizer=optimizer, init_state=state, progress=progress,
+                   optimizer=optimizer, init_state=state, progress=report.training(),
                    log_every=max(num_training // 10, 1))
     flat_sampler = result.sampler
-    draws, acceptance, states = _check(k_check, flat_sampler, result.state.chains, num_check)
+    report("check")
+    draws, acceptance, states, divergent, diverged_at = _check(
+        k_check, flat_sampler, result.state.chains, num_check)
+    report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
+           divergent=int(divergent))
+    report.close()
     gradients = gradient_evaluations(run_config)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
     info = _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance,
-                     warmup_gradients + per_iteration * num_training + gradients * num_check,
-                     found, result, num_steps, run_config, max_sd_error)
+                     cost.gradients + per_iteration * num_training + gradients * num_check,
+                     found, result, num_steps, run_config, max_sd_error,
+                     int(divergent), cost.divergent + result.num_divergent + int(divergent),
+                     max_divergent_rate, diverged_at)
     sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
     states = L2HMCState(jax.vmap(unravel)(states.position), states.logdensity,
                         jax.vmap(unravel)(states.logdensity_grad))
@@ -244,42 +367,42 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
                              training: TrainingConfig, optimizer, positions,
                              choose_num_steps: bool):
   """The screen for local step sizes (module docstring) from the warm-up's ``positions``:
-  ``(chosen, gradients)``, ``chosen`` the second warm-up's ``(state, found, config,
-  training)`` where the scales vary and its fit keeps them (else ``None``), ``gradients``
-  per chain what the screen and that warm-up cost."""
+  ``(chosen, cost)``, ``chosen`` the second warm-up's ``(state, found, config,
+  training)`` where the scales vary and its fit keeps them (else ``None``), ``cost`` what
+  the screen and that warm-up cost (a :class:`_Cost`)."""
   curvatures = jax.jit(jax.vmap(
       lambda x: local_step_sizes.diagonal_curvature(target.logdensity_fn, x)))(positions)
-  gradients = config.dim  # one Hessian diagonal per chain
+  cost = _Cost(config.dim)  # one Hessian diagonal per chain
   if not bool(local_step_sizes.scales_vary(curvatures)):
-    return None, gradients
+    return None, cost
   local_config = config._replace(local_step_sizes=True, scale_move=LOCAL_SCALE_MOVE)
   local_training = training._replace(local_fit="saturating")
   state, found, local_config = _initial_state(rng_key, target, local_config, local_training,
                                               optimizer, positions, choose_num_steps)
-  gradients += _warmup_gradients(found, config.num_steps, config.dim)
+  cost += _warmup_cost(found, config.num_steps, config.dim)
   if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
-    return None, gradients
-  return (state, found, local_config, local_training), gradients
+    return None, cost
+  return (state, found, local_config, local_training), cost
 
 
 def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,
                        training: TrainingConfig, optimizer, found: WarmupResult,
                        choose_num_steps: bool):
   """The screen for the reflection (module docstring) from the warm-up's result ``found``:
-  ``(chosen, gradients)``, ``chosen`` the second warm-up's ``(state, found, config)`` where
+  ``(chosen, cost)``, ``chosen`` the second warm-up's ``(state, found, config)`` where
   the chains sit in separate modes that the reflection maps onto each other (else
-  ``None``), ``gradients`` per chain what the screen and that warm-up cost."""
-  gradients = 1  # log p at each chain's reflected point
+  ``None``), ``cost`` what the screen and that warm-up cost (a :class:`_Cost`)."""
+  cost = _Cost(1)  # log p at each chain's reflected point
   if not float(jnp.max(found.rhat)) >= MODES_RHAT:
-    return None, 0
+    return None, _Cost()
   if not float(reflection_acceptance(target.logdensity_fn, found.positions)) >= (
       REFLECTION_ACCEPTANCE):
-    return None, gradients
+    return None, cost
   reflect_config = config._replace(reflection=True)
   state, found, reflect_config = _initial_state(rng_key, target, reflect_config, training,
                                                 optimizer, found.positions, choose_num_steps)
-  gradients += _warmup_gradients(found, config.num_steps, config.dim)
-  return (state, found, reflect_config), gradients
+  cost += _warmup_cost(found, config.num_steps, config.dim)
+  return (state, found, reflect_config), cost
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -293,27 +416,46 @@ def reflection_acceptance(logdensity_fn: Callable, positions: jax.Array) -> jax.
   return jnp.mean(acceptance_probability(-before, -after, 0.0))
 
 
-def _warmup_gradients(found: WarmupResult, num_steps: int, dim: int) -> int:
-  """The gradients of a warm-up per chain: its transitions of ``num_steps`` leapfrog steps,
-  and its Hessians (``dim`` gradient-sized products each)."""
-  return int(found.num_transitions) * num_steps + int(found.num_hessian_evaluations) * dim
+class _Cost(NamedTuple):
+  """What a phase of ``run`` cost: ``+`` adds two phases' costs."""
+
+  gradients: int = 0  # per chain
+  transitions: int = 0  # per chain
+  divergent: int = 0  # proposals that diverged, over the chains
+
+  def __add__(self, other: "_Cost") -> "_Cost":
+    return _Cost(*(a + b for a, b in zip(self, other)))
+
+
+def _warmup_cost(found: WarmupResult, num_steps: int, dim: int) -> _Cost:
+  """A warm-up's cost: per chain, its transitions and their gradients (``num_steps``
+  leapfrog steps each, and its Hessians of ``dim`` gradient-sized products each), and its
+  divergent proposals."""
+  return _Cost(int(found.num_transitions) * num_steps + int(found.num_hessian_evaluations) * dim,
+               int(found.num_transitions), int(found.num_divergent))
 
 
 def _check(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_check: int):
   """``num_check`` transitions of every chain: ``(draws with log p (num_check, chains,
-  dim + 1), acceptance (num_check, chains), last states)``."""
+  dim + 1), acceptance (num_check, chains), last states, divergent proposals (an int),
+  the last of them (dim,), NaN where none)``."""
 
   @jax.jit
   def run(rng_key, states):
-    def one(states, key):
+    def one(carry, key):
+      states, divergent, diverged_at = carry
       keys = jax.random.split(key, states.position.shape[0])
       states, info = jax.vmap(sampler.step)(keys, states)
       drawn = jnp.concatenate([states.position, states.logdensity[:, None]], axis=1)
-      return states, (drawn, info.acceptance_rate)
+      diverged_at = jnp.where(jnp.any(info.is_divergent),
+                              info.proposal[jnp.argmax(info.is_divergent)], diverged_at)
+      divergent = divergent + jnp.sum(info.is_divergent, dtype=jnp.int32)
+      return (states, divergent, diverged_at), (drawn, info.acceptance_rate)
 
-    states, (draws, acceptance) = jax.lax.scan(one, states, jax.random.split(rng_key,
-                                                                             num_check))
-    return draws, acceptance, states
+    start = (states, jnp.zeros((), jnp.int32), jnp.full_like(states.position[0], jnp.nan))
+    (states, divergent, diverged_at), (draws, acceptance) = jax.lax.scan(
+        one, start, jax.random.split(rng_key, num_check))
+    return draws, acceptance, states, divergent, diverged_at
 
   return run(rng_key, states)
 
@@ -336,8 +478,11 @@ def _sd_monte_carlo_error(draws: np.ndarray) -> float:
 
 
 def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradients, found,
-              result, num_steps, config, max_sd_error) -> AdaptationInfo:
-  """The checks of :func:`adapt` and their warnings."""
+              result, num_steps, config, max_sd_error, divergent=0, num_divergent=0,
+              max_divergent_rate=MAX_DIVERGENT_RATE, diverged_at=None) -> AdaptationInfo:
+  """The checks of :func:`adapt` and their warnings (``divergent``: the check's divergent
+  proposals, ``diverged_at`` the flat position of one of them; ``num_divergent``: the
+  whole adaptation's)."""
   finite = float(jnp.mean(jnp.isfinite(draws)))
   rhat = np.asarray(split_rhat(jnp.where(jnp.isfinite(draws), draws, 0.0)))
   largest = float(np.max(rhat))
@@ -372,8 +517,113 @@ def _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance, gradi
   if finite < 1.0:
     messages.append(f"{1.0 - finite:.3g} of the chains' positions or log densities are not "
                     "finite: check the log density (and its gradient) where it fails.")
+  proposals = draws.shape[0] * draws.shape[1]
+  divergent_rate = divergent / proposals
+  if not divergent_rate <= max_divergent_rate:
+    example = ""
+    if diverged_at is not None:
+      example = f" (one of them at the flat position {_brief(diverged_at)})"
+    messages.append(
+        f"{divergent} of the check's {proposals} proposals ({divergent_rate:.2%} > "
+        f"{max_divergent_rate:.2%}) diverged: the log density or its gradient is not finite "
+        f"there (NaN or infinite){example}, so the chains were kept out of a region they "
+        "should perhaps visit, and their draws may miss part of the posterior. Check the log "
+        "density where it fails; where -inf marks the edge of the support on purpose, sample "
+        "unconstrained coordinates instead (a log or logit transform).")
   for message in messages:
     warnings.warn(message, ConvergenceWarning, stacklevel=3)
   return AdaptationInfo(not messages, largest, rhat, mean_acceptance, finite, sd_error,
-                        tuple(messages),
+                        divergent_rate, int(num_divergent), tuple(messages),
                         int(gradients), found, result, config)
+
+
+def _brief(vector) -> str:
+  """A vector's numbers, a few at most (``...`` between its first and last three)."""
+  return np.array2string(np.asarray(vector), precision=4, threshold=6, edgeitems=3,
+                         separator=", ")
+
+
+def _name(fn: Callable) -> str:
+  """A function's name for an error message: its module and qualified name where it has
+  them, else its ``repr``."""
+  name = getattr(fn, "__qualname__", None)
+  if name is None:
+    return repr(fn)
+  module = getattr(fn, "__module__", None)
+  return name if module in (None, "__main__") else f"{module}.{name}"
+
+
+def _check_starts(logdensity_fn: Callable, flat_logdensity: Callable, flat: jax.Array,
+                  first) -> None:
+  """Raises ``ValueError`` unless ``logdensity_fn`` gives a scalar at one chain's position
+  ``first``, and a finite log density and gradient at every chain's start (``flat``:
+  ``(chains, dim)``; one vmapped, jitted call), naming the function and the failing chains'
+  indices and flat positions (the first ``MAX_LISTED``)."""
+  shape = jax.eval_shape(logdensity_fn, first).shape
+  if shape != ():
+    raise ValueError(
+        f"the log density {_name(logdensity_fn)} must return a scalar for one chain's "
+        f"position, got shape {shape}: do the leaves of positions have a leading axis of "
+        "chains, and does the function sum over the coordinates?")
+  values, grads = jax.jit(jax.vmap(jax.value_and_grad(flat_logdensity)))(flat)
+  value_finite = np.isfinite(np.asarray(values))
+  finite = value_finite & np.all(np.isfinite(np.asarray(grads)), axis=1)
+  if finite.all():
+    return
+  failing = np.flatnonzero(~finite)
+  listed = "; ".join(
+      f"chain {i} at {_brief(flat[i])}: log p = {float(values[i]):.4g}"
+      + (", its gradient not finite" if value_finite[i] else "") for i in failing[:MAX_LISTED])
+  more = f" (and {failing.size - MAX_LISTED} more)" if failing.size > MAX_LISTED else ""
+  raise ValueError(
+      f"the log density {_name(logdensity_fn)} or its gradient is not finite at the starts of "
+      f"{failing.size} of the {flat.shape[0]} chains (flat positions, in "
+      f"jax.flatten_util.ravel_pytree's order): {listed}{more}. Start every chain where the "
+      "log density and its gradient are finite (inside the support), or check the function "
+      "there.")
+
+
+class _Report:
+  """``run``'s progress: a report at the start and the end of each phase (and the training's
+  own), from the host between the jitted phases, to one labelled bar (``"bar"``), a callable
+  taking a :class:`metaoptax.Progress`, or nowhere (``None``). Its iterations are the
+  transitions of every chain: ``num_steps``, and more where a warm-up ran longer or a screen
+  warmed up again."""
+
+  LABEL = "L2HMC adapt"
+
+  def __init__(self, progress, total: int):
+    self._total, self._done = total, 0
+    self._since, self._time = 0, time.perf_counter()
+    self._show = None
+    if progress is not None and is_main_process():
+      self._show = Bar(f"{self.LABEL}: warm-up", 0, total) if progress == "bar" else progress
+
+  def __call__(self, phase: str, more: int = 0, done: int = 0, loss: float = float("nan"),
+               skipped: int = 0, **metrics) -> None:
+    """Reports ``phase`` after ``done`` more transitions, ``more`` of them beyond the
+    nominal ``num_steps``."""
+    self._total, self._done = self._total + more, self._done + done
+    if self._show is None:
+      return
+    now = time.perf_counter()
+    rate = (self._done - self._since) / max(now - self._time, 1e-12)
+    self._since, self._time = self._done, now
+    self._show(Progress(f"{self.LABEL}: {phase}", self._done, self._total, loss, skipped,
+                        rate, metrics))
+
+  def training(self):
+    """The training's ``progress``: its reports as this run's (``None`` where silent)."""
+    if self._show is None:
+      return None
+    start = self._done
+
+    def report(training: Progress) -> None:
+      self("training", 0, start + training.iteration - self._done, training.loss,
+           training.skipped_updates, **training.metrics)
+
+    return report
+
+  def close(self) -> None:
+    if isinstance(self._show, Bar):
+      self._show.close()

@@ -23,10 +23,21 @@ __all__ = ("split_rhat",)
 
 
 def split_rhat(draws: jax.Array) -> jax.Array:
-  """The split R-hat of each coordinate of ``draws`` ``(num_samples, num_chains, ...)``.
+  """The split R-hat of each coordinate of ``draws``.
 
-  Returns an array of the shape of one draw. ``num_samples`` must be at least 4 (an odd
-  last draw is left out) and ``num_chains`` at least 1.
+  Each chain is split in halves, and the halves' between- and within-chain variances
+  compared (Gelman et al., BDA3 11.4). A coordinate that never moves in any chain has
+  R-hat 1, or ``inf`` where the chains sit at different values.
+
+  Args:
+    draws: ``(num_samples, num_chains, ...)``, with ``num_samples`` at least 4 (an odd
+      last draw is left out) and ``num_chains`` at least 1.
+
+  Returns:
+    An array of the shape of one draw.
+
+  Raises:
+    ValueError: ``draws`` has fewer than 2 axes, 4 samples or 1 chain.
   """
   draws = jnp.asarray(draws)
   if draws.ndim < 2 or draws.shape[0] < 4 or draws.shape[1] < 1:

@@ -72,47 +72,80 @@ STEP_SIZE_MODES = ("shared", "per_step")
 
 
 class L2HMCConfig(NamedTuple):
-  """Static configuration of the sampler.
+  r"""Static configuration of the sampler.
 
   The defaults are the recipe for a posterior nobody configured for: HMC's leapfrog
   (networks off) with a trained step size per leapfrog step and coordinate, whose
   trajectory length is jittered so that it cannot resonate. ``dim`` is filled from the
   target by :func:`metaoptax.l2hmc.train` and :func:`metaoptax.l2hmc.adapt`.
+
+  Attributes:
+    dim: the number of coordinates of the (flattened) position; ``None`` until the
+      target fills it.
+    num_steps: :math:`K`, the leapfrog steps per transition.
+    hidden: the hidden units of each layer of the S, Q, T networks (``use_networks``).
+    init_step_size: the step size the training starts from (without a warm-up, whose
+      step size replaces it).
+    step_sizes: ``"per_step"``, one :math:`(\varepsilon_x, \varepsilon_v)` pair per
+      leapfrog step, or ``"shared"``, one pair for all.
+    use_networks: ``True``: the S, Q, T networks of the paper; ``False``:
+      :math:`S = Q = T = 0`, HMC's leapfrog with trained step sizes.
+    per_coordinate: the step sizes are ``(dim,)`` vectors (a diagonal mass matrix)
+      rather than scalars.
+    local_step_sizes: the step sizes follow the position (Gibbs self-tuning,
+      :mod:`metaoptax.l2hmc.local_step_sizes`).
+    reflection: each transition first proposes :math:`x \to 2\mu - x` (:math:`\mu`: the
+      whitening's location), accepted by Metropolis.
+    scale_move: if > 0 (with ``local_step_sizes``), each transition first makes a
+      Metropolis scale move along the local model, :math:`t \sim \mathcal N(0,
+      \mathrm{scale\_move}^2)` (:func:`metaoptax.l2hmc.local_step_sizes.scale_move`).
+    interweaving: a declared hierarchy
+      (:class:`metaoptax.l2hmc.interweaving.Interweaving`): each transition first makes
+      Metropolis moves of its location and log scale at fixed non-centered members;
+      ``None``: none.
+    integrator: the networks-off leapfrog's splitting, a key of
+      :data:`metaoptax.l2hmc.integrators.INTEGRATORS`: ``"velocity_verlet"``
+      (kick-drift-kick) or ``"position_verlet"`` (drift-kick-drift, no gradient at the
+      end points; networks off only).
+    jitter: every transition multiplies all its step sizes by
+      :math:`u \sim \mathrm{Uniform}(1 - \mathrm{jitter}, 1 + \mathrm{jitter})`, drawn
+      independently of the state (a mixture of exact kernels: still exact), so the
+      trajectory's length varies and cannot return to its start on every transition.
   """
 
   dim: int | None = None
-  num_steps: int = 10  # K leapfrog steps per transition
+  num_steps: int = 10
   hidden: int = 10
   init_step_size: float = 0.1
-  step_sizes: str = "per_step"  # one (eps_x, eps_v) pair per leapfrog step, or "shared"
-  use_networks: bool = False  # True: the S, Q, T networks of the paper (False: S = Q = T = 0)
-  per_coordinate: bool = True  # step sizes are (dim,) vectors (a diagonal mass matrix)
-  local_step_sizes: bool = False  # step sizes follow the position (Gibbs self-tuning)
-  # each transition first proposes x -> 2 mu - x (mu: the whitening's location), by Metropolis
+  step_sizes: str = "per_step"
+  use_networks: bool = False
+  per_coordinate: bool = True
+  local_step_sizes: bool = False
   reflection: bool = False
-  # > 0 (with local_step_sizes): each transition first makes a Metropolis scale move along the
-  # local model, t ~ N(0, scale_move^2) (metaoptax.l2hmc.local_step_sizes.scale_move)
   scale_move: float = 0.0
-  # a declared hierarchy (metaoptax.l2hmc.interweaving.Interweaving): each transition first
-  # makes Metropolis moves of its location and log scale at fixed non-centered members
   interweaving: Interweaving | None = None
-  # the networks-off leapfrog's splitting (metaoptax.l2hmc.integrators.INTEGRATORS):
-  # kick-drift-kick, or drift-kick-drift (no gradient at the end points; networks off only)
   integrator: str = "velocity_verlet"
-  # every transition multiplies all its step sizes by u ~ Uniform(1 - jitter, 1 + jitter),
-  # drawn independently of the state (a mixture of exact kernels: still exact), so the
-  # trajectory's length varies and cannot return to its start on every transition
   jitter: float = 0.5
 
 
 class L2HMCParams(NamedTuple):
-  """Trainable parameters: the two networks and the log step sizes."""
+  r"""Trainable parameters: the two networks and the log step sizes.
+
+  Attributes:
+    networks: the weights of the networks of the position and of the velocity
+      updates (their S, Q, T outputs; unused with ``use_networks=False``).
+    log_step_size_x: the log step sizes :math:`\log\varepsilon_x` of the position
+      updates: ``(1,)`` shared or ``(K,)`` per step; ``(1, dim)`` or ``(K, dim)`` per
+      coordinate.
+    log_step_size_v: the log step sizes :math:`\log\varepsilon_v` of the velocity
+      updates, shaped as ``log_step_size_x``.
+    local: with ``config.local_step_sizes``, the tuning variable's slopes and exponents
+      (:class:`metaoptax.l2hmc.local_step_sizes.LocalStepSizes`); ``None`` otherwise.
+  """
 
   networks: dict
-  log_step_size_x: jax.Array  # (1,) shared or (K,) per step; (1, dim) / (K, dim) per coordinate
+  log_step_size_x: jax.Array
   log_step_size_v: jax.Array
-  # with config.local_step_sizes: the tuning variable's slope and exponents
-  # (metaoptax.l2hmc.local_step_sizes); None otherwise
   local: LocalStepSizes | None = None
 
 
@@ -176,7 +209,18 @@ def init_params(key: jax.Array, config: L2HMCConfig,
 
 
 def make_masks(key: jax.Array, config: L2HMCConfig) -> jax.Array:
-  """One random half-mask per leapfrog step, ``(K, dim)`` of 0/1 (fixed for a sampler)."""
+  """One random half-mask per leapfrog step, ``(K, dim)`` of 0/1 (fixed for a sampler).
+
+  Each mask has ``dim // 2`` ones: the coordinates its step's position update changes
+  first (the paper's :math:`m^t`).
+
+  Args:
+    key: PRNG key of the masks.
+    config: the :class:`L2HMCConfig`; its ``dim`` and ``num_steps`` set the shape.
+
+  Returns:
+    A float32 array ``(num_steps, dim)``.
+  """
   keys = jax.random.split(key, config.num_steps)
   ones = config.dim // 2
 

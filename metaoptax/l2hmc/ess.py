@@ -35,7 +35,15 @@ __all__ = ("lagged_products", "geyer_ess", "truncated_ess")
 
 
 def lagged_products(x: np.ndarray) -> np.ndarray:
-  r""":math:`\sum_t x_t x_{t+\tau}` along axis 0 for every lag (FFT), other axes kept."""
+  r""":math:`\sum_t x_t x_{t+\tau}` along axis 0 for every lag (FFT), other axes kept.
+
+  Args:
+    x: an array ``(n, ...)``, e.g. centred draws ``(num_samples, num_chains, dim)``.
+
+  Returns:
+    An array of ``x``'s shape: entry ``tau`` is the sum over ``t`` of
+    ``x[t] * x[t + tau]``, for ``tau = 0 ... n - 1``.
+  """
   n = x.shape[0]
   size = 2 ** int(np.ceil(np.log2(2 * n)))
   f = np.fft.rfft(x, n=size, axis=0)
@@ -43,6 +51,16 @@ def lagged_products(x: np.ndarray) -> np.ndarray:
 
 
 def geyer_ess(samples) -> float:
+  """Geyer's multi-chain ESS of ``samples``, as a fraction of the samples per chain (module
+  docstring): the minimum over the dimensions.
+
+  Args:
+    samples: ``(num_samples, num_chains, dim)`` draws (converted to float64 NumPy).
+
+  Returns:
+    A float: the ESS of the slowest-mixing dimension divided by ``num_samples``
+    (multiply by ``num_samples * num_chains`` for a count).
+  """
   samples = np.asarray(samples, np.float64)
   n, m = samples.shape[:2]
   acov = lagged_products(samples - samples.mean(axis=0, keepdims=True)) / n  # (n, chains, dim)
@@ -66,6 +84,19 @@ def geyer_ess(samples) -> float:
 
 
 def truncated_ess(samples, mean=None, scale=None, threshold: float = 0.05) -> float:
+  r"""The L2HMC notebook's truncated ESS of ``samples``, as a fraction of the samples per
+  chain (module docstring).
+
+  Args:
+    samples: ``(num_samples, num_chains, dim)`` draws (converted to float64 NumPy).
+    mean: the target's mean, subtracted before the autocovariance; ``None``: 0.
+    scale: the known scale that normalizes the autocovariance (:math:`\sqrt{\mathrm{tr}\,
+      \Sigma}`); ``None``: the lag-0 autocovariance of the samples.
+    threshold: the sum stops at the first lag whose autocorrelation is below it.
+
+  Returns:
+    A float, :math:`1 / (1 + 2 \sum_{1 \le \tau < \tau_0} \rho_\tau)`.
+  """
   samples = np.asarray(samples, np.float64)
   n = samples.shape[0]
   x = samples - (0.0 if mean is None else np.asarray(mean))

@@ -92,23 +92,32 @@ __all__ = ("Integrator", "INTEGRATORS", "velocity_verlet", "position_verlet")
 
 
 class Integrator(NamedTuple):
-  """A leapfrog splitting: its step, its end-point evaluation and its exact rotation."""
+  r"""A leapfrog splitting: its step, its end-point evaluation and its exact rotation.
 
-  # (state, eps_x, eps_v, logdensity_and_grad) -> state: one step with signed step sizes
-  # (negated: the inverse step); state has fields x, v, logdensity, grad
+  Attributes:
+    step: ``(state, eps_x, eps_v, logdensity_and_grad) -> state``: one step with signed
+      step sizes (negated: the inverse step); the state has fields ``x``, ``v``,
+      ``logdensity``, ``grad``.
+    finish: ``(state, logdensity_fn) -> state``: :math:`\log p` (and what the next step
+      needs) at the end point.
+    evaluate: ``(position, logdensity_fn) -> (log p, grad log p or zeros)``: a point a
+      move between trajectories proposes.
+    rotation: ``theta -> (eps_x, eps_v)``: the step sizes of the exact rotation by
+      :math:`\theta` on a unit Gaussian.
+    end_point_gradients: the gradients evaluated at each point a move between
+      trajectories proposes (0 or 1).
+    end_point_values: the evaluations of :math:`\log p` alone (no gradient) at each end
+      point, the trajectory's and each move's proposal (0 or 1).
+    with_networks: whether the networks' generalized leapfrog
+      (:mod:`metaoptax.l2hmc.dynamics`) has this form.
+  """
+
   step: Callable
-  # (state, logdensity_fn) -> state: log p (and what the next step needs) at the end point
   finish: Callable
-  # (position, logdensity_fn) -> (log p, grad log p or zeros): a point a move proposes
   evaluate: Callable
-  # theta -> (eps_x, eps_v): the step sizes of the exact rotation by theta on a unit Gaussian
   rotation: Callable
-  # gradients evaluated at each point a move between trajectories proposes (0 or 1)
   end_point_gradients: int
-  # evaluations of log p alone (no gradient) at each end point: the trajectory's and each
-  # move's proposal (0 or 1)
   end_point_values: int
-  # whether the networks' generalized leapfrog (metaoptax.l2hmc.dynamics) has this form
   with_networks: bool
 
 

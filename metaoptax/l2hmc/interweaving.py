@@ -57,13 +57,21 @@ __all__ = ("Interweaving", "move", "proposal_scales", "gradient_evaluations")
 
 
 class Interweaving(NamedTuple):
-  """The declared hierarchy (indices into the position) and the move's settings (static)."""
+  r"""The declared hierarchy (indices into the position) and the move's settings (static).
 
-  location: int  # mu
-  log_scale: int  # log tau
-  members: tuple[int, ...]  # theta_j ~ (mu, tau)
-  scales: tuple[float, float] = (1.0, 1.0)  # proposal sds of (s, t), in whitened units
-  num_moves: int = 1  # Metropolis steps per transition (one gradient evaluation each)
+  Attributes:
+    location: the index of the hierarchy's location :math:`\mu`.
+    log_scale: the index of its log scale :math:`\log\tau`.
+    members: the indices of its members, :math:`\theta_j \sim (\mu, \tau)`.
+    scales: the proposal standard deviations of :math:`(s, t)`, in whitened units.
+    num_moves: the Metropolis steps per transition (one gradient evaluation each).
+  """
+
+  location: int
+  log_scale: int
+  members: tuple[int, ...]
+  scales: tuple[float, float] = (1.0, 1.0)
+  num_moves: int = 1
 
 
 def validate(config: Interweaving, dim: int) -> None:
@@ -76,7 +84,20 @@ def validate(config: Interweaving, dim: int) -> None:
 
 
 def move(config: Interweaving, x: jax.Array, s: jax.Array, t: jax.Array):
-  r""":math:`(T_{s,t}x, \log|\det\partial T_{s,t}/\partial x|)` (module docstring)."""
+  r""":math:`(T_{s,t}x, \log|\det\partial T_{s,t}/\partial x|)` (module docstring).
+
+  The location moves by :math:`s`, the log scale by :math:`t`, and the members keep
+  their non-centered values: :math:`\theta_j \mapsto \mu + s + e^t (\theta_j - \mu)`.
+
+  Args:
+    config: the :class:`Interweaving` (which coordinates are which).
+    x: the position ``(dim,)``.
+    s: the shift of the location.
+    t: the shift of the log scale.
+
+  Returns:
+    ``(moved, log_det)``: the moved position and :math:`n_\mathrm{members}\, t`.
+  """
   members = jnp.asarray(config.members)
   mu = x[config.location]
   moved = x.at[members].set(mu + s + jnp.exp(t) * (x[members] - mu))
@@ -85,7 +106,16 @@ def move(config: Interweaving, x: jax.Array, s: jax.Array, t: jax.Array):
 
 
 def proposal_scales(config: Interweaving, whitening_scale: jax.Array | None) -> jax.Array:
-  """The sds of ``(s, t)``: ``config.scales`` times the whitening's scales of mu, log tau."""
+  r"""The proposal standard deviations of ``(s, t)``.
+
+  Args:
+    config: the :class:`Interweaving`; its ``scales`` are in whitened units.
+    whitening_scale: the whitening's ``scale`` ``(dim,)``, or ``None`` (unwhitened).
+
+  Returns:
+    ``(2,)``: ``config.scales`` times the whitening's scales of :math:`\mu` and
+    :math:`\log\tau`.
+  """
   scales = jnp.asarray(config.scales, jnp.float32)
   if whitening_scale is None:
     return scales
@@ -94,5 +124,12 @@ def proposal_scales(config: Interweaving, whitening_scale: jax.Array | None) -> 
 
 
 def gradient_evaluations(config: Interweaving | None) -> int:
-  """The gradient evaluations the moves add to a transition (0 without them)."""
+  """The gradient evaluations the moves add to a transition.
+
+  Args:
+    config: the :class:`Interweaving`, or ``None``.
+
+  Returns:
+    ``config.num_moves``, or 0 without interweaving.
+  """
   return 0 if config is None else config.num_moves

@@ -11,7 +11,11 @@ probability
   \qquad H(x, v) = U(x) + \tfrac12 \|v\|^2,
 
 which is exact because flipping :math:`d` after :math:`L_d` is an involution. A
-non-finite acceptance probability counts as 0 (the proposal is rejected).
+non-finite acceptance probability counts as 0 (the proposal is rejected). A proposal whose
+position, :math:`\log p`, gradient or log-Jacobian is not finite is also counted
+(``info.is_divergent``, :func:`is_divergent`), as NUTS counts its divergences: the
+trajectory left the region where the log density is defined (or overflowed), and the
+chains cannot enter it.
 With ``config.local_step_sizes`` a transition also draws the step sizes' tuning
 variable :math:`w \mid x` and the ratio gains its conditional densities
 (:mod:`metaoptax.l2hmc.local_step_sizes`).
@@ -73,12 +77,19 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_w
                                        gradient_to_whitened, to_whitened, whitened_logdensity)
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
-           "gradient_evaluations", "logdensity_evaluations", "propose", "draw_step_scale", "build_kernel", "l2hmc",
+           "gradient_evaluations", "logdensity_evaluations", "propose", "is_divergent",
+           "draw_step_scale", "build_kernel", "l2hmc",
            "sample_chains")
 
 
 class L2HMCState(NamedTuple):
-  """Position of a chain, with its log density and gradient (carried, not recomputed)."""
+  r"""Position of a chain, with its log density and gradient (carried, not recomputed).
+
+  Attributes:
+    position: the chain's position, a pytree as ``logdensity_fn`` takes.
+    logdensity: :math:`\log p` at ``position``, a scalar.
+    logdensity_grad: :math:`\nabla \log p` at ``position``, shaped as ``position``.
+  """
 
   position: jax.Array
   logdensity: jax.Array
@@ -86,14 +97,30 @@ class L2HMCState(NamedTuple):
 
 
 class L2HMCInfo(NamedTuple):
-  """What one transition did."""
+  r"""What one transition did.
 
-  acceptance_rate: jax.Array  # A(xi'|xi)
+  Attributes:
+    acceptance_rate: :math:`A(\xi'|\xi)`, the Metropolis acceptance probability of the
+      proposal.
+    is_accepted: bool, whether the proposal was accepted.
+    direction: the trajectory's direction :math:`d`, +1 or -1.
+    log_det_jacobian: :math:`\log|\det \partial\xi'/\partial\xi|` of the proposal's map
+      (0 for the networks-off leapfrog, which preserves volume).
+    proposal: :math:`x'`, the proposed position (accepted or not).
+    num_gradient_evaluations: int32, the gradients of :math:`\log p` the transition
+      evaluated (:func:`gradient_evaluations`).
+    is_divergent: bool, the proposal's position, log p, gradient or log-Jacobian is not
+      finite (rejected; :func:`is_divergent`); blackjax's name, whose NUTS also counts
+      energy errors above 1000.
+  """
+
+  acceptance_rate: jax.Array
   is_accepted: jax.Array
-  direction: jax.Array  # +1 or -1
+  direction: jax.Array
   log_det_jacobian: jax.Array
-  proposal: jax.Array  # x'
+  proposal: jax.Array
   num_gradient_evaluations: jax.Array
+  is_divergent: jax.Array
 
   @property
   def num_integration_steps(self) -> jax.Array:
@@ -108,6 +135,11 @@ class SamplingAlgorithm(NamedTuple):
   The fields and signatures of ``blackjax.base.SamplingAlgorithm``, so a sampler
   runs in blackjax's loops (``blackjax.util.run_inference_algorithm``) without
   metaoptax depending on blackjax.
+
+  Attributes:
+    init: ``(position, rng_key=None) -> L2HMCState``: a chain's state at ``position``.
+    step: ``(rng_key, state) -> (state, info)``: one transition
+      (:class:`L2HMCState`, :class:`L2HMCInfo`).
   """
 
   init: Callable
@@ -115,6 +147,15 @@ class SamplingAlgorithm(NamedTuple):
 
 
 def init(position: jax.Array, logdensity_fn: Callable) -> L2HMCState:
+  """The state of a chain at ``position``: its log density and gradient, evaluated once.
+
+  Args:
+    position: the chain's position, an array ``(dim,)``.
+    logdensity_fn: ``position -> log p(position)``, up to a constant.
+
+  Returns:
+    An :class:`L2HMCState`. (:func:`l2hmc`'s ``init`` takes any pytree of positions.)
+  """
   logdensity, grad = jax.value_and_grad(logdensity_fn)(position)
   return L2HMCState(position, logdensity, grad)
 
@@ -126,15 +167,33 @@ def _moves(config: L2HMCConfig) -> int:
 
 
 def gradient_evaluations(config: L2HMCConfig) -> int:
-  """The gradients of ``log p`` one transition evaluates: one per leapfrog step, and with velocity
-  Verlet one at each point a move between trajectories proposes (the reflection, the scale
-  move, each interweaving move); position Verlet evaluates none there."""
+  """The gradients of ``log p`` one transition evaluates.
+
+  One per leapfrog step, and with velocity Verlet one at each point a move between
+  trajectories proposes (the reflection, the scale move, each interweaving move);
+  position Verlet evaluates none there.
+
+  Args:
+    config: the sampler's :class:`L2HMCConfig`.
+
+  Returns:
+    An int (:attr:`L2HMCInfo.num_gradient_evaluations` of every transition).
+  """
   return config.num_steps + INTEGRATORS[config.integrator].end_point_gradients * _moves(config)
 
 
 def logdensity_evaluations(config: L2HMCConfig) -> int:
-  """The evaluations of ``log p`` without its gradient one transition makes: none with velocity
-  Verlet; with position Verlet one at the trajectory's end point and one per move."""
+  """The evaluations of ``log p`` without its gradient one transition makes.
+
+  None with velocity Verlet; with position Verlet one at the trajectory's end point and
+  one per move between trajectories.
+
+  Args:
+    config: the sampler's :class:`L2HMCConfig`.
+
+  Returns:
+    An int.
+  """
   return INTEGRATORS[config.integrator].end_point_values * (1 + _moves(config))
 
 
@@ -145,9 +204,40 @@ def _evaluated(position: jax.Array, logdensity_fn: Callable,
 
 
 def acceptance_probability(energy_before, energy_after, log_det):
-  """``min(1, exp(H - H' + log|det J|))``; non-finite -> 0."""
+  r"""``min(1, exp(H - H' + log|det J|))``; non-finite -> 0.
+
+  Args:
+    energy_before: :math:`H`, the energy (:math:`-\log p` plus the kinetic energy)
+      before the trajectory.
+    energy_after: :math:`H'`, the energy at the proposal.
+    log_det: :math:`\log|\det J|` of the trajectory's map (0 for the plain leapfrog).
+
+  Returns:
+    The Metropolis acceptance probability, of the inputs' broadcast shape; 0 where the
+    log ratio is not finite (a diverging trajectory).
+  """
   log_ratio = energy_before - energy_after + log_det
   return jnp.where(jnp.isfinite(log_ratio), jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
+
+
+def is_divergent(proposal: L2HMCState, log_det: jax.Array = 0.0) -> jax.Array:
+  """Whether a proposal (of :func:`propose`) diverged.
+
+  A proposal diverged where its position, ``log p``, gradient (zeros where the integrator
+  reads none) or log-Jacobian is not finite. Its acceptance probability is then 0
+  (:func:`acceptance_probability`). Jit- and vmap-able (vmapped: one per chain).
+
+  Args:
+    proposal: the proposed :class:`L2HMCState`.
+    log_det: the proposal map's log-Jacobian.
+
+  Returns:
+    A boolean scalar: ``True`` where the proposal diverged.
+  """
+  finite = jnp.isfinite(proposal.logdensity) & jnp.all(jnp.isfinite(log_det))
+  for leaf in (proposal.position, proposal.logdensity_grad):
+    finite = finite & jnp.all(jnp.isfinite(leaf))
+  return ~finite
 
 
 def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
@@ -165,7 +255,21 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   :math:`u`) gives the tuning variable :math:`w = \beta^\top z + u`
   (:mod:`metaoptax.l2hmc.local_step_sizes`).
 
-  Returns ``(proposed_state, acceptance, log_det)``.
+  Args:
+    config: the sampler's :class:`L2HMCConfig`.
+    params: its :class:`L2HMCParams`.
+    masks: ``(num_steps, dim)``, from :func:`make_masks`.
+    logdensity_fn: ``x (dim,) -> log p(x)``.
+    state: the chain's :class:`L2HMCState` (flat positions).
+    momentum: the velocity :math:`v`, a standard normal draw of the position's shape.
+    direction: the trajectory's direction :math:`d`, +1 or -1.
+    whitening: the :class:`Whitening` the leapfrog moves in; ``None``: none.
+    tuning_noise: :math:`u` of the local step sizes; ``None`` without them.
+    step_scale: the jitter :math:`u`; ``None``: 1.
+
+  Returns:
+    ``(proposed_state, acceptance, log_det)``: an :class:`L2HMCState`, the acceptance
+    probability and :math:`\log|\det J|` of the trajectory's map.
   """
   position, grad = state.position, state.logdensity_grad
   if whitening is not None:
@@ -201,8 +305,18 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 
 def draw_step_scale(rng_key, config: L2HMCConfig, shape=(), dtype=jnp.float32):
-  r"""The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`
-  (``None`` where :math:`j = 0`)."""
+  r"""The jitter :math:`u \sim \mathcal U(1 - j, 1 + j)` of ``config.jitter`` :math:`= j`.
+
+  Args:
+    rng_key: PRNG key of the draw.
+    config: the :class:`L2HMCConfig`.
+    shape: the shape of the draw (``()``: one factor for the whole transition).
+    dtype: its dtype.
+
+  Returns:
+    The factor that multiplies all the transition's step sizes, or ``None`` where
+    :math:`j = 0`.
+  """
   if not config.jitter:
     return None
   return jax.random.uniform(rng_key, shape, dtype, 1.0 - config.jitter, 1.0 + config.jitter)
@@ -264,7 +378,21 @@ def _interweaving_steps(rng_key, state: L2HMCState, logdensity_fn: Callable,
 
 
 def build_kernel(config: L2HMCConfig):
-  """``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``."""
+  """The transition kernel of a configuration, with the sampler's parameters as arguments.
+
+  ``kernel(rng_key, state, logdensity_fn, params, masks, whitening=None) -> (state, info)``:
+  the moves ``config`` asks for (the reflection, the scale move, interweaving), then one
+  trajectory of :func:`propose` from a fresh momentum and direction, accepted by
+  Metropolis. :func:`l2hmc` binds the parameters and takes pytree positions.
+
+  Args:
+    config: the sampler's :class:`L2HMCConfig` (checked here: e.g. position Verlet with
+      the networks raises a ``ValueError``).
+
+  Returns:
+    The ``kernel`` function above, returning an :class:`L2HMCState` and an
+    :class:`L2HMCInfo`.
+  """
   validate(config)  # e.g. position Verlet with the networks: a ValueError here
   integrator = INTEGRATORS[config.integrator]
   gradients = gradient_evaluations(config)
@@ -292,7 +420,7 @@ def build_kernel(config: L2HMCConfig):
                                             momentum, direction, whitening, noise, step_scale)
     new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
-                     jnp.asarray(gradients, jnp.int32))
+                     jnp.asarray(gradients, jnp.int32), is_divergent(proposal, log_det))
     return new_state, info
 
   return kernel
@@ -315,6 +443,20 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
   With ``config.use_networks=False``, ``config.step_sizes="shared"``,
   ``config.per_coordinate=False`` and ``config.jitter=0`` it is HMC with step size
   ``exp(params.log_step_size_x[0])`` and ``config.num_steps`` leapfrog steps.
+
+  Args:
+    logdensity_fn: ``position -> log p(position)`` up to a constant, on the pytree
+      positions the sampler will take.
+    config: the sampler's :class:`L2HMCConfig`, ``dim`` the number of numbers in a
+      position.
+    params: its :class:`L2HMCParams` (trained, or :func:`init_params`).
+    masks: ``(num_steps, dim)``, from :func:`make_masks` (``result.masks`` after
+      training).
+    whitening: the :class:`Whitening` the step sizes were trained in; ``None``: none.
+
+  Returns:
+    A :class:`SamplingAlgorithm`: ``init(position)`` and ``step(rng_key, state) ->
+    (state, info)``, with :class:`L2HMCState` and :class:`L2HMCInfo`.
 
   Examples:
     >>> import jax, jax.numpy as jnp
@@ -364,12 +506,20 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
 
 def sample_chains(rng_key: jax.Array, sampler: SamplingAlgorithm, states: L2HMCState,
                   num_samples: int):
-  """Runs the chains of ``states`` (leaves with a leading chain axis; e.g.
-  ``jax.vmap(sampler.init)(positions)``) for ``num_samples`` transitions, vmapped.
+  """Runs the chains of ``states`` for ``num_samples`` transitions, vmapped over the chains.
 
-  Returns ``(draws, acceptance)``: the positions after each transition, with leaves
-  ``(num_samples, chains, ...)``, and the acceptance probabilities
-  ``(num_samples, chains)``.
+  Args:
+    rng_key: PRNG key of the run.
+    sampler: a :class:`SamplingAlgorithm`, e.g. ``result.sampler`` of :func:`train` or
+      the sampler of :func:`adapt`'s ``run``.
+    states: the chains' states, leaves with a leading chain axis (e.g.
+      ``jax.vmap(sampler.init)(positions)``).
+    num_samples: the transitions to run.
+
+  Returns:
+    ``(draws, acceptance)``: the positions after each transition, with leaves
+    ``(num_samples, chains, ...)``, and the acceptance probabilities
+    ``(num_samples, chains)``.
   """
   num_chains = jax.tree.leaves(states.position)[0].shape[0]
 

@@ -118,13 +118,20 @@ JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
 
 
 class LocalStepSizes(NamedTuple):
-  """:math:`w \\sim \\mathcal N(\\beta^\\top z, 1)`, :math:`\\log\\varepsilon_i \\mathrel{+}= c_i w`
-  (saturating with ``cap``)."""
+  r""":math:`w \sim \mathcal N(\beta^\top z, 1)`, :math:`\log\varepsilon_i \mathrel{+}= c_i w`
+  (saturating with ``cap``).
 
-  slope: jax.Array  # (dim,) beta
-  exponent: jax.Array  # (dim,) c
-  cap: jax.Array | None = None  # (dim,) u of the saturating shift; None: log-linear
-  centre: jax.Array | None = None  # (dim,) what the scale move scales about; None: 0
+  Attributes:
+    slope: ``(dim,)``, :math:`\beta`.
+    exponent: ``(dim,)``, :math:`c`.
+    cap: ``(dim,)``, :math:`u`, the bound of the saturating shift; ``None``: log-linear.
+    centre: ``(dim,)``, the point the scale move scales about; ``None``: 0.
+  """
+
+  slope: jax.Array
+  exponent: jax.Array
+  cap: jax.Array | None = None
+  centre: jax.Array | None = None
 
 
 def init_local(dim: int) -> LocalStepSizes:
@@ -133,7 +140,19 @@ def init_local(dim: int) -> LocalStepSizes:
 
 
 def fit(log_scale_slopes: jax.Array) -> LocalStepSizes:
-  """:math:`\beta, c` from the warm-up's slopes :math:`H` (module docstring)."""
+  r""":math:`\beta, c` from the warm-up's slopes :math:`H` (module docstring).
+
+  The leading singular triple :math:`(s, a, b)` of :math:`H`: :math:`\beta = \kappa a` and
+  :math:`c = s b / \kappa`, with :math:`\kappa \ge 1` the least that keeps every
+  :math:`|c_i|` at most ``JITTER``.
+
+  Args:
+    log_scale_slopes: :math:`H`, ``(dim, dim)``, the warm-up's ``log_scale_slopes``
+      (:class:`~metaoptax.l2hmc.WarmupResult`).
+
+  Returns:
+    A log-linear :class:`LocalStepSizes` (no cap, no centre).
+  """
   left, singular, right = jnp.linalg.svd(log_scale_slopes)
   a, s, b = left[:, 0], singular[0], right[0]
   kappa = jnp.maximum(1.0, s * jnp.max(jnp.abs(b)) / JITTER)
@@ -162,6 +181,14 @@ def fit_caps(local: LocalStepSizes, positions: jax.Array,
   fitted). A log-linear scale keeps :math:`u_i = \infty`, :math:`a = c_i`. If the
   exponents exceed ``JITTER``, :math:`c` is scaled back to it and :math:`\beta` up by the
   same factor (:math:`c\beta^\top` and the caps unchanged).
+
+  Args:
+    local: the log-linear fit (:func:`fit`).
+    positions: the warm-up's whitened positions :math:`z_k`, ``(n, dim)``.
+    log_scales: their log local scales :math:`\ell_{ki}`, ``(n, dim)``.
+
+  Returns:
+    The :class:`LocalStepSizes` with its caps (and exponents, and slopes when rescaled).
   """
   projection = positions @ local.slope  # (n,)
   multipliers = jnp.asarray(EXPONENT_MULTIPLIERS, log_scales.dtype)
@@ -195,9 +222,15 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
   (noise-free, :math:`w = \beta^\top z`) has a standard deviation over them; if the largest
   is below ``MIN_SPREAD`` the local model buys little and its tuning variable still costs
   acceptance (the ratio of its densities), so it is switched off (then training may still
-  move :math:`\beta, c`). A warm-up-measured criterion: on the 10-d funnel the largest
-  spread is ~1, on the centered eight schools ~0.7, on the non-centered ~0.25 and on the
-  breast-cancer regression ~0.09 (``docs/l2hmc.md``).
+  move :math:`\beta, c`). ``MIN_SPREAD`` and the spreads it separates:
+  ``docs/design-decisions.md``.
+
+  Args:
+    local: the fitted :class:`LocalStepSizes`.
+    positions: the warm-up's whitened positions ``(n, dim)``.
+
+  Returns:
+    ``local``, or a copy with zero slopes and exponents.
   """
   w = positions @ local.slope
   zero = jnp.zeros_like(local.exponent)
@@ -210,8 +243,18 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
 
 
 def diagonal_curvature(logdensity_fn, position):
-  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i`` (one Hessian-vector product
-  per coordinate, forward over reverse)."""
+  r""":math:`-\partial^2\log p/\partial x_i^2` for every ``i``.
+
+  One Hessian-vector product per coordinate, forward over reverse (``dim`` of them,
+  vmapped).
+
+  Args:
+    logdensity_fn: ``x (dim,) -> log p(x)``.
+    position: ``x``, ``(dim,)``.
+
+  Returns:
+    ``(dim,)``, the diagonal of minus the Hessian of :math:`\log p` at ``position``.
+  """
   grad = jax.grad(logdensity_fn)
   basis = jnp.eye(position.shape[0], dtype=position.dtype)
   column = jax.vmap(lambda e: jax.jvp(grad, (position,), (e,))[1])(basis)
@@ -230,6 +273,12 @@ def scales_vary(curvatures: jax.Array) -> jax.Array:
   changes sign somewhere (a non-log-concave direction) has no local scale to follow.
   Whether a position-dependent step size then follows the variation is
   :func:`keep_if_varying`'s decision, on the warm-up's fit.
+
+  Args:
+    curvatures: ``(chains, dim)``, :func:`diagonal_curvature` at each chain's position.
+
+  Returns:
+    A bool scalar.
   """
   positive = jnp.all(curvatures > 0, axis=0)
   half_log = 0.5 * jnp.log(jnp.where(curvatures > 0, curvatures, 1.0))
@@ -239,13 +288,33 @@ def scales_vary(curvatures: jax.Array) -> jax.Array:
 def fit_centre(positions: jax.Array, log_scales: jax.Array) -> jax.Array:
   r""":math:`a_i = \sum_k w_{ki} z_{ki} / \sum_k w_{ki}`, :math:`w_{ki} = e^{-2\ell_{ki}}`: each
   coordinate's mean over the warm-up's samples weighted by its local precision, dominated
-  by the samples deepest in the neck (the point the scale move contracts towards)."""
+  by the samples deepest in the neck (the point the scale move contracts towards).
+
+  Args:
+    positions: the warm-up's whitened positions :math:`z_{ki}`, ``(n, dim)``.
+    log_scales: their log local scales :math:`\ell_{ki}`, ``(n, dim)``.
+
+  Returns:
+    :math:`a`, ``(dim,)``: the ``centre`` of :class:`LocalStepSizes`.
+  """
   weights = jnp.exp(-2.0 * (log_scales - jnp.min(log_scales, axis=0)))
   return jnp.sum(weights * positions, axis=0) / jnp.sum(weights, axis=0)
 
 
 def scale_move(local: LocalStepSizes, z: jax.Array, t: jax.Array):
-  r""":math:`(T_t z, \log|\det\partial T_t/\partial z|)` of the scale move (module docstring)."""
+  r""":math:`(T_t z, \log|\det\partial T_t/\partial z|)` of the scale move (module docstring).
+
+  The pivot coordinate (the largest :math:`|\beta_k|`) moves by :math:`t`; every other
+  coordinate is scaled about ``local.centre`` by the change of its local step size.
+
+  Args:
+    local: the :class:`LocalStepSizes`.
+    z: the whitened position ``(dim,)``.
+    t: the move's size along the pivot.
+
+  Returns:
+    ``(moved, log_det)``.
+  """
   pivot = jnp.argmax(jnp.abs(local.slope))
   rate = local.exponent * local.slope[pivot]  # d S_i / d z_k below the caps
   other = jnp.arange(z.shape[0]) != pivot

@@ -56,6 +56,16 @@ def neals_funnel(dim: int = 10, scale: float = 3.0) -> Target:
   :math:`\log p = \log\mathcal N(v; 0, \sigma_v^2) + \sum_i \log\mathcal N(x_i; 0, e^{v})`,
   normalised. Exact mean 0, covariance :math:`\mathrm{diag}(\sigma_v^2, e^{\sigma_v^2/2}, \dots)`
   (the coordinates are uncorrelated) and exact draws.
+
+  Args:
+    dim: the number of coordinates, :math:`v` and :math:`d - 1` of :math:`x` (at least 2).
+    scale: :math:`\sigma_v`, the standard deviation of :math:`v`.
+
+  Returns:
+    A :class:`~metaoptax.l2hmc.Target` with its exact mean, covariance and draws.
+
+  Raises:
+    ValueError: ``dim < 2``.
   """
   if dim < 2:
     raise ValueError(f"dim must be >= 2, got {dim}.")
@@ -82,6 +92,13 @@ def eight_schools(centered: bool = True) -> Target:
   :math:`(\mu, \log\tau, \tilde\theta_{1..8})`; the normalised log density of the
   unconstrained coordinates (priors, the Jacobian of :math:`\tau = e^{\log\tau}`,
   the likelihood) up to the evidence. No closed-form moments.
+
+  Args:
+    centered: the centered parametrization (coordinates :math:`\theta_j`); else the
+      non-centered one (:math:`\tilde\theta_j`, :math:`\theta_j = \mu + \tau\tilde\theta_j`).
+
+  Returns:
+    A 10-d :class:`~metaoptax.l2hmc.Target` (no exact moments or draws).
   """
   y = jnp.asarray(EIGHT_SCHOOLS_Y)
   sigma = jnp.asarray(EIGHT_SCHOOLS_SIGMA)
@@ -137,7 +154,12 @@ def logistic_regression(features, labels, prior_scale: float = 1.0,
 
 
 def all_posteriors() -> dict[str, Target]:
-  """The funnel (10-d) and eight schools centered and non-centered, by short name."""
+  """The funnel (10-d) and eight schools centered and non-centered, by short name.
+
+  Returns:
+    ``{"funnel": ..., "schools_centered": ..., "schools_noncentered": ...}``, each a
+    :class:`~metaoptax.l2hmc.Target` with its default arguments.
+  """
   return {"funnel": neals_funnel(),
           "schools_centered": eight_schools(centered=True),
           "schools_noncentered": eight_schools(centered=False)}

@@ -19,19 +19,37 @@ __all__ = ("Target", "gaussian", "ill_conditioned_gaussian", "strongly_correlate
 
 
 class Target(NamedTuple):
-  """A distribution to sample: ``logdensity_fn(x) = -U(x)`` up to a constant."""
+  """A distribution to sample: ``logdensity_fn(x) = -U(x)`` up to a constant.
+
+  Attributes:
+    name: the target's name (reports and tables).
+    dim: the number of coordinates of ``x``.
+    logdensity_fn: ``x (dim,) -> log p(x)`` up to a constant.
+    mean: the exact mean ``(dim,)``, if known; else ``None``.
+    covariance: the exact covariance ``(dim, dim)``, if known; else ``None``.
+    sample: ``(rng_key, n) -> (n, dim)`` exact draws, if known; else ``None``.
+  """
 
   name: str
   dim: int
   logdensity_fn: Callable[[jax.Array], jax.Array]
-  mean: jax.Array | None = None  # exact mean, if known
-  covariance: jax.Array | None = None  # exact covariance, if known
-  sample: Callable[[jax.Array, int], jax.Array] | None = None  # exact draws (key, n), if known
+  mean: jax.Array | None = None
+  covariance: jax.Array | None = None
+  sample: Callable[[jax.Array, int], jax.Array] | None = None
 
 
 def gaussian(covariance: jax.Array, mean: jax.Array | None = None, name: str = "gaussian"
              ) -> Target:
-  """:math:`\\mathcal N(\\mu, \\Sigma)`: :math:`U(x) = \\tfrac12 (x-\\mu)^\\top \\Sigma^{-1} (x-\\mu)`."""
+  r""":math:`\mathcal N(\mu, \Sigma)`: :math:`U(x) = \tfrac12 (x-\mu)^\top \Sigma^{-1} (x-\mu)`.
+
+  Args:
+    covariance: :math:`\Sigma`, ``(dim, dim)``, symmetric positive definite.
+    mean: :math:`\mu`, ``(dim,)``; ``None``: 0.
+    name: the target's name.
+
+  Returns:
+    A :class:`Target` with its exact mean, covariance and draws (float32).
+  """
   covariance = jnp.asarray(covariance, jnp.float32)
   dim = covariance.shape[0]
   mean = jnp.zeros(dim) if mean is None else jnp.asarray(mean, jnp.float32)
@@ -48,12 +66,23 @@ def gaussian(covariance: jax.Array, mean: jax.Array | None = None, name: str = "
 
 
 def ill_conditioned_gaussian(dim: int = 50) -> Target:
-  """50-d Gaussian, diagonal, variances log-spaced from 1e-2 to 1e2."""
+  """A ``dim``-dimensional Gaussian, diagonal, its variances log-spaced from 1e-2 to 1e2.
+
+  Args:
+    dim: the number of coordinates.
+
+  Returns:
+    A :class:`Target` with its exact mean, covariance and draws.
+  """
   return gaussian(jnp.diag(jnp.logspace(-2.0, 2.0, dim)), name=f"ill-conditioned Gaussian ({dim}-d)")
 
 
 def strongly_correlated_gaussian() -> Target:
-  """2-d Gaussian with variances 100 and 0.1 along axes rotated by pi/4."""
+  """2-d Gaussian with variances 100 and 0.1 along axes rotated by pi/4.
+
+  Returns:
+    A :class:`Target` with its exact mean, covariance and draws.
+  """
   c, s = math.cos(math.pi / 4), math.sin(math.pi / 4)
   rotation = jnp.array([[c, -s], [s, c]])
   covariance = rotation @ jnp.diag(jnp.array([100.0, 0.1])) @ rotation.T
@@ -61,7 +90,15 @@ def strongly_correlated_gaussian() -> Target:
 
 
 def mixture_of_gaussians(distance: float = 4.0, variance: float = 0.1) -> Target:
-  """Equal mixture of two isotropic 2-d Gaussians ``distance`` apart (variance 0.1)."""
+  r"""Equal mixture of two isotropic 2-d Gaussians ``distance`` apart.
+
+  Args:
+    distance: the distance between the two means, placed at :math:`(\pm d/2, 0)`.
+    variance: the variance of each component along each axis.
+
+  Returns:
+    A :class:`Target` with its exact draws.
+  """
   means = jnp.array([[-distance / 2, 0.0], [distance / 2, 0.0]])
 
   def logdensity_fn(x):
@@ -79,7 +116,15 @@ def mixture_of_gaussians(distance: float = 4.0, variance: float = 0.1) -> Target
 
 
 def rough_well(dim: int = 2, eta: float = 1e-2) -> Target:
-  """:math:`U(x) = \\tfrac12 x^\\top x + \\eta \\sum_i \\cos(x_i/\\eta)`: a well with fine ripples."""
+  r""":math:`U(x) = \tfrac12 x^\top x + \eta \sum_i \cos(x_i/\eta)`: a well with fine ripples.
+
+  Args:
+    dim: the number of coordinates.
+    eta: :math:`\eta`, the ripples' amplitude and period.
+
+  Returns:
+    A :class:`Target` (mean 0; no exact covariance or draws).
+  """
 
   def logdensity_fn(x):
     return -(0.5 * x @ x + eta * jnp.sum(jnp.cos(x / eta)))
@@ -88,6 +133,12 @@ def rough_well(dim: int = 2, eta: float = 1e-2) -> Target:
 
 
 def all_targets() -> dict[str, Target]:
+  """The paper's four test targets by name.
+
+  Returns:
+    ``{"ill_conditioned": ..., "correlated": ..., "mixture": ..., "rough_well": ...}``,
+    each a :class:`Target` with its default arguments.
+  """
   return {"ill_conditioned": ill_conditioned_gaussian(),
           "correlated": strongly_correlated_gaussian(),
           "mixture": mixture_of_gaussians(),

@@ -63,7 +63,7 @@ from metaoptax.l2hmc.adaptation import SLOPES, warmup
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, draw_step_scale, init,
-                                    l2hmc, propose)
+                                    is_divergent, l2hmc, propose)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.whitening import Whitening, to_whitened
 
@@ -74,6 +74,9 @@ __all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult", 
 
 class TrainingConfig(NamedTuple):
   """The chains and the loss of L2HMC training.
+
+  The sampler's training (:class:`metaoptax.l2o.TrainingConfig` configures the
+  meta-training of a learned optimizer).
 
   The defaults are the recipe for a posterior nobody configured for (with
   :class:`metaoptax.l2hmc.L2HMCConfig`'s): 32 chains, a warm-up, the objective
@@ -140,39 +143,77 @@ class TrainingConfig(NamedTuple):
 
 
 class TrainingState(NamedTuple):
-  """Everything a training run carries from one iteration to the next."""
+  """Everything a training run carries from one iteration to the next.
+
+  Attributes:
+    params: the :class:`L2HMCParams` being trained.
+    opt_state: the optimizer's state.
+    chains: the chains' :class:`L2HMCState`, leaves ``(num_chains, ...)``, split over the
+      mesh's data axis.
+    masks: ``(K, dim)``, the sampler's fixed masks.
+    key: typed PRNG key; iteration ``i`` draws from ``fold_in(key, i)``.
+    iteration: int32 scalar, the iterations done.
+    skipped_updates: int32 scalar, the updates skipped (non-finite loss or gradient).
+    whitening: the warm-up's :class:`Whitening`; ``None`` without a warm-up.
+  """
 
   params: L2HMCParams
-  opt_state: Any  # the optimizer's state
-  chains: L2HMCState  # leaves (num_chains, ...): split over the mesh's data axis
-  masks: jax.Array  # (K, dim) the sampler's fixed masks
-  key: jax.Array  # typed PRNG key; iteration i draws from fold_in(key, i)
-  iteration: jax.Array  # int32 iterations done
-  skipped_updates: jax.Array  # int32 updates skipped (non-finite loss or gradient)
-  whitening: Whitening | None = None  # the warm-up's (mu, sigma); None without a warm-up
+  opt_state: Any
+  chains: L2HMCState
+  masks: jax.Array
+  key: jax.Array
+  iteration: jax.Array
+  skipped_updates: jax.Array
+  whitening: Whitening | None = None
 
 
 class TrainingInfo(NamedTuple):
-  """What one iteration (:func:`build_training_step`) reports."""
+  """What one iteration (:func:`build_training_step`) reports.
+
+  Attributes:
+    loss: the training loss of the iteration (:attr:`TrainingConfig.objective`).
+    acceptance: the mean acceptance probability of the chains' proposals.
+    finite: bool; false where the update was skipped (a non-finite loss or gradient).
+    num_divergent: int32: the chains whose proposal diverged
+      (``L2HMCInfo.is_divergent``: not finite).
+  """
 
   loss: jax.Array
-  acceptance: jax.Array  # mean acceptance probability of the chains' proposals
-  finite: jax.Array  # bool; False where the update was skipped
+  acceptance: jax.Array
+  finite: jax.Array
+  num_divergent: jax.Array
 
 
 class TrainingResult(NamedTuple):
-  """What :func:`train` returns."""
+  """What :func:`train` returns.
+
+  Attributes:
+    params: the trained :class:`L2HMCParams`.
+    masks: ``(K, dim)``, the sampler's fixed masks of the coordinates each leapfrog step
+      updates.
+    losses: one loss per iteration of this call (NaN where the update was skipped).
+    acceptance: the chains' mean acceptance probability, one per iteration of this call.
+    seconds: the wall-clock time of this call.
+    skipped_updates: the updates skipped for a non-finite loss or gradient (whole run).
+    state: the :class:`TrainingState` to continue from (``init_state=``) or to checkpoint.
+    whitening: the warm-up's :class:`Whitening` (already inside ``sampler``); ``None``
+      without a warm-up.
+    sampler: the trained sampler, its whitening included
+      (:class:`SamplingAlgorithm`: ``init(position)``, ``step(rng_key, state)``).
+    num_divergent: the chains' proposals in this call's iterations that diverged (not
+      finite, rejected).
+  """
 
   params: L2HMCParams
   masks: jax.Array
-  losses: np.ndarray  # one per iteration of this call (NaN where skipped)
-  acceptance: np.ndarray  # mean acceptance of the chains, one per iteration
+  losses: np.ndarray
+  acceptance: np.ndarray
   seconds: float
-  skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient (whole run)
-  state: TrainingState | None = None  # to continue (``init_state=``) or checkpoint
-  whitening: Whitening | None = None  # the warm-up's (mu, sigma), already in ``sampler``
-  # the trained sampler (its whitening included): init(position), step(rng_key, state)
+  skipped_updates: int = 0
+  state: TrainingState | None = None
+  whitening: Whitening | None = None
   sampler: SamplingAlgorithm | None = None
+  num_divergent: int = 0
 
 
 def _accepted_jump(jump, acceptance):
@@ -181,8 +222,21 @@ def _accepted_jump(jump, acceptance):
 
 
 def esjd_loss(x_before, x_after, acceptance, scale: float = 0.1, eps: float = 1e-4):
-  """:math:`\\lambda^2/\\delta - \\delta/\\lambda^2`, :math:`\\delta = \\|x-x'\\|^2 A + \\epsilon`
-  (``scale`` is :math:`\\lambda^2`; a non-finite proposal counts as no jump)."""
+  r""":math:`\lambda^2/\delta - \delta/\lambda^2`, :math:`\delta = \|x-x'\|^2 A + \epsilon`.
+
+  The paper's loss on the expected squared jump distance: a non-finite proposal counts
+  as no jump.
+
+  Args:
+    x_before: positions ``(..., dim)`` before the transition.
+    x_after: the proposals ``(..., dim)``.
+    acceptance: :math:`A`, their acceptance probabilities ``(...)``.
+    scale: :math:`\lambda^2`.
+    eps: :math:`\epsilon`, which keeps :math:`\delta > 0`.
+
+  Returns:
+    The loss per chain, shape ``(...)``.
+  """
   delta = _accepted_jump(jnp.sum((x_before - x_after) ** 2, axis=-1), acceptance) + eps
   return scale / delta - delta / scale
 
@@ -291,7 +345,16 @@ def objective_loss(objective: str, z_before, z_after, acceptance, scale: float =
     the per-chain barrier :math:`\lambda^2/\delta`, whose gradient is dominated by the
     few chains with a small jump.
 
-  Returns per-chain losses ``(chains,)``.
+  Args:
+    objective: one of :data:`OBJECTIVES` (above).
+    z_before: the chains' positions ``(chains, dim)`` before the transition.
+    z_after: their proposals ``(chains, dim)``.
+    acceptance: :math:`A`, the acceptance probabilities ``(chains,)``.
+    scale: :math:`\lambda^2`.
+    eps: :math:`\epsilon`.
+
+  Returns:
+    Per-chain losses ``(chains,)``.
   """
   loss = esjd_loss(z_before, z_after, acceptance, scale, eps)
   if objective == "esjd_squares":
@@ -360,9 +423,14 @@ def _first_order(logdensity_fn: Callable) -> Callable:
 
 @functools.cache
 def default_optimizer() -> optax.GradientTransformation:
-  """Adam, learning rate 1e-3 decayed by 0.96 every 1000 steps (the paper's).
+  """The sampler's training optimizer by default: the paper's Adam.
 
+  Adam with learning rate 1e-3, decayed by 0.96 every 1000 steps (staircase). Not
+  :func:`metaoptax.l2o.default_optimizer`, the meta-optimizer of a learned optimizer.
   The same object on every call, so runs with the default share compiled steps.
+
+  Returns:
+    An ``optax.GradientTransformation``.
   """
   return optax.adam(optax.exponential_decay(1e-3, 1000, 0.96, staircase=True))
 
@@ -466,6 +534,19 @@ def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HM
   (``optimizer`` must be the one the step uses). The state is committed to the
   default device, as :func:`train` places it: a loop over
   :func:`build_training_step` shares its compilation.
+
+  Args:
+    rng_key: PRNG key of the parameters, masks, starting points and warm-up.
+    target: the :class:`Target` to sample.
+    config: the sampler's :class:`L2HMCConfig` (``dim`` filled from the target).
+    training: the :class:`TrainingConfig`.
+    optimizer: the optax optimizer of the sampler's parameters (default
+      :func:`default_optimizer`).
+    positions: the chains' starting points ``(num_chains, dim)``; ``None``: standard
+      normal draws.
+
+  Returns:
+    A :class:`TrainingState`.
   """
   return _initial_state(rng_key, target, config, training, optimizer, positions)[0]
 
@@ -553,6 +634,19 @@ def build_training_step(
   over the devices of ``data_axis`` (default: every axis of the mesh), the
   parameters and optimizer state are replicated, and the means over chains
   become all-reduces. Arguments as in :func:`train`.
+
+  Args:
+    target: the :class:`Target` to sample.
+    config: the sampler's :class:`L2HMCConfig` (``dim`` filled from the target).
+    training: the :class:`TrainingConfig`.
+    optimizer: the optax optimizer of the sampler's parameters; the one
+      :func:`init_training` was given (default :func:`default_optimizer`).
+    mesh: a ``jax.sharding.Mesh`` to split the chains over; ``None``: one device.
+    data_axis: the mesh axes the chains are split over (default: every axis).
+
+  Returns:
+    The pure function ``step(state) -> (state, info)``: a :class:`TrainingState` and a
+    :class:`TrainingInfo`.
   """
   _check_training(training)
   config = _with_dim(target, config)
@@ -586,16 +680,18 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     scales = parallel.shard_batch(jnp.ones((num_chains,)) if scales is None else scales)
     if drop:  # a copy of the parameters per chain, so that each has its own cotangent
       per_chain = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), params)
-      proposals, acceptance, _ = jax.vmap(
+      proposals, acceptance, log_det = jax.vmap(
           lambda p, s, v, d, u, c: propose(config, _finite_cotangent(p), masks, logdensity_fn,
                                            s, v, d, whitening, u, c))(
               per_chain, states, momenta, directions, noise, scales)
     else:
-      proposals, acceptance, _ = jax.vmap(
+      proposals, acceptance, log_det = jax.vmap(
           lambda s, v, d, u, c: propose(config, params, masks, logdensity_fn, s, v, d,
                                         whitening, u, c))(states, momenta, directions, noise,
                                                           scales)
-    return parallel.shard_batch((proposals, acceptance))
+    divergent = jax.vmap(is_divergent)(jax.lax.stop_gradient(proposals),
+                                       jax.lax.stop_gradient(log_det))
+    return parallel.shard_batch((proposals, acceptance, divergent))
 
   def chain_losses(before, after, acceptance, whitening):
     if objective == "esjd" and whitening is None:  # the paper's loss, as written
@@ -606,17 +702,17 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
 
   def loss_fn(params, masks, chains, key, logdensity_fn, whitening):
     k_chain, k_fresh, k_init = jax.random.split(key, 3)
-    proposals, acceptance = transitions(params, masks, chains, k_chain, logdensity_fn,
-                                        whitening)
+    proposals, acceptance, divergent = transitions(params, masks, chains, k_chain,
+                                                   logdensity_fn, whitening)
     loss = jnp.mean(chain_losses(chains.position, proposals.position, acceptance, whitening))
     if aux_weight:
       fresh = jax.vmap(lambda x: init(x, logdensity_fn))(
           parallel.shard_batch(jax.random.normal(k_init, (num_chains, config.dim))))
-      fresh_proposals, fresh_acceptance = transitions(params, masks, fresh, k_fresh,
-                                                      logdensity_fn, whitening)
+      fresh_proposals, fresh_acceptance, _ = transitions(params, masks, fresh, k_fresh,
+                                                         logdensity_fn, whitening)
       loss = loss + aux_weight * jnp.mean(chain_losses(
           fresh.position, fresh_proposals.position, fresh_acceptance, whitening))
-    return loss, (proposals, acceptance)
+    return loss, (proposals, acceptance, divergent)
 
   def step(state: TrainingState) -> tuple[TrainingState, TrainingInfo]:
     logdensity_fn = tempered(state.iteration)
@@ -625,7 +721,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
       chains = jax.vmap(lambda x: init(x, logdensity_fn))(chains.position)
     chains = parallel.shard_batch(chains)
     k_loss, k_accept = jax.random.split(jax.random.fold_in(state.key, state.iteration))
-    (loss, (proposals, acceptance)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+    (loss, (proposals, acceptance, divergent)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(
         state.params, state.masks, chains, k_loss, logdensity_fn, state.whitening)
     params, opt_state, finite = apply_if_finite(optimizer, grads, loss, state.params,
                                                 state.opt_state)
@@ -638,7 +735,8 @@ def _build_step(logdensity_fn: Callable, config: L2HMCConfig, training: Training
     new_state = state._replace(params=params, opt_state=opt_state, chains=chains,
                                iteration=state.iteration + 1,
                                skipped_updates=parallel.replicate(skipped))
-    return new_state, TrainingInfo(loss, jnp.mean(acceptance), finite)
+    return new_state, TrainingInfo(loss, jnp.mean(acceptance), finite,
+                                   jnp.sum(divergent, dtype=jnp.int32))
 
   return step
 
@@ -726,4 +824,4 @@ def train(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(
                         run.infos.acceptance, run.seconds, int(run.state.skipped_updates),
                         run.state, run.state.whitening,
                         l2hmc(target.logdensity_fn, config, run.state.params, run.state.masks,
-                              run.state.whitening))
+                              run.state.whitening), int(np.sum(run.infos.num_divergent)))

@@ -33,8 +33,19 @@ MAX_NUM_STEPS = 16
 
 
 def num_steps_for(step_size: float, max_num_steps: int = MAX_NUM_STEPS) -> int:
-  """``ceil(QUARTER_PERIOD / step_size)``, at most ``max_num_steps`` (module docstring);
-  ``max_num_steps`` where ``step_size`` is not a positive finite number."""
+  """The leapfrog steps of a quarter period at ``step_size`` (module docstring).
+
+  Args:
+    step_size: the step size in whitened units (the warm-up's :math:`h`).
+    max_num_steps: the most steps to give (at least 1).
+
+  Returns:
+    ``ceil(QUARTER_PERIOD / step_size)``, at most ``max_num_steps``; ``max_num_steps``
+    where ``step_size`` is not a positive finite number.
+
+  Raises:
+    ValueError: ``max_num_steps < 1``.
+  """
   if max_num_steps < 1:
     raise ValueError(f"max_num_steps must be >= 1, got {max_num_steps}.")
   step_size = float(step_size)

@@ -41,21 +41,40 @@ __all__ = ("Whitening", "dense_whitening", "log_det_jacobian")
 
 
 class Whitening(NamedTuple):
-  """:math:`x = \\mu + L z`, :math:`L = \\operatorname{diag}(\\sigma)`, ``cholesky``, or
-  :math:`\\operatorname{diag}(\\sigma)(I + U(\\Lambda^{1/2} - I)U^\\top)` (module docstring)."""
+  r""":math:`x = \mu + L z`, :math:`L = \operatorname{diag}(\sigma)`, ``cholesky``, or
+  :math:`\operatorname{diag}(\sigma)(I + U(\Lambda^{1/2} - I)U^\top)` (module docstring).
 
-  location: jax.Array  # (dim,) mu
-  # (dim,) sigma > 0: the standard deviation of each coordinate (dense: of Sigma; low rank:
-  # the diagonal factor)
+  Attributes:
+    location: ``(dim,)``, :math:`\mu`.
+    scale: ``(dim,)``, :math:`\sigma > 0`, the standard deviation of each coordinate
+      (dense: of :math:`\Sigma`; low rank: the diagonal factor).
+    cholesky: ``(dim, dim)``, the lower-triangular :math:`L` with :math:`L L^\top =
+      \Sigma`; ``None``: diagonal or low rank.
+    inverse_cholesky: ``(dim, dim)``, :math:`L^{-1}`; ``None`` when not dense.
+    vectors: ``(dim, k)``, the orthonormal :math:`U` of the low-rank part; ``None``: none.
+    eigenvalues: ``(k,)``, :math:`\Lambda > 0`, the variances along :math:`U`'s columns
+      in the scaled space; ``None``: none.
+  """
+
+  location: jax.Array
   scale: jax.Array
-  cholesky: jax.Array | None = None  # (dim, dim) lower L with L L^T = Sigma; None: diagonal
-  inverse_cholesky: jax.Array | None = None  # (dim, dim) L^{-1}
-  vectors: jax.Array | None = None  # (dim, k) orthonormal U of the low-rank part; None: none
-  eigenvalues: jax.Array | None = None  # (k,) Lambda > 0, of U's columns in the scaled space
+  cholesky: jax.Array | None = None
+  inverse_cholesky: jax.Array | None = None
+  vectors: jax.Array | None = None
+  eigenvalues: jax.Array | None = None
 
 
 def dense_whitening(location: jax.Array, covariance: jax.Array) -> Whitening:
-  """The whitening of ``covariance`` (symmetric positive definite) around ``location``."""
+  r"""The whitening of ``covariance`` (symmetric positive definite) around ``location``.
+
+  Args:
+    location: :math:`\mu`, ``(dim,)``.
+    covariance: :math:`\Sigma`, ``(dim, dim)``, symmetric positive definite.
+
+  Returns:
+    A :class:`Whitening` with :math:`L` the Cholesky factor of :math:`\Sigma`, its
+    inverse, and the standard deviations :math:`\sqrt{\Sigma_{ii}}` as ``scale``.
+  """
   cholesky = jnp.linalg.cholesky(covariance)
   eye = jnp.eye(covariance.shape[0], dtype=covariance.dtype)
   inverse = jax.scipy.linalg.solve_triangular(cholesky, eye, lower=True)

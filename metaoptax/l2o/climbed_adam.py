@@ -161,10 +161,16 @@ class ClimbedAdamConfig(NamedTuple):
 
 
 class ClimbedAdamState(NamedTuple):
-  """What :meth:`ClimbedAdamConfig.step` carries: the optimizer's state and the steps taken."""
+  """What :meth:`ClimbedAdamConfig.step` carries: the optimizer's state and the steps taken.
 
-  optimizer: Any  # the transformation's state (MetaOptimize's, around ScaledAdamState)
-  count: jax.Array  # int32 steps taken (the minibatch index of the task families)
+  Attributes:
+    optimizer: the transformation's state (MetaOptimize's, around a
+      :class:`ScaledAdamState`).
+    count: int32 scalar, the steps taken (the minibatch index of the task families).
+  """
+
+  optimizer: Any
+  count: jax.Array
 
 
 def _beta(state) -> jax.Array:

@@ -25,6 +25,16 @@ def evaluate(rng_key: jax.Array, family: TaskFamily, optimizer: optax.GradientTr
   receives the task's group action as ``act=`` (``None`` for a family without one),
   so its teleport head acts (other optimizers ignore it).
 
+  Args:
+    rng_key: PRNG key of the tasks and starting points.
+    family: the :class:`TaskFamily`.
+    optimizer: any optax transformation, learned or not.
+    num_tasks: the tasks to run (vmapped).
+    steps: the optimizer steps on each.
+
+  Returns:
+    ``(num_tasks, steps + 1)``: each task's loss at its start and after every step.
+
   Examples:
     >>> import jax, optax
     >>> from metaoptax import l2o

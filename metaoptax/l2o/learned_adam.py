@@ -211,16 +211,28 @@ class ScaledAdamConfig(NamedTuple):
 
 class ScaledAdamState(NamedTuple):
   """State of :meth:`ScaledAdamConfig.transformation`: Adam's moments, the LSTM state and
-  the multipliers."""
+  the multipliers.
 
-  mu: Any  # first moment, params-shaped (float32 or wider)
-  nu: Any  # second moment, params-shaped
-  carry: tuple  # LSTM (c, h) per layer, each (num_tensors, hidden)
-  log_scale: jax.Array  # (num_tensors,) the last log-multipliers s
-  count: jax.Array  # int32 steps taken
-  skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
-  mu_slow: Any = None  # slow first moment, params-shaped (``slow_b1``), else None
-  budget: jax.Array | None = None  # the run's length T in steps, a scalar (``budget``), else None
+  Attributes:
+    mu: Adam's first moment, params-shaped (float32 or wider).
+    nu: Adam's second moment, params-shaped.
+    carry: the LSTM's ``(c, h)`` per layer, each ``(num_tensors, hidden)``.
+    log_scale: ``(num_tensors,)``, the last log-multipliers :math:`s`.
+    count: int32 scalar, the steps taken.
+    skipped_steps: int32 scalar, the steps skipped (non-finite gradient or step).
+    mu_slow: the slow first moment, params-shaped (``slow_b1``); ``None`` without it.
+    budget: the run's length :math:`T` in steps, a scalar (``budget``); ``None``
+      without it.
+  """
+
+  mu: Any
+  nu: Any
+  carry: tuple
+  log_scale: jax.Array
+  count: jax.Array
+  skipped_steps: jax.Array
+  mu_slow: Any = None
+  budget: jax.Array | None = None
 
 
 def _check(config: ScaledAdamConfig) -> None:
@@ -246,8 +258,17 @@ def _initial_carry(config: ScaledAdamConfig, rows: int, dtype):
 
 class TensorLSTM(nn.Module):
   """``(carry, features (tensors, F)) -> (carry, raw (tensors,))``: an LSTM over the rows
-  (one per tensor) and a zero-initialized linear read-out (of the LSTM's output and, with
-  ``budget``, of the budget features, the last columns)."""
+  (one per tensor) and a zero-initialized linear read-out.
+
+  The Flax module of :class:`ScaledAdamConfig`: ``config.layers`` stacked
+  ``nn.OptimizedLSTMCell`` layers of ``config.hidden`` units shared by the tensors, and a
+  dense read-out named ``log_scale``, of the LSTM's output and, with ``budget``, of the
+  budget features (the last columns). Its weights start at zero, so the raw outputs do,
+  and the multipliers :math:`e^{s}` start at 1.
+
+  Attributes:
+    config: the :class:`ScaledAdamConfig`.
+  """
 
   config: ScaledAdamConfig
 
@@ -277,7 +298,18 @@ def scaled_adam_features(config: ScaledAdamConfig, state: ScaledAdamState, param
   this step (``F = 12``, 3 more with ``slow_b1``, 5 more with ``budget``), Adam's new
   moments, its direction
   :math:`d_t` and the new slow moment (``None`` without ``slow_b1``), per tensor (pure,
-  jit-able)."""
+  jit-able).
+
+  Args:
+    config: the :class:`ScaledAdamConfig`.
+    state: the optimizer's :class:`ScaledAdamState` before the step.
+    params: the params (pytree).
+    grads: the gradient, params-shaped.
+
+  Returns:
+    The 5-tuple above: ``features`` ``(num_tensors, F)``; ``mu`` and ``nu``
+    params-shaped; ``directions`` params-shaped; ``mu_slow`` params-shaped or ``None``.
+  """
   b1, b2, eps = config.b1, config.b2, config.eps
   count = state.count  # steps taken before this one
   t = (count + 1).astype(state.log_scale.dtype)

@@ -144,7 +144,19 @@ def validate(config: L2OConfig) -> None:
 
 
 def preprocess(grad: jax.Array, p: float = 10.0) -> jax.Array:
-  """Per-coordinate features ``(n,) -> (n, 2)`` of the gradient."""
+  r"""Per-coordinate features ``(n,) -> (n, 2)`` of the gradient.
+
+  The paper's preprocessing (Andrychowicz et al. 2016):
+  :math:`g \mapsto (\log|g|/p,\ \mathrm{sign}\,g)` where :math:`|g| \ge e^{-p}`, else
+  :math:`(-1,\ e^p g)`: both features stay of order one across the gradient's scales.
+
+  Args:
+    grad: the flat gradient ``(n,)``.
+    p: :math:`p`, the threshold's exponent.
+
+  Returns:
+    ``(n, 2)``, the LSTM's input.
+  """
   magnitude = jnp.abs(grad)
   large = magnitude >= jnp.exp(-p)
   first = jnp.where(large, jnp.log(jnp.maximum(magnitude, jnp.exp(-p))) / p, -1.0)
@@ -153,7 +165,20 @@ def preprocess(grad: jax.Array, p: float = 10.0) -> jax.Array:
 
 
 class CoordinateLSTM(nn.Module):
-  """``(carry, features (n, F)) -> (carry, heads)``; carry is one (c, h) per layer."""
+  """``(carry, features (n, F)) -> (carry, heads)``; carry is one (c, h) per layer.
+
+  The Flax module of :class:`L2OConfig`: ``config.layers`` stacked
+  ``nn.OptimizedLSTMCell`` layers of ``config.hidden`` units, shared by the ``n``
+  coordinates (each coordinate a row), and one dense read-out per head of
+  ``config.heads``: ``"update"`` (``update_scale`` times its output),
+  ``"learning_rate"`` (``lr_scale`` times its exponential), ``"momentum"`` (a sigmoid,
+  its bias at the logit of ``momentum_init``) and ``"teleport"`` (``group_dim``
+  numbers, ``teleport_scale`` times a tanh, from the hidden states pooled over the
+  coordinates). The read-outs start near zero.
+
+  Attributes:
+    config: the :class:`L2OConfig`.
+  """
 
   config: L2OConfig
 

@@ -29,12 +29,20 @@ __all__ = ("L2OState",)
 
 
 class L2OState(NamedTuple):
-  """Per-optimizee state of a learned optimizer."""
+  """Per-optimizee state of a learned optimizer (:meth:`L2OConfig.transformation`).
 
-  carry: tuple  # LSTM (c, h) per layer, each (num_coordinates, hidden)
-  momentum: jax.Array  # v, flat (num_coordinates,)
-  count: jax.Array  # int32 steps taken
-  skipped_steps: jax.Array  # int32 steps skipped (non-finite gradient or step)
+  Attributes:
+    carry: the LSTM's ``(c, h)`` per layer, each ``(num_coordinates, hidden)``.
+    momentum: :math:`v`, flat ``(num_coordinates,)`` (zeros without a ``"momentum"``
+      head).
+    count: int32 scalar, the steps taken.
+    skipped_steps: int32 scalar, the steps skipped (non-finite gradient or step).
+  """
+
+  carry: tuple
+  momentum: jax.Array
+  count: jax.Array
+  skipped_steps: jax.Array
 
 
 def init_state(config: L2OConfig, params: Any) -> L2OState:

@@ -67,15 +67,33 @@ class PES(NamedTuple):
 
 
 class PESState(NamedTuple):
-  """The particles of one unroll."""
+  r"""The particles of one unroll.
 
-  states: Any  # each particle's state, a leading axis of N particles (pairs interleaved)
-  accumulated: Any  # theta-shaped leaves with a leading axis N: each particle's sum xi
+  Attributes:
+    states: each particle's state, with a leading axis of ``N`` particles (the pairs
+      interleaved).
+    accumulated: :math:`\theta`-shaped leaves with a leading axis ``N``: each particle's
+      sum of perturbations :math:`\xi` so far.
+  """
+
+  states: Any
+  accumulated: Any
 
 
 def init(theta: Any, states: Any) -> PESState:
-  """The particles at the start of an unroll: ``states`` (leading axis ``N``, an even
-  number: particles ``2p`` and ``2p + 1`` are the antithetic pair ``p``) and zero sums."""
+  """The particles at the start of an unroll, with zero sums of perturbations.
+
+  Args:
+    theta: the network's weights (only their shapes and dtypes are read).
+    states: each particle's state, leaves with a leading axis ``N``, an even number:
+      particles ``2p`` and ``2p + 1`` are the antithetic pair ``p``.
+
+  Returns:
+    A :class:`PESState`.
+
+  Raises:
+    ValueError: ``N`` is odd.
+  """
   count = jax.tree.leaves(states)[0].shape[0]
   if count % 2:
     raise ValueError(f"PES needs an even number of particles (antithetic pairs), got {count}.")

@@ -66,8 +66,18 @@ class TaskFamily(NamedTuple):
 
 
 def gradient(family: TaskFamily, task: Any, params: Any, step: jax.Array) -> Any:
-  """The gradient the optimizer receives at ``step``: of ``family.minibatch_loss`` if the
-  family has one, else of ``family.loss``."""
+  """The gradient the optimizer receives at ``step``.
+
+  Args:
+    family: the :class:`TaskFamily`.
+    task: one task of it.
+    params: the optimizee's parameters.
+    step: the optimizee's step (the minibatch index).
+
+  Returns:
+    The gradient of ``family.minibatch_loss(task, params, step)`` if the family has one,
+    else of ``family.loss(task, params)``, params-shaped.
+  """
   if family.minibatch_loss is None:
     return jax.grad(family.loss, argnums=1)(task, params)
   return jax.grad(family.minibatch_loss, argnums=1)(task, params, step)
@@ -138,6 +148,17 @@ def ellipse(varying: bool = True, min_abs_det: float = 0.3, *, sampler: str = "d
     scale, condition numbers exactly :math:`\kappa`.
   * ``"mixture"``: each task from ``"reference"`` or ``"ill_conditioned"`` with
     probability 1/2 (a training distribution that covers both).
+
+  Args:
+    varying: draw each task (else the one fixed task).
+    min_abs_det: the least :math:`|\det A|` of ``"det_bounded"``.
+    sampler: how :math:`A` is drawn: ``"det_bounded"``, ``"reference"``,
+      ``"ill_conditioned"`` or ``"mixture"`` (above; :data:`ELLIPSE_SAMPLERS`).
+    max_condition: the largest condition number of ``"ill_conditioned"``.
+
+  Returns:
+    A :class:`TaskFamily` of 2-d problems :math:`\|Ax + b\|^2` with the group
+    SO(2) conjugated by :math:`x \mapsto Ax + b` (``group_dim=1``).
   """
   if sampler not in ELLIPSE_SAMPLERS:
     raise ValueError(f"sampler must be one of {ELLIPSE_SAMPLERS}, got {sampler!r}.")
@@ -174,9 +195,20 @@ def ellipse(varying: bool = True, min_abs_det: float = 0.3, *, sampler: str = "d
 
 
 def rosenbrock(varying: bool = True, min_abs: float = 0.5) -> TaskFamily:
-  """Generalized Rosenbrock. Fixed task: ``a=1, b=-1, c=-2, d(x) = 0.4 x^2``.
+  r"""Generalized Rosenbrock, :math:`\|h(x, y)\|^2` with
+  :math:`h(x, y) = (c\,y + d(x),\ a x + b)` (:func:`metaoptax.teleport.groups.rosenbrock_bijection`).
 
-  Varying: ``a, b, c, d1, d2, d3`` iid N(0, 1) with ``|a|, |c| >= min_abs``.
+  Fixed task: ``a=1, b=-1, c=-2, d(x) = 0.4 x^2``. Varying:
+  ``a, b, c, d1, d2, d3`` iid N(0, 1) with ``|a|, |c| >= min_abs`` and
+  :math:`d(x) = d_1 x^2 + d_2 x + d_3`. The group is SO(2) conjugated by :math:`h`
+  (``group_dim=1``), which leaves every task's loss unchanged.
+
+  Args:
+    varying: draw each task's coefficients (else the one fixed task).
+    min_abs: the least ``|a|`` and ``|c|`` (which keep :math:`h` invertible).
+
+  Returns:
+    A :class:`TaskFamily` of 2-d problems started from a standard normal.
   """
 
   def sample_task(key):
@@ -201,12 +233,29 @@ def rosenbrock(varying: bool = True, min_abs: float = 0.5) -> TaskFamily:
 
 
 def glorot_normal(key, fan_out, fan_in):
-  """Glorot/Xavier: Var = 2 / (fan_in + fan_out) (linear and tanh layers)."""
+  """Glorot/Xavier: Var = 2 / (fan_in + fan_out) (linear and tanh layers).
+
+  Args:
+    key: PRNG key.
+    fan_out, fan_in: the weight matrix's shape ``(fan_out, fan_in)``.
+
+  Returns:
+    A float32 matrix ``(fan_out, fan_in)`` of normal draws with that variance.
+  """
   return jax.random.normal(key, (fan_out, fan_in)) * jnp.sqrt(2.0 / (fan_in + fan_out))
 
 
 def he_normal(key, fan_out, fan_in, negative_slope=0.0):
-  """He/Kaiming: Var = 2 / ((1 + slope^2) fan_in) ((leaky) ReLU layers)."""
+  """He/Kaiming: Var = 2 / ((1 + slope^2) fan_in) ((leaky) ReLU layers).
+
+  Args:
+    key: PRNG key.
+    fan_out, fan_in: the weight matrix's shape ``(fan_out, fan_in)``.
+    negative_slope: the LeakyReLU's slope below 0 (0: ReLU).
+
+  Returns:
+    A float32 matrix ``(fan_out, fan_in)`` of normal draws with that variance.
+  """
   return jax.random.normal(key, (fan_out, fan_in)) * jnp.sqrt(
       2.0 / ((1.0 + negative_slope**2) * fan_in))
 
@@ -220,6 +269,15 @@ def mlp_regression(width: int = 20, examples: int = 20, teleport_scale: float = 
   (from theta, width² numbers) rescaled to Frobenius norm ``teleport_scale``;
   the action is exact on the batch when ``examples <= width`` (the default has
   ``examples == width``).
+
+  Args:
+    width: the layers' width.
+    examples: the batch's examples.
+    teleport_scale: the Frobenius norm of :math:`T` in :math:`g = I + T`.
+    negative_slope: the LeakyReLU's slope below 0.
+
+  Returns:
+    A :class:`TaskFamily` with ``group_dim = width ** 2``.
   """
 
   def sample_task(key):

@@ -53,6 +53,9 @@ __all__ = ("TrainingConfig", "TrainingState", "TrainingInfo", "TrainingResult",
 class TrainingConfig(NamedTuple):
   """How each task batch of meta-training is run and scored.
 
+  The meta-training of a learned optimizer (:class:`metaoptax.l2hmc.TrainingConfig`
+  configures the sampler's training).
+
   Attributes:
     tasks_per_step: tasks per batch (vmapped; split over the mesh's data axis).
     horizon: optimizee steps per task.
@@ -97,41 +100,76 @@ class TrainingConfig(NamedTuple):
 
 
 class TrainingState(NamedTuple):
-  """Everything a meta-training run carries from one task batch to the next."""
+  """Everything a meta-training run carries from one task batch to the next.
 
-  params: Any  # the network's weights
-  opt_state: Any  # the meta-optimizer's state
-  key: jax.Array  # typed PRNG key of the next task batches
-  meta_step: jax.Array  # int32 task batches done
-  skipped_updates: jax.Array  # int32 meta updates skipped (non-finite meta-gradient or loss)
+  Attributes:
+    params: the network's weights.
+    opt_state: the meta-optimizer's state.
+    key: typed PRNG key of the next task batches.
+    meta_step: int32 scalar, the task batches done.
+    skipped_updates: int32 scalar, the meta updates skipped (non-finite meta-gradient
+      or meta-loss).
+  """
+
+  params: Any
+  opt_state: Any
+  key: jax.Array
+  meta_step: jax.Array
+  skipped_updates: jax.Array
 
 
 class TrainingInfo(NamedTuple):
-  """What one task batch (:func:`build_training_step`) reports."""
+  """What one task batch (:func:`build_training_step`) reports.
 
-  losses: jax.Array  # (horizon // unroll,) meta-loss of each truncation
-  finite: jax.Array  # (horizon // unroll,) bool; False where the update was skipped
-  task_losses: jax.Array  # (tasks_per_step,) loss of each task at the horizon
-  diverged: jax.Array  # (horizon // unroll,) int32 tasks masked and restarted (mask_diverged_tasks)
-  # (horizon // unroll, tasks_per_step) each task's own meta-loss in each truncation
+  With ``horizon // unroll`` truncations per batch:
+
+  Attributes:
+    losses: ``(horizon // unroll,)``, the meta-loss of each truncation.
+    finite: ``(horizon // unroll,)`` bool; false where the meta update was skipped.
+    task_losses: ``(tasks_per_step,)``, each task's loss at the horizon.
+    diverged: ``(horizon // unroll,)`` int32, the tasks masked and restarted in each
+      truncation (``mask_diverged_tasks``).
+    task_meta_losses: ``(horizon // unroll, tasks_per_step)``, each task's own meta-loss
+      in each truncation.
+  """
+
+  losses: jax.Array
+  finite: jax.Array
+  task_losses: jax.Array
+  diverged: jax.Array
   task_meta_losses: jax.Array
 
 
 class TrainingResult(NamedTuple):
-  """What :func:`train` returns."""
+  """What :func:`train` returns.
 
-  params: Any  # the network's weights
-  # one meta-loss per meta update (truncation) of this call: the mean over the batch's
-  # tasks that the meta step descends (over its finite tasks with mask_diverged_tasks)
+  Attributes:
+    params: the network's weights (with ``validation=`` and ``select_best``, the
+      best-scoring ones); ``config.transformation(params)`` is the trained optimizer.
+    losses: ``(num_iterations * horizon // unroll,)``, one meta-loss per meta update
+      (truncation) of this call: the mean over the batch's tasks that the meta step
+      descends (over its finite tasks with ``mask_diverged_tasks``).
+    skipped_updates: the meta updates skipped for a non-finite meta-gradient (whole run,
+      across continued calls).
+    seconds: the wall-clock time of this call.
+    updates_per_second: meta updates per second of this call.
+    state: the :class:`TrainingState` to continue from (``init_state=``) or to checkpoint.
+    diverged_tasks: the tasks masked and restarted in this call (``mask_diverged_tasks``).
+    validation_scores: ``(k, 2)``, the (iteration, held-out score) of each validation of
+      this call (``validation=``); ``None`` without validation.
+    best_iteration: the iteration of the selected weights (``validation=``); ``None``
+      without validation.
+  """
+
+  params: Any
   losses: np.ndarray
-  skipped_updates: int  # meta updates skipped for non-finite meta-gradients (whole run)
+  skipped_updates: int
   seconds: float
   updates_per_second: float
-  state: TrainingState  # to continue (``init_state=``) or checkpoint
-  diverged_tasks: int = 0  # tasks masked and restarted (``mask_diverged_tasks``), this call
-  # (iteration, held-out score) of each validation of this call, shape (k, 2) (``validation=``)
+  state: TrainingState
+  diverged_tasks: int = 0
   validation_scores: np.ndarray | None = None
-  best_iteration: int | None = None  # the iteration of the selected weights (``validation=``)
+  best_iteration: int | None = None
 
 
 def _unroll(config, family, network_params, task, params, state, length, second_order,
@@ -156,6 +194,8 @@ def default_optimizer(learning_rate: float = 1e-3, *, max_norm: float = 1.0,
                       final_learning_rate: float = 1e-5) -> optax.GradientTransformation:
   r"""Adam with global-norm clipping of the meta-gradient; by default Adam 1e-3, clipping at 1.
 
+  The meta-optimizer of a learned optimizer's network (not
+  :func:`metaoptax.l2hmc.default_optimizer`, the sampler's).
   The same object for equal (hashable) arguments, so that runs with it, e.g. every
   run with the default, share compiled meta steps.
 
@@ -277,6 +317,21 @@ def build_training_step(
   over the devices of ``data_axis`` (default: every axis of the mesh) and the
   network and meta-optimizer state are replicated; the batch mean becomes an
   all-reduce. Arguments as in :func:`train`.
+
+  Args:
+    family: the task family, or a sequence of families (batch ``k`` from family
+      ``k mod len(family)``).
+    config: the learned optimizer's configuration (:class:`L2OConfig`,
+      :class:`ScaledAdamConfig` or :class:`ClimbedAdamConfig`).
+    training: the :class:`TrainingConfig`.
+    optimizer: the network's optax optimizer; the one :func:`init_training` was given
+      (default :func:`default_optimizer`).
+    mesh: a ``jax.sharding.Mesh`` to split the tasks over; ``None``: one device.
+    data_axis: the mesh axes the tasks are split over (default: every axis).
+
+  Returns:
+    The pure function ``step(state) -> (state, info)``: a :class:`TrainingState` and a
+    :class:`TrainingInfo`.
   """
   training = _training_config(training)
   _check(config, _families(family))

@@ -1,5 +1,6 @@
 """Step-size meta-optimization (MetaOptimize) as optax transformations."""
 
+from metaoptax._src.state import AveragedTrace
 from metaoptax._src.state import ExactTrace
 from metaoptax._src.learned import MetaParams
 from metaoptax._src.state import HessianFreeTrace
@@ -23,6 +24,7 @@ from metaoptax.step_size.special_cases import hypergradient_descent
 from metaoptax.step_size.special_cases import xu_idbd
 
 __all__ = (
+    "AveragedTrace",
     "ClimbState",
     "ExactTrace",
     "HessianFreeTrace",

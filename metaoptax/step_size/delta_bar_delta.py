@@ -16,11 +16,18 @@ __all__ = ("IDBDState", "idbd")
 
 
 class IDBDState(NamedTuple):
-  """State of :func:`idbd`."""
+  r"""State of :func:`idbd`.
 
-  log_step_sizes: Any  # beta, params-shaped
-  trace: Any  # h, params-shaped
-  skipped_steps: jax.Array  # int32
+  Attributes:
+    log_step_sizes: :math:`\beta`, params-shaped: the log step size of each weight.
+    trace: :math:`h`, params-shaped: IDBD's trace of each weight's sensitivity to its
+      log step size.
+    skipped_steps: int32 scalar, the steps skipped for a non-finite gradient or update.
+  """
+
+  log_step_sizes: Any
+  trace: Any
+  skipped_steps: jax.Array
 
 
 def idbd(

@@ -21,6 +21,8 @@ scalar step size by default). They differ from the paper-faithful
   (:func:`metaoptax.average_iterates`), and it is kept beside the iterates, which it
   does not change; evaluate :func:`metaoptax.averaged_params` of the state. The average removes the noise
   of the last iterates, as a decaying schedule would, without shrinking the step.
+  With ``gamma=None`` the average also holds the Hessian-free trace
+  (``metaoptimize(..., average=)``): one params-sized buffer less.
 
 After the climb, the paper's meta optimizer for the base tracks
 :math:`\log\alpha` for the rest of the run (meta step ``meta_step_size``): Adam
@@ -52,8 +54,15 @@ from metaoptax._src.transform import metaoptimize
 
 __all__ = ("adamw", "lion", "sgd")
 
-#: Default start: far below any sensible step size; the climb finds the range.
+#: Default start of :func:`lion` and :func:`sgd`: far below any sensible step size; the
+#: climb finds the range.
 INIT_STEP_SIZE = 1e-6
+#: :func:`adamw`'s start: ``optax.adamw``'s usual rate. The climb takes it up within tens
+#: of steps where a larger one trains better, and ends at once where it does not; from
+#: 1e-6 the first ~100 steps are lost to the climb, which a run of a few hundred steps
+#: cannot spare (chosen on validation splits, ``benchmarks/lr_free.py``: the short
+#: tasks ``digits-300`` and ``mnist1d-300``).
+ADAMW_INIT_STEP_SIZE = 1e-3
 #: Meta step size of the Adam that follows the climb (the paper's).
 META_STEP_SIZE = 1e-3
 #: Rise of ``log(alpha)`` per step during the climb (10x every 23 steps).
@@ -96,11 +105,21 @@ def _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_adam):
   return climb(follow(meta_step_size), rate=climb_rate, backoff=climb_backoff)
 
 
-def _averaged(transform, average, dtype=None):
-  """``transform``, followed by :func:`average_iterates` when ``average`` is a horizon."""
+def _metaoptimize(direction, meta, *, average, average_dtype, gamma, **kwargs):
+  """:func:`metaoptimize` with the average of the weights: holding the trace
+  (``gamma=None``: ``metaoptimize(..., average=)``), or chained after a stored trace of
+  discount ``gamma`` (:func:`average_iterates`), or none (``average=None``)."""
+  if gamma is None:
+    if average_dtype is not None:
+      raise ValueError(f"average_dtype={average_dtype} with gamma=None: the trace is read off "
+                       "the average, which stays in float32 (its rounding in bfloat16 would "
+                       "swamp the trace). For less memory keep Adam's first moment in "
+                       "bfloat16 (mu_dtype=jnp.bfloat16), or store the trace (gamma=1).")
+    return metaoptimize(direction, meta, gamma=None, average=average, **kwargs)
+  transform = metaoptimize(direction, meta, gamma=gamma, **kwargs)
   if average is None:
     return transform
-  return optax.chain(transform, average_iterates(average, dtype))
+  return optax.chain(transform, average_iterates(average, average_dtype))
 
 
 def _direction_with_decay(direction, weight_decay, mask, learn=()):
@@ -115,7 +134,7 @@ def _direction_with_decay(direction, weight_decay, mask, learn=()):
 
 @forwarding_metaoptimize_keywords
 def adamw(
-    init_step_size: float = INIT_STEP_SIZE,
+    init_step_size: float = ADAMW_INIT_STEP_SIZE,
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-8,
@@ -166,7 +185,8 @@ def adamw(
 
   Args:
     init_step_size: starting step size; anything from ``1e-8`` up to a good step
-      size works.
+      size works. The default ``1e-3`` (``optax.adamw``'s usual rate) trains from the
+      first step; from ``1e-6`` the climb takes ~100 steps to reach a useful rate.
     b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
@@ -177,7 +197,11 @@ def adamw(
     climb_backoff: factor by which :math:`\alpha` is divided when the climb
       ends, beyond the averaging lag (:func:`metaoptax.climb`; 0.5: doubled).
     gamma: discount :math:`\gamma` of the sensitivity trace after the climb (1: the
-      whole run, the paper's; 0.99: ~100 steps).
+      whole run, the paper's; 0.99: ~100 steps), or ``None``: the trace is read off the
+      average of the weights (``metaoptimize(..., average=)``), whose horizon it takes,
+      the last ~``average`` of the steps. The state then holds Adam's moments and the
+      average, 3 params-sized buffers instead of 4, and the step size anneals sooner
+      after the climb (a shorter horizon's meta-gradient is greedier).
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
     average_dtype: the average's storage, ``None`` (float32) or ``jnp.bfloat16``
@@ -199,7 +223,10 @@ def adamw(
       meta-optimized from the value given here.
 
   Returns:
-    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``.
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. With a
+    validation split, prefer :func:`metaoptax.overfitting_gate` to ``meta_grads=``
+    (:func:`metaoptax.metaoptimize`'s held-out meta-gradient): :math:`\alpha` tuned
+    on a held-out batch from the start stops the climb early and underfits.
 
   Examples:
     >>> import jax.numpy as jnp, optax, metaoptax
@@ -213,10 +240,10 @@ def adamw(
   direction, decay = _direction_with_decay(
       learned.learnable(optax.scale_by_adam, learn, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                         mu_dtype=mu_dtype, nesterov=nesterov), weight_decay, mask, learn)
-  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                                init_step_size=init_step_size, weight_decay=decay,
-                                gamma=gamma, climb_memory=climb_memory,
-                                **kwargs), average, average_dtype)
+  return _metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
+                       average=average, average_dtype=average_dtype, gamma=gamma,
+                       init_step_size=init_step_size, weight_decay=decay,
+                       climb_memory=climb_memory, **kwargs)
 
 
 @forwarding_metaoptimize_keywords
@@ -240,8 +267,22 @@ def lion(
 
   :math:`w_{t+1} = w_t - \alpha_t(\operatorname{sign}(b_1 m_t + (1-b_1) g_t) + \kappa w_t)`,
   :math:`\alpha_t` learned as in :func:`adamw`, except that Lion, not Adam, moves
-  :math:`\log\alpha_t` after the climb (see the module's docstring). Arguments as
-  in ``optax.lion`` and :func:`adamw`.
+  :math:`\log\alpha_t` after the climb (see the module's docstring).
+
+  Args:
+    init_step_size: where the climb starts, as in :func:`adamw`.
+    b1, b2, mu_dtype: Lion's interpolation and moment decays and the moment's dtype, as
+      in ``optax.lion``.
+    weight_decay: decoupled weight decay :math:`\kappa` (optax's Lion default), scaled by
+      the learned step size.
+    mask: as in ``optax.lion``: which params are decayed.
+    meta_step_size: Lion's step on :math:`\log\alpha` after the climb.
+    climb_rate, climb_backoff, gamma, average, average_dtype: as in :func:`adamw`.
+    **kwargs: any keyword of :func:`metaoptax.metaoptimize`, as in :func:`adamw`.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. Evaluate
+    :func:`metaoptax.averaged_params` of its state.
 
   Examples:
     >>> import metaoptax
@@ -252,9 +293,9 @@ def lion(
       learned.learnable(optax.scale_by_lion, learn, b1=b1, b2=b2, mu_dtype=mu_dtype),
       weight_decay, mask, learn)
   meta = _meta(meta_step_size, climb_rate, climb_backoff, follow=presets.meta_lion)
-  return _averaged(metaoptimize(direction, meta, init_step_size=init_step_size,
-                                weight_decay=decay, gamma=gamma, **kwargs), average,
-                   average_dtype)
+  return _metaoptimize(direction, meta, average=average, average_dtype=average_dtype,
+                       gamma=gamma, init_step_size=init_step_size, weight_decay=decay,
+                       **kwargs)
 
 
 @forwarding_metaoptimize_keywords
@@ -284,6 +325,22 @@ def sgd(
   :func:`adamw`'s climb can end above it),
   and the paper's ``gamma = 1``.
 
+  Args:
+    init_step_size: where the climb starts, as in :func:`adamw`.
+    momentum: :math:`\mu`, the decay of the momentum trace; ``None``: plain SGD.
+    nesterov, accumulator_dtype: as in ``optax.sgd``.
+    weight_decay: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+    meta_step_size: Adam's step on :math:`\log\alpha` after the climb.
+    climb_rate, climb_backoff, gamma: the climb's rate, its back-off and the trace's
+      discount, as in :func:`adamw` (with the defaults above).
+    average, average_dtype: the average of the weights, as in :func:`adamw`.
+    **kwargs: any keyword of :func:`metaoptax.metaoptimize`, as in :func:`adamw`
+      (``learn`` may name ``momentum``, which needs a starting ``momentum``).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs``; ``update`` needs ``params``. Evaluate
+    :func:`metaoptax.averaged_params` of its state.
+
   Examples:
     >>> import metaoptax
     >>> opt = metaoptax.sgd(momentum=0.9)
@@ -297,9 +354,9 @@ def sgd(
   direction = (optax.identity() if momentum is None else
                learned.learnable(optax.trace, learn, decay=momentum, nesterov=nesterov,
                                  accumulator_dtype=accumulator_dtype))
-  return _averaged(metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
-                                init_step_size=init_step_size, weight_decay=weight_decay,
-                                gamma=gamma, **kwargs), average, average_dtype)
+  return _metaoptimize(direction, _meta(meta_step_size, climb_rate, climb_backoff),
+                       average=average, average_dtype=average_dtype, gamma=gamma,
+                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
 
 #: Every drop-in by name: ``{"adamw": adamw, "lion": lion, "sgd": sgd}``.

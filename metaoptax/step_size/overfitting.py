@@ -51,16 +51,27 @@ __all__ = ("OverfittingGateState", "overfitting_gate")
 
 
 class OverfittingGateState(NamedTuple):
-  """State of :func:`metaoptax.overfitting_gate`."""
+  r"""State of :func:`metaoptax.overfitting_gate`.
 
-  inner: optax.OptState  # the wrapped optimizer's state
-  fast_average: jax.Array  # exponential average of the validation loss (``decay``)
-  fast_weight: jax.Array  # 1 - decay^k: its bias correction
-  slow_average: jax.Array  # the slower average (``trend_decay``)
+  Attributes:
+    inner: the wrapped optimizer's state.
+    fast_average: exponential average of the validation loss (``decay``).
+    fast_weight: :math:`1 - \mathrm{decay}^k`, its bias correction.
+    slow_average: the slower exponential average of the validation loss (``trend_decay``).
+    slow_weight: its bias correction.
+    above: int32 scalar, the consecutive steps the fast average has been above the margin.
+    held: bool scalar: the trend rose, and the step sizes are held from then on.
+    climbed: the log step sizes where the climb ended.
+  """
+
+  inner: optax.OptState
+  fast_average: jax.Array
+  fast_weight: jax.Array
+  slow_average: jax.Array
   slow_weight: jax.Array
-  above: jax.Array  # int32: consecutive steps the fast average has been above the margin
-  held: jax.Array  # bool: the trend rose; the step sizes are held from then on
-  climbed: Any  # the log step sizes where the climb ended
+  above: jax.Array
+  held: jax.Array
+  climbed: Any
 
 
 def _the_climb(state: MetaOptimizeState, transformation: str) -> ClimbState:

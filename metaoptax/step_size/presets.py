@@ -1,4 +1,4 @@
-"""Named (base, meta) pairs with the paper's default hyperparameters.
+r"""Named (base, meta) pairs with the paper's default hyperparameters.
 
 Defaults (Sharifnassab et al. 2024, Appendix C, Tables 1-3): meta step size
 ``eta = 1e-3``, ``gamma = 1``, initial step size ``1e-6``; base Adam
@@ -12,7 +12,12 @@ of ``sqrt(v)`` finite at ``v = 0``, which the exact variants differentiate.
 
 Every preset takes ``init_step_size`` first and forwards any other keyword
 (``blocks``, ``approximation``, ``gamma``, ``step_size_bounds``, ...) to
-:func:`metaoptax.metaoptimize`.
+:func:`metaoptax.metaoptimize`. The arguments every preset shares:
+
+* ``init_step_size``: :math:`\alpha_0`, the step size the meta-gradient starts from.
+* ``meta_step_size``: :math:`\eta`, the meta optimizer's step size on the log step sizes.
+* ``weight_decay``: decoupled weight decay :math:`\kappa`, scaled by the learned step size.
+* ``**kwargs``: any other keyword of :func:`metaoptax.metaoptimize`.
 
 Example:
   >>> import metaoptax
@@ -47,13 +52,31 @@ EPS_ROOT = 1e-30
 
 
 def meta_adam(meta_step_size):
-  """Adam on ``beta``, the paper's meta optimizer (also the drop-ins' after the climb)."""
+  r"""Adam on ``beta``, the paper's meta optimizer (also the drop-ins' after the climb).
+
+  Args:
+    meta_step_size: :math:`\eta`, Adam's step size on the log step sizes :math:`\beta`
+      (a positive number).
+
+  Returns:
+    ``optax.adam(meta_step_size, b1=0.9, b2=0.999)``, with :data:`EPS_ROOT` inside the
+    square root.
+  """
   check_meta_step_size("meta_step_size", meta_step_size)
   return optax.adam(meta_step_size, b1=0.9, b2=0.999, eps_root=EPS_ROOT)
 
 
 def meta_lion(meta_step_size):
-  """Lion on ``beta``, without weight decay (also ``metaoptax.lion``'s after the climb)."""
+  r"""Lion on ``beta``, without weight decay (also ``metaoptax.lion``'s after the climb).
+
+  Args:
+    meta_step_size: :math:`\eta`, Lion's step size on the log step sizes :math:`\beta`
+      (a positive number).
+
+  Returns:
+    ``optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0)``: a weight decay on
+    :math:`\beta` would pull :math:`\log\alpha` to 0.
+  """
   check_meta_step_size("meta_step_size", meta_step_size)
   # optax.lion decays its params by default; on beta that would pull log alpha to 0.
   return optax.lion(meta_step_size, b1=0.9, b2=0.99, weight_decay=0.0)
@@ -67,7 +90,16 @@ def _meta_sgd(meta_step_size):
 @forwarding_metaoptimize_keywords
 def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
-  """(AdamW, Adam): AdamW's direction, Adam on the log step sizes."""
+  r"""(AdamW, Adam): AdamW's direction, Adam on the log step sizes.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+    b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -75,7 +107,16 @@ def adamw_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
-  """(AdamW, Lion): AdamW's direction, Lion on the log step sizes."""
+  r"""(AdamW, Lion): AdamW's direction, Lion on the log step sizes.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+    b1, b2, eps: Adam's moment decays and denominator constant, as in ``optax.adamw``.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -83,7 +124,16 @@ def adamw_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
               weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.99, **kwargs):
-  """(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta."""
+  r"""(Lion, Lion): Lion's sign direction (exactly Hessian-free), Lion meta.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+    b1, b2: Lion's interpolation and moment decays, as in ``optax.lion``.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_lion(b1=b1, b2=b2), meta_lion(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -91,7 +141,17 @@ def lion_lion(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, decay=0.999, eps=1e-8, **kwargs):
-  """(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``."""
+  r"""(RMSProp, Adam): ``g / sqrt(v + eps)`` with ``v`` an EMA of ``g**2``.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+    decay, eps: the decay of ``v`` and the denominator constant, as in
+      ``optax.scale_by_rms``.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_rms(decay=decay, eps=eps), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -99,7 +159,16 @@ def rmsprop_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE
 @forwarding_metaoptimize_keywords
 def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                       weight_decay=WEIGHT_DECAY, momentum=0.9, **kwargs):
-  """(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction."""
+  r"""(SGD with momentum, Adam): heavy-ball ``m = rho m + g`` direction.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+    momentum: :math:`\rho`, the decay of the heavy-ball trace (``optax.trace``).
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.trace(decay=momentum), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -107,7 +176,15 @@ def sgd_momentum_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP
 @forwarding_metaoptimize_keywords
 def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
             weight_decay=0.0, **kwargs):
-  """(SGD, SGD): plain gradient direction, plain gradient step on ``beta``."""
+  r"""(SGD, SGD): plain gradient direction, plain gradient step on ``beta``.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.identity(), _meta_sgd(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -115,7 +192,15 @@ def sgd_sgd(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
              weight_decay=0.0, **kwargs):
-  """(SGD, Adam): plain gradient direction, Adam on ``beta``."""
+  r"""(SGD, Adam): plain gradient direction, Adam on ``beta``.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.identity(), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 
@@ -123,7 +208,16 @@ def sgd_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
 @forwarding_metaoptimize_keywords
 def amsgrad_adam(init_step_size=INIT_STEP_SIZE, *, meta_step_size=META_STEP_SIZE,
                  weight_decay=WEIGHT_DECAY, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
-  """(AMSGrad, Adam): Adam with the running maximum of ``v``."""
+  r"""(AMSGrad, Adam): Adam with the running maximum of ``v``.
+
+  Args:
+    init_step_size, meta_step_size, weight_decay: as every preset (:mod:`metaoptax.presets`).
+    **kwargs: any other keyword of :func:`metaoptax.metaoptimize`.
+    b1, b2, eps: the moment decays and denominator constant, as in ``optax.amsgrad``.
+
+  Returns:
+    :func:`metaoptax.metaoptimize`'s transformation (``update`` needs ``params``).
+  """
   return metaoptimize(optax.scale_by_amsgrad(b1=b1, b2=b2, eps=eps, eps_root=EPS_ROOT), meta_adam(meta_step_size),
                       init_step_size=init_step_size, weight_decay=weight_decay, **kwargs)
 

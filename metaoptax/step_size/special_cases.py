@@ -77,6 +77,15 @@ def xu_idbd(
   full ``n x n`` matrix, so this is for small models (at most
   ``exact.MAX_EXACT_BLOCKS`` weights).
 
+  Args:
+    meta_step_size: :math:`\eta`, the step of plain gradient descent on :math:`\beta`.
+    init_step_size: :math:`\alpha_0`, every weight's initial step size.
+    step_size_bounds: ``(low, high)``, the range the step sizes are clipped to.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose ``update`` needs ``params`` and
+    ``obj_fn``.
+
   References:
     Xu, van Hasselt and Silver, `Meta-Gradient Reinforcement Learning
     <https://arxiv.org/abs/1805.09801>`_, 2018; Sharifnassab et al. 2024, App. B.1.

@@ -59,13 +59,22 @@ def teleport(obj_fn: Callable, params: Any, act: Callable, group_param: Any, *,
 
 
 class TeleportState(NamedTuple):
-  """State of :func:`with_teleportation`."""
+  """State of :func:`with_teleportation`.
 
-  count: jax.Array  # int32 steps taken
-  key: jax.Array  # PRNG key for the group parameter's starting point
+  Attributes:
+    count: int32 scalar, the steps taken.
+    key: PRNG key of the group parameter's starting points.
+    inner_state: the wrapped optimizer's state.
+    teleports: int32 scalar, the teleports accepted.
+    rejected: int32 scalar, the teleports rejected (they left the level set or were not
+      finite).
+  """
+
+  count: jax.Array
+  key: jax.Array
   inner_state: optax.OptState
-  teleports: jax.Array  # int32 teleports accepted
-  rejected: jax.Array  # int32 teleports rejected (left the level set or non-finite)
+  teleports: jax.Array
+  rejected: jax.Array
 
 
 def with_teleportation(

@@ -36,13 +36,30 @@ Bijection = tuple[Callable, Callable]
 
 
 def rotation(theta: jax.Array) -> jax.Array:
-  """The 2x2 rotation matrix :math:`R_\\theta`."""
+  r"""The 2x2 rotation matrix :math:`R_\theta`.
+
+  Args:
+    theta: the angle (a scalar).
+
+  Returns:
+    ``[[cos theta, -sin theta], [sin theta, cos theta]]``.
+  """
   c, s = jnp.cos(theta), jnp.sin(theta)
   return jnp.array([[c, -s], [s, c]])
 
 
 def conjugated_rotation(bijection: Bijection) -> tuple[Callable, Callable]:
-  """SO(2) acting by :math:`x \\mapsto h^{-1}(R_\\theta h(x))`; returns (act, inverse)."""
+  r"""SO(2) acting by :math:`x \mapsto h^{-1}(R_\theta h(x))`.
+
+  It leaves any loss of the form :math:`\|h(x)\|^2` unchanged.
+
+  Args:
+    bijection: ``(h, h_inverse)``, a :data:`Bijection` of :math:`\mathbb{R}^2`.
+
+  Returns:
+    ``(act, inverse)``: ``act(theta, x)`` and its inverse ``inverse(theta, y)``
+    (``act(-theta, y)``), ``theta`` a scalar angle.
+  """
   h, h_inv = bijection
 
   def act(theta, x):
@@ -59,6 +76,13 @@ def solve_2x2(a: jax.Array, v: jax.Array) -> jax.Array:
 
   A handful of multiplies: under ``vmap``, ``scan`` and ``grad`` on CPU it is
   far cheaper than ``jnp.linalg.solve`` (an LU factorization per call).
+
+  Args:
+    a: :math:`A`, ``(2, 2)``, invertible.
+    v: :math:`v`, ``(2,)``.
+
+  Returns:
+    :math:`A^{-1} v`, ``(2,)`` (not finite where :math:`\det A = 0`).
   """
   det = a[0, 0] * a[1, 1] - a[0, 1] * a[1, 0]
   return jnp.stack([a[1, 1] * v[0] - a[0, 1] * v[1], a[0, 0] * v[1] - a[1, 0] * v[0]]) / det
@@ -69,16 +93,31 @@ def affine_bijection(a: jax.Array, b: jax.Array) -> Bijection:
 
   The inverse is :func:`solve_2x2` for a 2x2 ``A`` (the 2-D families), else
   ``jnp.linalg.solve``.
+
+  Args:
+    a: :math:`A`, ``(n, n)``, invertible.
+    b: :math:`b`, ``(n,)``.
+
+  Returns:
+    A :data:`Bijection`, ``(h, h_inverse)``.
   """
   solve = solve_2x2 if jnp.shape(a) == (2, 2) else jnp.linalg.solve
   return (lambda x: a @ x + b), (lambda u: solve(a, u - b))
 
 
 def rosenbrock_bijection(a, b, c: Callable, d: Callable) -> Bijection:
-  """:math:`h(x, y) = (c(x) y + d(x),\\ a x + b)` (generalized Rosenbrock family).
+  r""":math:`h(x, y) = (c(x) y + d(x),\ a x + b)` (generalized Rosenbrock family).
 
   :math:`h^{-1}(u, v) = (x, (u - d(x)) / c(x))` with :math:`x = (v - b) / a`;
   ``a`` and ``c(x)`` must stay away from 0.
+
+  Args:
+    a, b: the scalars of the second coordinate, :math:`a x + b`.
+    c, d: functions of :math:`x` (scalar to scalar): the first coordinate is
+      :math:`c(x) y + d(x)`.
+
+  Returns:
+    A :data:`Bijection`, ``(h, h_inverse)``, on points ``(2,)``.
   """
 
   def h(p):
@@ -94,20 +133,48 @@ def rosenbrock_bijection(a, b, c: Callable, d: Callable) -> Bijection:
 
 
 def linear_layer_pair(g: jax.Array, w1: jax.Array, w2: jax.Array):
-  """:math:`(W_1, W_2) \\mapsto (g W_1, W_2 g^{-1})`: exact for ``W2 @ (W1 @ X)``."""
+  r""":math:`(W_1, W_2) \mapsto (g W_1, W_2 g^{-1})`: exact for ``W2 @ (W1 @ X)``.
+
+  Args:
+    g: an invertible ``(k, k)`` matrix, :math:`g \in GL(k)`.
+    w1: :math:`W_1`, ``(k, n)``: the first layer's weights.
+    w2: :math:`W_2`, ``(m, k)``: the second layer's weights.
+
+  Returns:
+    ``(g @ w1, w2 @ inv(g))`` (the inverse by a linear solve).
+  """
   return g @ w1, jnp.linalg.solve(g.T, w2.T).T
 
 
 def leaky_relu(x, negative_slope=0.1):
+  r"""LeakyReLU, :math:`\sigma(x) = x` for :math:`x \ge 0`, else ``negative_slope`` :math:`x`.
+
+  Args:
+    x: an array.
+    negative_slope: the slope below 0 (nonzero, so :math:`\sigma` is invertible).
+
+  Returns:
+    An array of ``x``'s shape.
+  """
   return jnp.where(x >= 0, x, negative_slope * x)
 
 
 def leaky_relu_layer_pair(g, w1, w2, x, negative_slope=0.1):
-  """:math:`W_1 \\mapsto g W_1`, :math:`W_2 \\mapsto W_2 \\sigma(W_1 X) \\sigma(g W_1 X)^+`.
+  r""":math:`W_1 \mapsto g W_1`, :math:`W_2 \mapsto W_2 \sigma(W_1 X) \sigma(g W_1 X)^+`.
 
   Keeps ``W2 @ sigma(W1 @ X)`` unchanged on the batch ``X`` (columns are
   examples) when ``X`` has at most as many columns as ``W1`` has rows (and
   ``sigma(g W1 X)`` has full column rank); approximate otherwise.
+
+  Args:
+    g: an invertible ``(k, k)`` matrix.
+    w1: :math:`W_1`, ``(k, n)``.
+    w2: :math:`W_2`, ``(m, k)``.
+    x: the batch :math:`X`, ``(n, examples)``.
+    negative_slope: the LeakyReLU's slope below 0 (:func:`leaky_relu`).
+
+  Returns:
+    The new ``(w1, w2)`` (the pseudo-inverse by ``jnp.linalg.pinv``).
   """
   hidden = leaky_relu(w1 @ x, negative_slope)
   moved = leaky_relu(g @ w1 @ x, negative_slope)

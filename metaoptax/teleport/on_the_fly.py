@@ -33,7 +33,27 @@ class OnTheFlyTrace(NamedTuple):
 
 def teleport_on_the_fly(obj_fn: Callable, act: Callable, x0: Any, theta0: Any, *,
                         step_size: float, meta_step_size: float, steps: int):
-  """Runs Algorithm 2 for ``steps`` steps under ``lax.scan``; returns an OnTheFlyTrace."""
+  r"""Runs Algorithm 2 (teleporting on the fly) for ``steps`` steps under ``lax.scan``.
+
+  :math:`y_t = g_{\theta_t}(x_t)`, :math:`x_{t+1} = y_t - \alpha \nabla f(y_t)`,
+  :math:`\theta_{t+1} = \theta_t - \beta \nabla_{\theta_t} f(x_{t+1})`, the last by
+  autodiff.
+
+  Args:
+    obj_fn: :math:`f`, ``params -> scalar``.
+    act: the group action, ``(theta, params) -> params``, with
+      ``obj_fn(act(theta, x)) == obj_fn(x)``.
+    x0: the starting parameters (a pytree).
+    theta0: the starting group parameter (a pytree).
+    step_size: :math:`\alpha`, gradient descent's step size.
+    meta_step_size: :math:`\beta`, the step size on :math:`\theta`.
+    steps: the number of steps.
+
+  Returns:
+    A per-step record, a NamedTuple with leaves of leading axis ``steps``: ``loss``,
+    :math:`f(x_{t+1})`; ``group_param``, :math:`\theta_{t+1}`; ``position``,
+    :math:`x_{t+1}`.
+  """
 
   def body(carry, _):
     x, theta = carry
@@ -52,7 +72,21 @@ def teleport_on_the_fly(obj_fn: Callable, act: Callable, x0: Any, theta0: Any, *
 
 
 def closed_form_group_gradient(b: jax.Array, x: jax.Array, theta, step_size) -> jax.Array:
-  """Appendix B: ``2 (Bx)^T R(-theta) (I - 2 alpha A)^2 R(theta + pi/2) (Bx)``, A = B^T B."""
+  r"""The paper's closed form (Appendix B) of :math:`\nabla_\theta f(x_{t+1})` for
+  :math:`f(x) = \|Bx\|^2`.
+
+  :math:`2 (Bx)^\top R(-\theta) (I - 2 \alpha A)^2 R(\theta + \pi/2) (Bx)`, with
+  :math:`A = B^\top B`: an oracle for the autodiff of :func:`teleport_on_the_fly`.
+
+  Args:
+    b: :math:`B`, ``(2, 2)``.
+    x: :math:`x`, ``(2,)``.
+    theta: :math:`\theta`, the rotation's angle.
+    step_size: :math:`\alpha`, gradient descent's step size.
+
+  Returns:
+    A scalar, the derivative with respect to :math:`\theta`.
+  """
   a = b.T @ b
   m = jnp.eye(a.shape[0]) - 2 * step_size * a
   bx = b @ x

@@ -16,7 +16,8 @@ def _problem():
 
 def _run(draws, warned=False, at_budget=None):
   run = dict(draws=draws, grads_per_transition=4.0, warmup_grads=100.0, seconds=1.0,
-             acceptance=0.9, warned=warned)
+             acceptance=0.9, warned=warned, divergences=0,
+             total_grads_per_chain=100.0 + 4.0 * draws.shape[0])
   if at_budget is not None:
     run["at_budget"] = at_budget
   return run
@@ -42,3 +43,11 @@ def test_a_run_off_at_1000_draws_but_right_at_nuts_budget_is_not_silently_wrong(
   assert off["silently_wrong"]
   assert not l2hmc_default.score(problem, _run(shifted, warned=True))["silently_wrong"]
   assert "at NUTS's budget" in l2hmc_default._rhat_cell([row])
+
+
+def test_merge_rows_keeps_the_other_seeds_and_replaces_a_rerun_seed():
+  earlier = {"nuts": [dict(value=0), dict(value=1)], "l2hmc": [dict(value=10, seed=0)]}
+  later = {"nuts": [dict(value=5, seed=1)], "l2hmc": [dict(value=12, seed=2)]}
+  merged = l2hmc_default.merge_rows(earlier, later)
+  assert [(row["seed"], row["value"]) for row in merged["nuts"]] == [(0, 0), (1, 5)]
+  assert [(row["seed"], row["value"]) for row in merged["l2hmc"]] == [(0, 10), (2, 12)]

@@ -1,6 +1,7 @@
 """The documentation builds offline with warnings as errors and documents every public name.
 
-Runs ``sphinx-build -W --keep-going -b html docs <tmp>`` in a subprocess (as a user
+Runs the documented ``sphinx-build -W -b html docs docs/_build/html`` (into a temporary folder, with
+``--keep-going``) in a subprocess (as a user
 would), then reads the built object inventory. Needs the ``docs`` extra
 (``pip install -e ".[test,docs]"``; CI adds the docs extra before the system tier); skipped, with that reason, when Sphinx or
 its extensions are not installed. The markdown pages' doctests run separately
@@ -27,13 +28,24 @@ PAGES = ("index", "getting-started", "metaoptimize", "teleport-l2o", "l2hmc", "c
          "api/index", "api/metaoptimize", "api/teleport", "api/l2o", "api/l2hmc", "api/checkpoint")
 
 
+#: The one command README.md and CONTRIBUTING.md give for the website; the build below runs
+#: it (into a temporary folder, quietly, reporting every warning before it fails).
+COMMAND = "sphinx-build -W -b html docs docs/_build/html"
+
+
+def test_the_command_is_documented():
+  for page in ("README.md", "CONTRIBUTING.md"):
+    assert COMMAND in (ROOT / page).read_text(), f"{page} does not give {COMMAND!r}"
+
+
 @pytest.fixture(scope="module")
 def built_docs(tmp_path_factory):
   """The HTML output directory of one full build (warnings are errors)."""
   out = tmp_path_factory.mktemp("html")
+  *options, source, _ = COMMAND.split()[1:]
   result = subprocess.run(
-      [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-       str(DOCS), str(out)],
+      [sys.executable, "-m", "sphinx", *options, "--keep-going", "-q", str(ROOT / source),
+       str(out)],
       cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, (
       f"sphinx-build failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")

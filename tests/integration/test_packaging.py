@@ -2,6 +2,7 @@
 collisions), and the dependency floors CI tests against."""
 
 import importlib
+import importlib.util
 import json
 import pathlib
 import pkgutil
@@ -26,6 +27,11 @@ metaoptax.checkpoint
 stages["checkpoint"] = loaded()
 metaoptax.l2hmc
 stages["l2hmc"] = loaded()
+try:  # numpyro is an optional extra (absent from the dependency floors' environment)
+  metaoptax.l2hmc.NumPyroL2HMC
+except ImportError:
+  pass
+stages["numpyro_kernel"] = loaded()
 from metaoptax import l2o
 stages["l2o"] = loaded()
 print(json.dumps(stages))
@@ -33,7 +39,8 @@ print(json.dumps(stages))
 
 
 def test_flax_and_orbax_load_only_with_their_subpackages():
-  """``import metaoptax`` (PEP 562 lazy subpackages) loads jax and optax, not flax or orbax."""
+  """``import metaoptax`` (PEP 562 lazy subpackages) loads jax and optax, not flax or orbax;
+  ``metaoptax.l2hmc`` loads numpyro only when its numpyro kernel is asked for."""
   out = subprocess.run([sys.executable, "-c", _STAGES], cwd=ROOT, capture_output=True,
                        text=True, check=True, timeout=600).stdout
   stages = {name: set(modules) for name, modules in json.loads(out.splitlines()[-1]).items()}
@@ -41,14 +48,24 @@ def test_flax_and_orbax_load_only_with_their_subpackages():
   assert not stages["import"] & {"flax", "orbax"}
   assert not stages["checkpoint"] & {"flax", "orbax"}  # orbax: only when saving or loading
   assert "flax" in stages["l2hmc"]
+  # numpyro is optional: metaoptax.l2hmc loads it only for its numpyro kernel
+  assert "numpyro" not in stages["l2hmc"]
+  if importlib.util.find_spec("numpyro") is not None:
+    assert "numpyro" in stages["numpyro_kernel"]
   assert "flax" in stages["l2o"]
+
+
+# what needs the optional numpyro extra (absent from the dependency floors' environment)
+_HAS_NUMPYRO = importlib.util.find_spec("numpyro") is not None
+_NUMPYRO_ONLY = {"metaoptax.l2hmc.numpyro_kernel", "NumPyroL2HMC", "NumPyroL2HMCState"}
 
 
 def _public_modules() -> list[types.ModuleType]:
   """metaoptax and every module of it with no ``_``-prefixed part in its name."""
   names = [info.name for info in pkgutil.walk_packages(metaoptax.__path__, "metaoptax.")]
   return [metaoptax] + [importlib.import_module(name) for name in names
-                        if not any(part.startswith("_") for part in name.split("."))]
+                        if not any(part.startswith("_") for part in name.split("."))
+                        and (_HAS_NUMPYRO or name not in _NUMPYRO_ONLY)]
 
 
 def _documented_modules() -> set[str]:
@@ -73,6 +90,8 @@ def test_public_names_are_exactly_the_documented_ones():
     assert hasattr(module, "__all__"), f"{module.__name__} has no __all__"
     assert len(set(module.__all__)) == len(module.__all__), module.__name__
     for name in module.__all__:
+      if not _HAS_NUMPYRO and name in _NUMPYRO_ONLY:
+        continue
       value = getattr(module, name)
       if isinstance(value, types.ModuleType):
         assert value.__name__.startswith("metaoptax."), (module.__name__, name)

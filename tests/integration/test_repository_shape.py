@@ -1,6 +1,7 @@
 """The shape of the repository: a library with a short README, results kept apart.
 
-* the README, docs/benchmarks.md and docs/design-decisions.md stay within their sizes;
+* the README, docs/benchmarks.md and docs/design-decisions.md stay within their sizes, and
+  CONTRIBUTING.md states those limits (and no test count or timing);
 * the README starts with the two commands that CI runs (``.ci/run``);
 * benchmarks/ holds at most 15 scripts, and every committed file under
   benchmarks/results/ is written by one of them (each script declares the files it
@@ -90,6 +91,19 @@ def test_readme_size_and_commands():
   assert len(lines) == 2
   assert "benchmarks/demo_digits.py" in lines[0]
   assert lines[1].endswith(command_2), (lines[1], command_2)
+
+
+def test_contributing_states_the_limits_checked_here():
+  """The numbers CONTRIBUTING.md gives are the ones this file enforces, and it states no
+  test count or timing (they go stale)."""
+  text = " ".join((ROOT / "CONTRIBUTING.md").read_text().split())
+  for stated in (f"README ≤ {README_CHARS:,} characters",
+                 f"`docs/benchmarks.md` ≤ {BENCHMARKS_MD_BYTES // 1000} KB",
+                 f"`docs/design-decisions.md` ≤ {DESIGN_DECISIONS_BYTES // 1000} KB",
+                 f"at most {MAX_SCRIPTS} scripts"):
+    assert stated in text, f"CONTRIBUTING.md does not say {stated!r}"
+  stale = re.findall(r"~?\d[\d,]* (?:tests|passed)\b|\b\d+ s\b", text)
+  assert not stale, f"CONTRIBUTING.md states counts or timings no test keeps true: {stale}"
 
 
 @pytest.mark.parametrize("page, limit", [("benchmarks.md", BENCHMARKS_MD_BYTES),

@@ -1,6 +1,9 @@
 """``l2hmc.adapt``: one call from a log density to a checked sampler, pytree positions, the
-warnings of a run that has not converged, and the jitter's exactness."""
+warnings of a run that has not converged, bad input, its progress and summary, and the
+jitter's exactness."""
 
+import math
+import re
 import warnings
 
 import jax
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 from metaoptax import l2hmc
+from metaoptax._src.progress import Bar, Progress
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +29,18 @@ def _positions(key, chains=32):
 
 
 @pytest.fixture(scope="module")
-def adapted():
+def adapted_and_reports():
+  reports = []
   with warnings.catch_warnings():
     warnings.simplefilter("error", l2hmc.ConvergenceWarning)  # a converged run: no warning
-    return l2hmc.adapt(_logdensity, progress=None).run(jax.random.key(0),
-                                                        _positions(jax.random.key(1)),
-                                                        num_steps=600)
+    adapted = l2hmc.adapt(_logdensity, progress=reports.append).run(
+        jax.random.key(0), _positions(jax.random.key(1)), num_steps=600)
+  return adapted, reports
+
+
+@pytest.fixture(scope="module")
+def adapted(adapted_and_reports):
+  return adapted_and_reports[0]
 
 
 def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapted):
@@ -39,6 +49,8 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
   assert states.logdensity_grad["w"].shape == (32, 2, 2)
   assert info.converged and info.messages == () and info.rhat < 1.05
   assert 0.1 < info.acceptance < 0.99 and info.finite == 1.0
+  # a Gaussian's log density is finite everywhere: no proposal diverges
+  assert info.num_divergent == 0 and info.divergent_rate == 0.0
   assert info.rhat_per_coordinate.shape == (5 + 1,)
   # the sampler's K: the fewest steps of the warm-up's h that reach a quarter period
   h, k = float(info.warmup.step_size), info.config.num_steps
@@ -160,9 +172,11 @@ def test_the_burn_in_repeats_until_the_chains_agree():
 @pytest.mark.parametrize("bad, match", [
     (dict(num_steps=50), "num_steps"),
     (dict(num_steps=True), "num_steps"),
-    (dict(positions={"a": jnp.zeros((4, 2)), "b": jnp.zeros((3,))}), "leading"),
+    (dict(positions={"a": jnp.zeros((4, 2)), "b": jnp.zeros((3,))}), "lack the axis of chains"),
     (dict(positions=jnp.zeros((1, 2))), "at least 2 chains"),
     (dict(positions={"a": jnp.zeros(())}), "leading axis"),
+    # one position with no chain axis: an error, never 3 chains of a scalar
+    (dict(positions=jnp.zeros((3,))), r"shape \(3,\).*\(num_chains, dim\).*\(num_chains, 1\)"),
 ])
 def test_bad_input_raises_at_run(bad, match):
   kwargs = {"positions": jnp.zeros((4, 2)), "num_steps": 100, **bad}
@@ -297,3 +311,119 @@ def test_heavy_tails_warn_that_the_spread_is_poorly_determined():
     info = l2hmc.default_adaptation._diagnose(gaussian, acceptance, 1.05, 0.1, 0.99, 0, None,
                                               None, 1000, None, 0.1)
   assert info.converged and info.sd_error < 0.02
+
+
+def test_a_log_density_that_is_nan_on_part_of_the_posterior_warns_of_divergent_proposals(
+    capsys):
+  """The issue's case: a 3-d standard normal whose log density is NaN where x0 > 1.5 (7 % of
+  its mass). Every proposal there is rejected, so the chains sample the truncated Gaussian
+  and R-hat, acceptance and finiteness all pass; the divergent proposals are counted in the
+  warm-up, the training and the check, and their rate in the check (several %) warns. This
+  test fails if that warning is removed. ``progress=None`` prints nothing."""
+  logdensity_fn = lambda x: jnp.where(x[0] > 1.5, jnp.nan, -0.5 * jnp.sum(x**2))
+  positions = jnp.minimum(jax.random.normal(jax.random.key(0), (8, 3)), 1.4)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", l2hmc.ConvergenceWarning)
+    _, info = l2hmc.adapt(logdensity_fn, progress=None).run(jax.random.key(1), positions,
+                                                            num_steps=200)
+  assert capsys.readouterr() == ("", "")
+  assert not info.converged and info.finite == 1.0
+  assert info.divergent_rate > l2hmc.default_adaptation.MAX_DIVERGENT_RATE
+  warned = [str(w.message) for w in caught if w.category is l2hmc.ConvergenceWarning]
+  assert any(re.match(r"\d+ of the check's 320 proposals .* diverged", m) for m in warned)
+  assert warned == list(info.messages)
+  # the count adds the warm-up's, the training's and the check's (no screen warmed up again)
+  warmup, training = int(info.warmup.num_divergent), info.training.num_divergent
+  check = round(info.divergent_rate * 40 * 8)  # 20 % of 200 transitions, 8 chains
+  assert warmup > 0 and training > 0 and check > 0
+  assert info.num_divergent == warmup + training + check
+  assert "divergent" in repr(info) and "warning:" in repr(info)
+
+
+def test_a_higher_max_divergent_rate_accepts_them():
+  with pytest.raises(ValueError, match="max_divergent_rate"):
+    l2hmc.adapt(lambda x: -jnp.sum(x**2), max_divergent_rate=1.5)
+  # the check itself, on draws that pass every other check
+  draws = jax.random.normal(jax.random.key(2), (200, 16, 4))
+  acceptance = jnp.full((200, 16), 0.7)
+  diagnose = lambda divergent, rate: l2hmc.default_adaptation._diagnose(
+      draws, acceptance, 1.05, 0.1, 0.99, 0, None, None, 1000, None, 0.1, divergent,
+      divergent, rate, jnp.array([2.0, 0.0, 1.0]))
+  with pytest.warns(l2hmc.ConvergenceWarning, match=r"32 of the check's 3200 proposals"):
+    info = diagnose(32, 1e-3)
+  assert not info.converged and info.divergent_rate == 0.01 and "[2., 0., 1.]" in (
+      info.messages[0])
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", l2hmc.ConvergenceWarning)
+    assert diagnose(32, 0.05).converged and diagnose(3, 1e-3).converged
+
+
+def broken_model(x):
+  """NaN at every position."""
+  return jnp.nan * jnp.sum(x)
+
+
+@pytest.mark.parametrize("logdensity_fn, positions, match", [
+    # not finite anywhere: every start fails; three listed, by index and position
+    (broken_model, jnp.arange(8.0).reshape(4, 2),
+     r"broken_model .* 4 of the 4 chains .* chain 0 at \[0., 1.\]: log p = nan; chain 1 .* "
+     r"chain 2 .*\(and 1 more\)"),
+    # -inf outside the support x0 > 0, where two of the starts are: those two, and only them
+    (lambda x: jnp.where(x[0] > 0, -jnp.sum(x**2), -jnp.inf),
+     jnp.array([[1.0, 0.0], [-1.0, 2.0], [2.0, 0.0], [-3.0, 0.0]]),
+     r"<lambda> .* 2 of the 4 chains .*: chain 1 at \[-1.,  2.\]: log p = -inf; "
+     r"chain 3 at \[-3.,  0.\]: log p = -inf\. Start every chain"),
+    # a finite log density whose gradient is not (sqrt at 0 for x0 <= 1)
+    (lambda x: jnp.sqrt(jnp.maximum(x[0] - 1.0, 0.0)) - jnp.sum(x**2),
+     jnp.array([[2.0, 0.0], [0.5, 0.0]]), r"1 of the 2 chains .* chain 1 .* gradient not finite"),
+    (lambda x: -0.5 * x**2, jnp.zeros((4, 2)), r"must return a scalar .* shape \(2,\)"),
+    # a pytree whose one leaf is (chains,): chains of a scalar, past the axis check
+    (lambda p: jnp.log(p["x"]), {"x": jnp.array([1.0, -1.0, 2.0])},
+     r"1 of the 3 chains .* chain 1 at \[-1.\]: log p = nan"),
+])
+def test_starts_where_the_log_density_is_not_finite_raise_before_sampling(
+    logdensity_fn, positions, match):
+  with pytest.raises(ValueError, match=match):
+    l2hmc.adapt(logdensity_fn, progress=None).run(jax.random.key(0), positions, num_steps=100)
+
+
+def test_progress_covers_the_warm_up_the_screens_the_training_and_the_check(
+    adapted_and_reports):
+  (_, _), info = adapted_and_reports[0]
+  reports = adapted_and_reports[1]
+  phases = [r.label.removeprefix("L2HMC adapt: ") for r in reports]
+  assert all(r.label.startswith("L2HMC adapt: ") for r in reports)
+  # each phase in order: the warm-up (at its start, then its end), the two screens (no
+  # second warm-up on a Gaussian), the training (every tenth of it), the check
+  assert phases[:2] == ["warm-up", "warm-up"]
+  assert phases[2:6] == ["screen for modes"] * 2 + ["screen for local scales"] * 2
+  assert phases[6:-2] == ["training"] * 10 and phases[-2:] == ["check", "check"]
+  done = [r.iteration for r in reports]
+  assert done == sorted(done) and done[0] == 0
+  warmup = int(info.warmup.num_transitions)
+  assert done[1] == warmup and done[-1] == reports[-1].num_iterations == warmup + 240 + 120
+  assert math.isnan(reports[1].loss) and not math.isnan(reports[-3].loss)
+  assert reports[1].metrics["divergent"] == 0 and "acceptance" in reports[-3].metrics
+  assert "L2HMC adapt: training" in str(reports[-3]) and "loss" not in str(reports[1])
+
+
+def test_the_bar_follows_the_phases(capsys):
+  bar = Bar("L2HMC adapt: warm-up", 0, 100)
+  bar(Progress("L2HMC adapt: warm-up", 0, 100, math.nan, 0, 0.0, {}))
+  bar(Progress("L2HMC adapt: training", 70, 120, 1.5, 0, 10.0, {"acceptance": 0.8}))
+  bar.close()
+  shown = capsys.readouterr().err.split("\r")
+  assert any("L2HMC adapt: warm-up" in line and "0/100" in line and "loss" not in line
+             for line in shown)
+  assert any("L2HMC adapt: training" in line and "70/120" in line and "loss=1.5" in line
+             for line in shown)
+
+
+def test_info_prints_as_a_short_summary(adapted):
+  _, info = adapted
+  text = str(info)
+  assert text == repr(info) and len(text.splitlines()) <= 10 and len(text) < 800
+  for part in ("converged", "split R-hat", "acceptance", "divergent", "sd error",
+               "gradients", f"K = {info.config.num_steps}", "screens chose nothing"):
+    assert part in text
+  assert "warning" not in text

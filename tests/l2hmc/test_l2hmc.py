@@ -145,7 +145,9 @@ def test_random_networks_leave_the_target_invariant():
   np.testing.assert_allclose(np.cov(flat.T), covariance, atol=0.12)
 
 
-def test_nonfinite_acceptance_is_rejected():
+def test_nonfinite_acceptance_is_rejected_and_counted_as_divergent():
+  """log p is NaN beyond x0 = 0.5 (its gradient there is 0, so positions stay finite): a
+  proposal diverges exactly where it lands beyond, and is then rejected."""
   config = paper_config(dim=2, num_steps=2)
   params = l2hmc.init_params(jax.random.key(0), config)
   wall = lambda x: jnp.where(x[0] > 0.5, jnp.nan, -0.5 * x @ x)
@@ -156,9 +158,28 @@ def test_nonfinite_acceptance_is_rejected():
     new_state, info = jax.jit(sampler.step)(jax.random.key(i), state)
     assert bool(jnp.isfinite(info.acceptance_rate))
     assert bool(jnp.all(jnp.isfinite(new_state.position)))
-    rejected += int(~info.is_accepted & (info.proposal[0] > 0.5))
+    beyond = bool(info.proposal[0] > 0.5)
+    assert bool(info.is_divergent) == beyond
+    assert not (beyond and bool(info.is_accepted))
+    rejected += int(beyond)
   assert rejected > 0
   np.testing.assert_equal(float(l2hmc.acceptance_probability(0.0, jnp.nan, 0.0)), 0.0)
+
+
+@pytest.mark.parametrize("field, value, diverged", [
+    (None, None, False), ("logdensity", jnp.nan, True), ("logdensity", jnp.inf, True),
+    ("logdensity", -jnp.inf, True), ("logdensity_grad", jnp.nan, True),
+    ("position", jnp.inf, True), ("log_det", jnp.inf, True)])
+def test_is_divergent_where_anything_of_the_proposal_is_not_finite(field, value, diverged):
+  state = l2hmc.L2HMCState(jnp.array([0.3, -1.0]), jnp.asarray(-0.55), jnp.array([-0.3, 1.0]))
+  log_det = jnp.asarray(0.2)
+  if field == "log_det":
+    log_det = jnp.asarray(value)
+  elif field is not None:
+    leaf = getattr(state, field)
+    state = state._replace(**{field: leaf.at[..., -1].set(value) if leaf.ndim else
+                              jnp.asarray(value)})
+  assert bool(jax.jit(l2hmc.is_divergent)(state, log_det)) == diverged
 
 
 def test_vmap_over_chains_and_jit():
@@ -170,6 +191,7 @@ def test_vmap_over_chains_and_jit():
   states, info = jax.jit(jax.vmap(sampler.step))(jax.random.split(jax.random.key(2), 8), states)
   assert states.position.shape == (8, 2) and info.acceptance_rate.shape == (8,)
   assert set(np.asarray(info.direction).tolist()) <= {-1, 1}
+  assert info.is_divergent.shape == (8,) and info.is_divergent.dtype == jnp.bool_
 
 
 def ar1(phi, n, chains, seed=0):

@@ -44,7 +44,8 @@ def test_is_metaoptimize_adam_at_initialization(weight_decay, average):
   (its defaults) the averaged weights agree too (rtol 1e-6)."""
   config = CONFIG._replace(weight_decay=weight_decay, average=average)
   opt = config.transformation(config.init_network(jax.random.key(0)))
-  reference = metaoptax.adamw(weight_decay=weight_decay, average=average, climb_memory=None,
+  reference = metaoptax.adamw(config.init_step_size, weight_decay=weight_decay,
+                              average=average, climb_memory=None,
                               meta_step_size=config.meta_step_size)
   params = _params(jax.random.key(1))
   state, ref_state = opt.init(params), reference.init(params)

@@ -45,6 +45,10 @@ CASES = {f"{name} {blocks}": (lambda f=presets.PRESETS[name], b=blocks: f(1e-3, 
 # layouts (one code path, metaoptax/_src/blocks.py), which the presets' "scalar" covers.
 CASES.update({f"drop-in {name} per_leaf": (lambda f=fn: f(1e-3, blocks="per_leaf"), False)
               for name, fn in DROP_INS.items()})
+# the trace read off the average (no stored trace), also with Adam's first moment in bfloat16
+CASES["drop-in adamw gamma=None"] = (lambda: metaoptax.adamw(1e-3, gamma=None), False)
+CASES["drop-in adamw gamma=None, bfloat16 first moment"] = (
+    lambda: metaoptax.adamw(1e-3, gamma=None, mu_dtype=jnp.bfloat16), False)
 CASES["adamw_adam 2x2"] = (lambda: presets.adamw_adam(1e-3, approximation="2x2"), True)
 CASES["adamw_adam l_approx per_leaf"] = (
     lambda: presets.adamw_adam(1e-3, approximation="l_approx", blocks="per_leaf"), True)

@@ -246,6 +246,16 @@ def test_climb_memory_above_zero_needs_adam_moments():
   metaoptax.lion(climb_memory=0).init(mlp_params())  # a restart suits any base
 
 
+def test_a_pytree_mask_works_with_the_default_climb_memory():
+  """A weight-decay mask given as a pytree (as ``optax.adamw`` takes it) fits the probe of
+  Adam's decays (it used to raise at construction) and gives the callable mask's steps."""
+  as_tree = metaoptax.adamw(weight_decay=0.1, mask=MASK)
+  as_callable = metaoptax.adamw(weight_decay=0.1, mask=lambda p: {k: k.startswith("w") for k in p})
+  got, _ = run_steps(as_tree)
+  want, _ = run_steps(as_callable)
+  jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
 def test_climb_memory_needs_a_climb():
   with pytest.raises(ValueError, match="metaoptax.climb"):
     metaoptax.metaoptimize(optax.scale_by_adam(), optax.adam(1e-3), init_step_size=1e-3,
@@ -283,3 +293,46 @@ def test_differentiable_through_an_unrolled_run(name, float64):  # pylint: disab
         blocks="per_leaf")
     return unroll_lib.unroll(opt)[0]
   unroll_lib.check_against_fd(f, unroll_lib.HYPER)
+
+
+def _held_out_run(meta_grads_of, steps=40):
+  """``(params, state)`` of ``metaoptax.adamw(1e-6)`` after ``steps`` steps of
+  ``run_steps``'s problem, ``update`` given ``meta_grads=meta_grads_of(grads)``."""
+  opt = metaoptax.adamw(1e-6)
+  xs = jax.random.normal(jax.random.key(1), (steps, 16, 4))
+
+  def body(carry, x):
+    p, s = carry
+    g = jax.grad(mlp_loss)(p, x)
+    u, s = opt.update(g, s, p, meta_grads=meta_grads_of(g))
+    return (optax.apply_updates(p, u), s), None
+
+  p = mlp_params()
+  return jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), xs)[0])(p)
+
+
+def test_adamw_takes_a_held_out_meta_gradient():
+  """``update(..., meta_grads=...)`` of the drop-in: the training gradient itself gives the
+  run without it, bit for bit; a held-out gradient opposed to the training one (the
+  held-out loss rises where the training loss falls) ends the climb at once, so the step
+  size stays within a few climb steps of its start."""
+  plain = run_steps(metaoptax.adamw(1e-6), steps=40)
+  same = _held_out_run(lambda g: g)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), same, plain)
+  opposed = _held_out_run(lambda g: jax.tree.map(jnp.negative, g))
+  assert float(metaoptax.step_sizes(plain[1])) > 1e-6 * np.exp(0.1 * 30)
+  assert float(metaoptax.step_sizes(opposed[1])) < 1e-6 * np.exp(0.1 * 3)
+
+
+def test_adamw_starts_at_optax_adamw_usual_rate():
+  """The default start is 1e-3 (lion and sgd keep 1e-6): after 20 steps the loss has
+  fallen where the start at 1e-6 has hardly moved it (the climb is still ~8 decades
+  below a useful rate)."""
+  assert drop_ins.ADAMW_INIT_STEP_SIZE == 1e-3
+  state = metaoptax.adamw().init(mlp_params())
+  np.testing.assert_allclose(metaoptax.step_sizes(state), 1e-3, rtol=1e-6)
+  x = jax.random.normal(jax.random.key(2), (256, 4))
+  start = float(mlp_loss(mlp_params(), x))
+  quick = float(mlp_loss(run_steps(metaoptax.adamw(average=None), steps=20)[0], x))
+  slow = float(mlp_loss(run_steps(metaoptax.adamw(1e-6, average=None), steps=20)[0], x))
+  assert quick < 0.9 * start and slow > 0.99 * start

@@ -429,6 +429,9 @@ INVALID_PRESET_ARGUMENTS = [
 ]
 for _name in ("gamma", "init_step_size", "weight_decay", "meta_step_size"):
   INVALID_PRESET_ARGUMENTS.append((_name, not_numbers, f"{_name} must be a number"))
+# gamma=None is a setting (the trace read off the average), which needs average=
+INVALID_PRESET_ARGUMENTS[-4] = ("gamma", not_numbers,
+                                "gamma must be a number|gamma=None reads the trace off an average")
 
 
 @st.composite

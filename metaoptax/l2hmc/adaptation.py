@@ -93,23 +93,16 @@ CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the ty
 class WarmupResult(NamedTuple):
   r"""What :func:`warmup` found.
 
-<<<<<<< HEAD
-  step_size: jax.Array  # h, the step size in the whitened coordinates
-  whitening: Whitening  # the chains' per-coordinate mean and standard deviation
-  positions: jax.Array  # (chains, dim) the chains at the end of the warm-up
-  acceptance: jax.Array  # mean acceptance probability over the final window's second half
-  # (dim, dim): entry (j, i) is d log(local scale of z_i) / d z_j, diagonal 0 (see warmup);
-  # None above MOMENTS_MAX_DIM coordinates with slopes="squares" and no dense metric
-=======
   Attributes:
     step_size: :math:`h`, the step size in the whitened coordinates.
     whitening: the chains' :class:`Whitening` (their location and scale, and with the
-      dense metric their Cholesky factor).
+      dense metric their Cholesky factor, with the low-rank one its vectors).
     positions: ``(chains, dim)``, the chains at the end of the warm-up.
     acceptance: the mean acceptance probability over the final window's second half.
     log_scale_slopes: ``(dim, dim)``: entry ``(j, i)`` is
       :math:`\partial \log(\text{local scale of } z_i) / \partial z_j`, diagonal 0
-      (``slopes=``); ``None`` without.
+      (``slopes=``); ``None`` without, or above ``MOMENTS_MAX_DIM`` coordinates with
+      ``slopes="squares"`` and no dense metric.
     log_scale_samples: with ``slopes="curvature"``: (positions :math:`z`, log local
       scales of :math:`z`) over the final window's second half, ``(transitions * chains,
       dim)`` each, for the saturating fit; ``None`` otherwise.
@@ -129,7 +122,6 @@ class WarmupResult(NamedTuple):
   whitening: Whitening
   positions: jax.Array
   acceptance: jax.Array
->>>>>>> main
   log_scale_slopes: jax.Array | None = None
   log_scale_samples: tuple[jax.Array, jax.Array] | None = None
   rhat: jax.Array | None = None
@@ -213,12 +205,8 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
     draws = (jnp.zeros((num_kept,) + states.position.shape, states.position.dtype),) * 2
   (states, log_h, sums, draws), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
-<<<<<<< HEAD
-                                   per_chain, per_chain, quarters, anchor), draws),
-=======
                                    per_chain, per_chain, quarters, anchor,
-                                   jnp.zeros((), jnp.int32))),
->>>>>>> main
+                                   jnp.zeros((), jnp.int32)), draws),
       (jax.random.split(key, length), jnp.arange(length)))
   s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _, divergent = sums
   n = half * states.position.shape[0]
@@ -238,11 +226,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   rhat = _split_rhat(quarters, half // 2, half - half // 2)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
           s_chain / half, slopes, kept, midpoint(shift + c1 / half, mean), rhat, covariance,
-<<<<<<< HEAD
-          n, draws or None)
-=======
-          n, divergent)
->>>>>>> main
+          n, divergent, draws or None)
 
 
 def _dense(location, covariance, variance, n):
@@ -494,7 +478,7 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     if metric == "dense":
       return _dense(jnp.zeros_like(scale), found[12], found[3], found[13])
     if metric == "low_rank":
-      return _low_rank(jax.random.fold_in(keys[1], 1), *found[14], scale)
+      return _low_rank(jax.random.fold_in(keys[1], 1), *found[15], scale)
     return diagonal(scale)
 
   # burn-in: the chains travel to the typical set; it repeats until the chains agree (split
@@ -529,11 +513,7 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
   divergent = divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-<<<<<<< HEAD
-   rhat, _, _, _) = window(keys[2], states, log_h, whitening, lengths[2],
-=======
-   rhat, _, _, final_divergent) = window(keys[2], states, log_h, whitening, lengths[2],
->>>>>>> main
+   rhat, _, _, final_divergent, _) = window(keys[2], states, log_h, whitening, lengths[2],
                         curvature=slopes == "curvature")
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None

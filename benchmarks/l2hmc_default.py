@@ -150,7 +150,9 @@ def _multilevel_problem() -> Problem:
 def problems(suite: str, names=None) -> list[Problem]:
   """The suite's problems, or those of them in ``names``."""
   if suite == "scale":
-    return [_tuningfork_problem("stochastic_volatility"), _multilevel_problem()]
+    return [problem() for name, problem in (
+        ("stochastic_volatility", lambda: _tuningfork_problem("stochastic_volatility")),
+        ("multilevel_regression", _multilevel_problem)) if not names or name in names]
   if suite.startswith("tuningfork"):
     split = _tuningfork.NAMES_TUNING if suite == "tuningfork_tuning" else _tuningfork.NAMES_HELD_OUT
     return [_tuningfork_problem(name) for name in split if not names or name in names]

@@ -24,6 +24,10 @@ window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
   ``SAMPLERS_TUNINGFORK``: NUTS with a diagonal, dense and nutpie's low-rank metric,
   ChEES-HMC with a diagonal metric, adjusted MCLMC (``--samplers`` picks among
   ``sampler_baselines.ANCHORS``).
+* **scale** (``--suite scale``): tuningfork's 503-d stochastic volatility and a 1,006-d
+  non-centered multilevel regression (``_multilevel_regression``, no reference: its rows
+  check R-hat, ESS and divergences only), against NUTS with a diagonal and nutpie's
+  low-rank metric.
 
 The headline every sampler row shares (``_sampler_metrics.headline``, tuningfork's): min
 bulk ESS over coordinates (arviz, rank-normalized) per chain over the *total* gradient
@@ -75,18 +79,21 @@ sys.path.insert(0, str(HERE))
 
 import _posteriordb  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _sampler_metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _multilevel_regression  # pylint: disable=g-import-not-at-top,wrong-import-position
 import _tuningfork  # pylint: disable=g-import-not-at-top,wrong-import-position
 import sampler_baselines  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
 OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
-SUITES = ("tuning", "held_out", "eight", "tuningfork_tuning", "tuningfork_held_out")
+SUITES = ("tuning", "held_out", "eight", "tuningfork_tuning", "tuningfork_held_out", "scale")
 #: The samplers each suite runs by default (``--samplers`` overrides).
 SAMPLERS = ("l2hmc", "nuts", "chees")
 #: tuningfork's: the default against the issue's five anchors (ChEES-HMC with a diagonal metric).
 SAMPLERS_TUNINGFORK = ("l2hmc", "nuts", "nuts_dense", "nuts_low_rank", "chees_diag",
                        "mclmc_adjusted")
+#: The scale check's: the default against NUTS with a diagonal and nutpie's low-rank metric.
+SAMPLERS_SCALE = ("l2hmc", "nuts", "nuts_low_rank")
 EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
          "correlated", "rough_well", "ill_conditioned")
 CHAINS = 32
@@ -136,8 +143,19 @@ def _tuningfork_problem(name) -> Problem:
                  dict(zip(names, model.reference_mean)), dict(zip(names, model.reference_sd)))
 
 
+def _multilevel_problem() -> Problem:
+  target = _multilevel_regression.multilevel_regression()
+  starts = lambda key, chains: jax.random.uniform(key, (chains, target.dim), minval=-2.0,
+                                                  maxval=2.0)
+  return Problem("multilevel_regression", target.logdensity_fn, starts, lambda x: x, None, None)
+
+
 def problems(suite: str, names=None) -> list[Problem]:
   """The suite's problems, or those of them in ``names``."""
+  if suite == "scale":
+    return [problem() for name, problem in (
+        ("stochastic_volatility", lambda: _tuningfork_problem("stochastic_volatility")),
+        ("multilevel_regression", _multilevel_problem)) if not names or name in names]
   if suite.startswith("tuningfork"):
     split = _tuningfork.NAMES_TUNING if suite == "tuningfork_tuning" else _tuningfork.NAMES_HELD_OUT
     return [_tuningfork_problem(name) for name in split if not names or name in names]
@@ -148,7 +166,10 @@ def problems(suite: str, names=None) -> list[Problem]:
 
 
 def moments_errors(problem: Problem, draws) -> dict:
-  """The largest |mean - reference| in reference sds and |sd / reference - 1|."""
+  """The largest |mean - reference| in reference sds and |sd / reference - 1| (``None``
+  where the problem has no reference)."""
+  if problem.mean is None:
+    return dict(mean_error=None, sd_error=None)
   summarized = jax.jit(jax.vmap(jax.vmap(problem.summary)))(jnp.asarray(draws))
   mean_errors, sd_errors = [], []
   for name, ref_mean in problem.mean.items():
@@ -346,7 +367,7 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
            "adaptation grads | R-hat | mean err (sd) | sd err | warned | silently wrong | "
            "total grads/chain | min bulk ESS / total grad | × best anchor | gate |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  if suite.startswith("tuningfork"):
+  if suite.startswith("tuningfork") or suite == "scale":
     return _headline_report(results, suite, commit, settings)
   # the headline leads every suite's report; the Geyer ESS and the checks follow
   headline = _headline_report(results, suite, commit, settings)
@@ -385,6 +406,12 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
               "with the same settings, seeds and starts (`--reuse-baselines`); their ESS per "
               "second comes from that process."]
   return lines
+
+
+def _worst(errors) -> str:
+  """The largest of the seeds' errors, or — where there is no reference."""
+  errors = [e for e in errors if e is not None]
+  return f"{max(errors):.3f}" if errors else "—"
 
 
 def _headline_report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
@@ -426,7 +453,7 @@ def _headline_report(results: dict, suite: str, commit: str, settings: dict) -> 
           f"{_mean(r, 'total_grads_per_chain'):.3g} | "
           f"{value:.3g} | {f'{value / best:.2f}' if best else '—'} | "
           f"{f'{value / nuts:.2f}' if nuts else '—'} | "
-          f"{max(row['mean_error'] for row in r):.3f} |")
+          f"{_worst(row['mean_error'] for row in r)} |")
   return lines
 
 
@@ -455,8 +482,9 @@ def main(argv=None):
   if args.quick:
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
         1, 100, 50, 50, 20)
-  samplers = tuple(args.samplers or (SAMPLERS_TUNINGFORK if args.suite.startswith("tuningfork")
-                                     else SAMPLERS))
+  default_samplers = (SAMPLERS_SCALE if args.suite == "scale" else SAMPLERS_TUNINGFORK
+                      if args.suite.startswith("tuningfork") else SAMPLERS)
+  samplers = tuple(args.samplers or default_samplers)
   if "l2hmc" in samplers and "nuts" not in samplers:
     samplers += ("nuts",)  # L2HMC's check at NUTS's gradient budget
   chosen = [p for p in problems(args.suite, args.names) if not args.names or p.name in args.names]

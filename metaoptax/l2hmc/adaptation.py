@@ -19,7 +19,8 @@ point. HMC chains (the networks off) run in three windows:
    standard deviation of the chains over the second half of the last burn-in window (dense:
    the chains' Newton metrics again);
 3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2 (dense:
-   the Cholesky factor of the chains' covariance there, :func:`_dense`).
+   the Cholesky factor of the chains' covariance there, :func:`_dense`; low rank: the
+   diagonal-plus-low-rank fit of the draws and gradients there, :func:`_low_rank`).
 
 After each window, a chain whose mean acceptance probability over the window's
 second half is below 0.05 restarts from the state of a chain drawn at random
@@ -67,6 +68,7 @@ import jax.numpy as jnp
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
 from metaoptax.l2hmc.kernel import build_kernel, init
 from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
+from metaoptax.l2hmc.low_rank import fisher_low_rank
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening
 
 __all__ = ("WarmupResult", "warmup")
@@ -75,7 +77,13 @@ WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and fina
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
 SCALES = ("pooled", "within")  # which variance gives the whitening's scale (see warmup)
 LOCATIONS = ("mean", "midpoint")  # which centre gives the whitening's location (see warmup)
-METRICS = ("diagonal", "dense")  # the whitening's map: per-coordinate scales, or a Cholesky factor
+# the whitening's map: per-coordinate scales, a Cholesky factor, or diagonal plus low rank
+METRICS = ("diagonal", "dense", "low_rank")
+# the most coordinates whose windows accumulate dim x dim second moments (the covariance and the
+# log-scale slopes of slopes="squares") where neither the dense metric nor slopes="curvature"
+# needs them: above it their cost (dim squared per transition) would exceed the transitions'
+MOMENTS_MAX_DIM = 256
+LOW_RANK_DRAWS = 64  # the most transitions (of every chain) the low-rank fit keeps
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 NEWTON_FLOOR = 1e-4  # least |curvature| of the burn-in's Newton metrics (sd at most 100)
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
@@ -88,12 +96,13 @@ class WarmupResult(NamedTuple):
   Attributes:
     step_size: :math:`h`, the step size in the whitened coordinates.
     whitening: the chains' :class:`Whitening` (their location and scale, and with the
-      dense metric their Cholesky factor).
+      dense metric their Cholesky factor, with the low-rank one its vectors).
     positions: ``(chains, dim)``, the chains at the end of the warm-up.
     acceptance: the mean acceptance probability over the final window's second half.
     log_scale_slopes: ``(dim, dim)``: entry ``(j, i)`` is
       :math:`\partial \log(\text{local scale of } z_i) / \partial z_j`, diagonal 0
-      (``slopes=``); ``None`` without.
+      (``slopes=``); ``None`` without, or above ``MOMENTS_MAX_DIM`` coordinates with
+      ``slopes="squares"`` and no dense metric.
     log_scale_samples: with ``slopes="curvature"``: (positions :math:`z`, log local
       scales of :math:`z`) over the final window's second half, ``(transitions * chains,
       dim)`` each, for the saturating fit; ``None`` otherwise.
@@ -123,13 +132,18 @@ class WarmupResult(NamedTuple):
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
-            dim, local=None, curvature=False):
+            dim, local=None, curvature=False, moments=True, keep_draws=0):
   """``length`` HMC transitions of every chain in ``z = (x - location) / scale`` with step
   size ``h`` (with ``local``: times :math:`e^{c w}`, Gibbs self-tuning), ``log h`` adapted;
   the chains' mean and variance over the second half (pooled, and the mean of the chains'
   own variances, and the midpoint of their means: :func:`midpoint`), and the mean
-  ``log h`` and acceptance there."""
+  ``log h`` and acceptance there. With ``moments``, also the ``dim x dim`` covariance and
+  the log-scale slopes (else ``None``: their cost grows as ``dim`` squared). With
+  ``keep_draws``, the positions and gradients of at most that many transitions spread evenly
+  over the second half (``(transitions, chains, dim)`` each; else ``None``)."""
   half = length // 2
+  stride = max(half // keep_draws, 1) if keep_draws else 1
+  num_kept = len(range(0, half, stride)) if keep_draws else 0
   # Sums of x - shift, with shift the chains' mean at the window's start: the
   # variance from E[(x-c)^2] - E[x-c]^2 keeps its float32 digits when the mean is
   # far from 0 relative to the spread (it cancels catastrophically for c = 0).
@@ -137,7 +151,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   shift_logdensity = jnp.mean(states.logdensity)
 
   def transition(carry, inputs):
-    states, log_h, sums = carry
+    states, log_h, sums, draws = carry
     key, t = inputs
     params = _hmc_params(log_h, local, dim)
     keys = jax.random.split(key, states.position.shape[0])
@@ -161,27 +175,38 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
             sums[1] + in_second_half * jnp.sum(x * x, 0),
             sums[2] + in_second_half * log_h, sums[3] + in_second_half * acceptance,
             sums[4] + in_second_half * info.acceptance_rate,
-            sums[5] + in_second_half * x.T @ x, sums[6] + in_second_half * x.T @ log_square,
+            sums[5] + in_second_half * x.T @ x if moments else sums[5],
+            sums[6] + in_second_half * x.T @ log_square if moments else sums[6],
             sums[7] + in_second_half * jnp.sum(log_square, 0),
             sums[8] + in_second_half * x, sums[9] + in_second_half * x * x,
             *_quarter_sums(t, length, half, x, states.logdensity - shift_logdensity,
                            sums[10], sums[11]),
             sums[12] + jnp.sum(info.is_divergent, dtype=jnp.int32))
     log_h = log_h + rate * (acceptance - target)
+    if keep_draws:  # the draws and gradients at every stride-th transition of the second half
+      since = t - (length - half)
+      index = jnp.clip(since // stride, 0, num_kept - 1)
+      keep = (since >= 0) & (since % stride == 0)
+      draws = tuple(
+          buffer.at[index].set(jnp.where(keep, new, buffer[index]))
+          for buffer, new in zip(draws, (states.position, states.logdensity_grad)))
     # the curvature fit's samples (second half only; the first half's are discarded)
-    return (states, log_h, sums), ((states.position, log_square) if curvature else None)
+    return (states, log_h, sums, draws), ((states.position, log_square) if curvature else None)
 
   zeros = jnp.zeros(dim, states.position.dtype)
   zero = jnp.zeros((), states.position.dtype)
-  square = jnp.zeros((dim, dim), states.position.dtype)
+  square = jnp.zeros((dim, dim) if moments else (), states.position.dtype)
   chains = jnp.zeros(states.position.shape[:1], states.position.dtype)
   per_chain = jnp.zeros_like(states.position)
   quarters = jnp.zeros((2, 2) + states.position.shape[:1] + (dim + 1,), states.position.dtype)
   anchor = jnp.zeros((dim + 1,), states.position.dtype)
-  (states, log_h, sums), kept = jax.lax.scan(
+  draws = ()
+  if keep_draws:
+    draws = (jnp.zeros((num_kept,) + states.position.shape, states.position.dtype),) * 2
+  (states, log_h, sums, draws), kept = jax.lax.scan(
       transition, (states, log_h, (zeros, zeros, zero, zero, chains, square, square, zeros,
                                    per_chain, per_chain, quarters, anchor,
-                                   jnp.zeros((), jnp.int32))),
+                                   jnp.zeros((), jnp.int32)), draws),
       (jax.random.split(key, length), jnp.arange(length)))
   s1, s2, s_log_h, s_acc, s_chain, s_xx, s_xl, s_l, c1, c2, quarters, _, divergent = sums
   n = half * states.position.shape[0]
@@ -191,15 +216,17 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   variance = n / (n + 5.0) * variance + 1e-3 * 5.0 / (n + 5.0)
   within = jnp.mean(jnp.maximum(c2 / half - (c1 / half) ** 2, 0.0), 0) * half / max(half - 1, 1)
   within = n / (n + 5.0) * within + 1e-3 * 5.0 / (n + 5.0)
-  slopes = _log_scale_slopes(s_xx / n - jnp.outer(centred_mean, centred_mean),
-                             s_xl / n - jnp.outer(centred_mean, s_l / n))
+  slopes = covariance = None
+  if moments:
+    slopes = _log_scale_slopes(s_xx / n - jnp.outer(centred_mean, centred_mean),
+                               s_xl / n - jnp.outer(centred_mean, s_l / n))
+    covariance = (s_xx / n - jnp.outer(centred_mean, centred_mean)) * n / max(n - 1, 1)
   if kept is not None:  # (half * chains, dim) positions and log local variances
     kept = jax.tree.map(lambda a: a[length - half:].reshape(-1, dim), kept)
   rhat = _split_rhat(quarters, half // 2, half - half // 2)
-  covariance = (s_xx / n - jnp.outer(centred_mean, centred_mean)) * n / max(n - 1, 1)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
           s_chain / half, slopes, kept, midpoint(shift + c1 / half, mean), rhat, covariance,
-          n, divergent)
+          n, divergent, draws or None)
 
 
 def _dense(location, covariance, variance, n):
@@ -216,6 +243,19 @@ def _dense(location, covariance, variance, n):
   finite = jnp.all(jnp.isfinite(dense.cholesky)) & jnp.all(jnp.isfinite(dense.inverse_cholesky))
   diagonal = Whitening(location, scale, jnp.diag(scale), jnp.diag(1.0 / scale))
   return jax.tree.map(lambda a, b: jnp.where(finite, a, b), dense, diagonal)
+
+
+def _low_rank(key, positions, gradients, scale):
+  r"""The diagonal-plus-low-rank whitening of a window's draws and gradients
+  (:func:`metaoptax.l2hmc.low_rank.fisher_low_rank`, location 0) where the chains held out of
+  choosing its directions confirm one (an eigenvalue outside :math:`[1/2, 2]`); else the
+  diagonal ``scale`` (the window's standard deviations), with the same shapes (its
+  eigenvalues 1)."""
+  fitted = fisher_low_rank(key, positions, gradients, jnp.zeros_like(scale))
+  diagonal = Whitening(fitted.location, scale, vectors=jnp.zeros_like(fitted.vectors),
+                       eigenvalues=jnp.ones_like(fitted.eigenvalues))
+  confirmed = jnp.any(fitted.eigenvalues != 1.0)
+  return jax.tree.map(lambda a, b: jnp.where(confirmed, a, b), fitted, diagonal)
 
 
 def _quarter_sums(t, length, half, x, logdensity, quarters, anchor):
@@ -362,8 +402,12 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
       (:math:`\hat\sigma`), or ``"dense"``, the Cholesky factor of the chains' covariance
       over window 2's second half (its correlations shrunk towards the identity by
       :math:`5/(n + 5)` as Stan's dense metric; the diagonal where the factor is not finite),
-      for posteriors whose coordinates are correlated. ``"dense"`` needs
-      ``scales="pooled"`` and ``slopes="squares"``.
+      for posteriors whose coordinates are correlated, or ``"low_rank"``, diagonal plus low
+      rank (:func:`metaoptax.l2hmc.low_rank.fisher_low_rank`) from the draws and gradients of
+      up to ``LOW_RANK_DRAWS`` transitions of window 2's second half, where the chains held
+      out of choosing its directions confirm an eigenvalue outside :math:`[1/2, 2]`, else
+      the diagonal: :math:`O(\text{dim}\,k)` per map, for thousands of coordinates.
+      ``"dense"`` and ``"low_rank"`` need ``scales="pooled"`` and ``slopes="squares"``.
     jitter: the warm-up's transitions multiply :math:`h` by
       :math:`u \sim \mathcal U(1 - j, 1 + j)` (``L2HMCConfig.jitter``): a fixed
       trajectory whose length is near a whole period of a coordinate returns it to its start.
@@ -395,8 +439,8 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     raise ValueError(f"location must be one of {LOCATIONS}, got {location!r}.")
   if metric not in METRICS:
     raise ValueError(f"metric must be one of {METRICS}, got {metric!r}.")
-  if metric == "dense" and (scales != "pooled" or slopes != "squares"):
-    raise ValueError('metric="dense" needs scales="pooled" and slopes="squares".')
+  if metric != "diagonal" and (scales != "pooled" or slopes != "squares"):
+    raise ValueError(f'metric="{metric}" needs scales="pooled" and slopes="squares".')
   if isinstance(max_burn_in_windows, bool) or not (isinstance(max_burn_in_windows, int)
                                                    and max_burn_in_windows >= 1):
     raise ValueError(f"max_burn_in_windows must be an int >= 1, got {max_burn_in_windows!r}.")
@@ -414,9 +458,12 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   scale = jnp.ones(dim, positions.dtype)
   keys = jax.random.split(rng_key, 6)
 
-  def window(key, states, log_h, whitening, length, curvature=False):
+  moments = metric == "dense" or slopes == "curvature" or dim <= MOMENTS_MAX_DIM
+
+  def window(key, states, log_h, whitening, length, curvature=False, keep_draws=0):
     return _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
-                   target_acceptance, adaptation_rate, dim, curvature=curvature)
+                   target_acceptance, adaptation_rate, dim, curvature=curvature,
+                   moments=moments, keep_draws=keep_draws)
 
   def diagonal(scale):
     return Whitening(jnp.zeros_like(scale), scale)
@@ -430,6 +477,8 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     scale = rescaled(found)
     if metric == "dense":
       return _dense(jnp.zeros_like(scale), found[12], found[3], found[13])
+    if metric == "low_rank":
+      return _low_rank(jax.random.fold_in(keys[1], 1), *found[15], scale)
     return diagonal(scale)
 
   # burn-in: the chains travel to the typical set; it repeats until the chains agree (split
@@ -458,12 +507,13 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   states, log_h, whitening, count, burn_in_rhat, divergent = jax.lax.while_loop(
       travelling, burn_in, burn_in((states, log_h, diagonal(scale), zero, inf, zero)))
   # the whitening from chains that found the typical set: one window, then the final one
-  found = window(keys[1], states, log_h, travel_whitening(states, whitening), lengths[1])
+  found = window(keys[1], states, log_h, travel_whitening(states, whitening), lengths[1],
+                 keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   states = _restart_stuck(keys[4], found[0], found[7])
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
   divergent = divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-   rhat, _, _, final_divergent) = window(keys[2], states, log_h, whitening, lengths[2],
+   rhat, _, _, final_divergent, _) = window(keys[2], states, log_h, whitening, lengths[2],
                         curvature=slopes == "curvature")
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
@@ -472,7 +522,8 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   centre = mean if location == "mean" else midpoint
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
-                      acceptance, _whitened(fitted, scale), samples, rhat,
+                      acceptance, None if fitted is None else _whitened(fitted, scale),
+                      samples, rhat,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
                       (count + 1) * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),

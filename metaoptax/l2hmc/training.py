@@ -120,9 +120,11 @@ class TrainingConfig(NamedTuple):
       warm-up's ``slopes=`` (:func:`metaoptax.l2hmc.warmup`) is ``"curvature"`` for the
       first two.
     metric: the warm-up's whitening (:func:`metaoptax.l2hmc.warmup`): ``"dense"`` (the
-      chains' covariance, for correlated coordinates), ``"diagonal"``, or ``"auto"``:
-      dense up to ``DENSE_MAX_DIM`` coordinates, unless the sampler uses local step sizes,
-      a reflection, a scale move or interweaving (whose moves are per coordinate).
+      chains' covariance, for correlated coordinates), ``"low_rank"`` (diagonal plus low
+      rank, where the warm-up confirms a correlation; for thousands of coordinates),
+      ``"diagonal"``, or ``"auto"``: dense up to ``DENSE_MAX_DIM`` coordinates and low rank
+      above, unless the sampler uses local step sizes, a reflection, a scale move or
+      interweaving (whose moves are per coordinate: diagonal).
     burn_in_windows: the most burn-in windows of the warm-up (``max_burn_in_windows`` of
       :func:`metaoptax.l2hmc.warmup`; its transitions are jittered as ``config.jitter``).
   """
@@ -434,21 +436,24 @@ def default_optimizer() -> optax.GradientTransformation:
 
 
 #: ``TrainingConfig(metric="auto")`` whitens with a dense covariance up to this dimension
-#: (its cost per gradient grows as the square of the dimension, its estimate's error too).
+#: (its cost per gradient grows as the square of the dimension, its estimate's error too), and
+#: with diagonal plus low rank above.
 DENSE_MAX_DIM = 256
-METRICS = ("auto", "dense", "diagonal")
+METRICS = ("auto", "dense", "low_rank", "diagonal")
 
 
 def _metric(config: L2HMCConfig, training: TrainingConfig) -> str:
   """The warm-up's metric of ``training.metric`` (``"auto"`` decided from the sampler)."""
   per_coordinate_moves = (config.local_step_sizes or config.reflection or config.scale_move
                           or config.interweaving is not None)
-  if training.metric == "dense" and per_coordinate_moves:
-    raise ValueError('metric="dense" does not go with local step sizes, a reflection, a scale '
-                     'move or interweaving: use metric="diagonal" or "auto".')
+  if training.metric in ("dense", "low_rank") and per_coordinate_moves:
+    raise ValueError(f'metric="{training.metric}" does not go with local step sizes, a '
+                     'reflection, a scale move or interweaving: use metric="diagonal" or "auto".')
   if training.metric != "auto":
     return training.metric
-  return "diagonal" if per_coordinate_moves or config.dim > DENSE_MAX_DIM else "dense"
+  if per_coordinate_moves:
+    return "diagonal"
+  return "dense" if config.dim <= DENSE_MAX_DIM else "low_rank"
 
 
 def _check_training(training: TrainingConfig) -> None:

@@ -433,6 +433,10 @@ def main(argv=None):
   parser.add_argument("--reuse-baselines", action="store_true",
                       help="take the NUTS and ChEES rows of the results file already in --out "
                       "(same settings, seeds and starts) and rerun only L2HMC's")
+  parser.add_argument("--merge", nargs="*", type=pathlib.Path, default=(),
+                      help="results files of other processes (same settings, other seeds or "
+                      "targets) whose rows join this file's before the run (--seeds 0: only "
+                      "merge)")
   args = parser.parse_args(argv)
   if args.quick:
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
@@ -456,8 +460,17 @@ def main(argv=None):
     stored = json.loads(path.read_text())
     if {k: v for k, v in stored.get("settings", {}).items() if k != "seeds"} == settings:
       results = stored["results"]
+  for other in args.merge:
+    stored = json.loads(other.read_text())
+    if {k: v for k, v in stored["settings"].items() if k != "seeds"} != settings:
+      raise ValueError(f"{other} was run with {stored['settings']}, not {settings}")
+    for name, rows in stored["results"].items():
+      for sampler_rows in rows.values():
+        for row in sampler_rows if isinstance(sampler_rows, list) else ():
+          row.setdefault("commit", stored.get("commit"))
+      results[name] = merge_rows(results.get(name, {}), rows)
   previous = dict(results)
-  previous_commit = json.loads(path.read_text()).get("commit") if previous else None
+  previous_commit = json.loads(path.read_text()).get("commit") if path.exists() else None
   seeds = range(args.first_seed, args.first_seed + args.seeds)
   for seed, problem in tqdm([(s, p) for s in seeds for p in chosen],
                             desc=f"l2hmc_default {args.suite}"):
@@ -474,14 +487,22 @@ def main(argv=None):
     if reused is not None:
       rows["baseline_commit"] = previous[problem.name].get("baseline_commit", previous_commit)
     results[problem.name] = merge_rows(results.get(problem.name, {}), rows)
-    counts = {len(r) for rows_ in results.values() for k, r in rows_.items()
-              if k != "baseline_commit"}
-    file_settings = dict(settings, seeds=max(counts))
-    path.write_text(json.dumps(dict(commit=commit, settings=file_settings, quick=args.quick,
-                                    results=results), indent=1))
-    (args.out / f"{stem}.md").write_text(
-        "\n".join(report(results, args.suite, commit, file_settings)) + "\n")
+    _write(args.out, stem, results, args.suite, commit, settings, args.quick)
+  if args.merge:
+    _write(args.out, stem, results, args.suite, commit, settings, args.quick)
   print((args.out / f"{stem}.md").read_text())
+
+
+def _write(out: pathlib.Path, stem: str, results: dict, suite: str, commit: str,
+           settings: dict, quick: bool):
+  """The results file and its report, ``seeds`` the most seeds of any row."""
+  counts = {len(r) for rows in results.values() for k, r in rows.items()
+            if k != "baseline_commit"}
+  file_settings = dict(settings, seeds=max(counts, default=0))
+  (out / f"{stem}.json").write_text(json.dumps(dict(commit=commit, settings=file_settings,
+                                                    quick=quick, results=results), indent=1))
+  (out / f"{stem}.md").write_text(
+      "\n".join(report(results, suite, commit, file_settings)) + "\n")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ HELD_OUT = ("all", "hyperparams")
 
 
 class Checked(NamedTuple):
-  """What the step needs of the checked arguments.
+  r"""What the step needs of the checked arguments.
 
   Attributes:
     gamma: the trace's discount (``1`` where ``gamma=None`` reads the trace off the

@@ -173,9 +173,11 @@ def climb_memory_piece(base: optax.GradientTransformation, climb_memory: Any) ->
   at ``init`` (a base that reads the params' structure: a pytree mask)."""
   restarting = climb_memory is not None and restarts(climb_memory)
   shortening = climb_memory is not None and not restarting
+  checked = not shortening
   if shortening:
     try:  # at construction where a one-leaf probe fits the base
       adam_decays(base, {"w": jnp.zeros([1])})
+      checked = True
     except NoAdamMomentsError:
       raise
     except (ValueError, TypeError):  # the base reads the params' structure (a pytree mask)
@@ -184,8 +186,8 @@ def climb_memory_piece(base: optax.GradientTransformation, climb_memory: Any) ->
   def check(params, meta_state):
     if climb_memory is not None:
       check_climbs(meta_state)
-    if shortening:
-      adam_decays(base, params)  # raises here unless the base holds one Adam
+    if not checked:  # only where construction could not: params may be a placeholder
+      adam_decays(base, params)  # (optax's init of a state's shape) raises unless one Adam
 
   def apply(state, params, fresh_base_state):
     if restarting:

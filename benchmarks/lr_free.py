@@ -83,7 +83,11 @@ OUTPUTS = ("lr_free/lr_free.md", "lr_free/lr_free_*.png",
            "lr_free/run_*.json", "lr_free/runs.txt",
            # the bfloat16 trace and average against the default (--designs ... --out
            # benchmarks/results/lr_free_bfloat16, and with --seeds 8): not in the report
-           "lr_free_bfloat16*/lr_free.json",)
+           "lr_free_bfloat16*/lr_free.json",
+           # the state of issue 60 (item 1): the average and Adam's first moment (and the
+           # trace) in bfloat16, and the trace read off averages of horizons 0.1, 0.3 and 1,
+           # against the default (--designs ... --out benchmarks/results/lr_free_state_*)
+           "lr_free_state_*/lr_free.json",)
 
 
 OUT = HERE / "out" / "lr_free"
@@ -727,6 +731,22 @@ DESIGNS = {
     # 1e-2 to 3e-2, which the climb from 1e-3 reaches in ~23 steps; twice as fast, ~12
     "the default from 1e-3, climb rate 0.2": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "climb_rate": 0.2}), True),
+    # the state (issue 60, item 1): the drop-in's average and Adam's first moment stored in
+    # bfloat16 (3 params-sized float32 buffers instead of 4), and the trace too (2.5)
+    "the default from 1e-3, its average and first moment in bfloat16": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "average_dtype": jnp.bfloat16,
+                   "mu_dtype": jnp.bfloat16}), True),
+    "the default from 1e-3, its trace, average and first moment in bfloat16": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "average_dtype": jnp.bfloat16,
+                   "mu_dtype": jnp.bfloat16, "trace_dtype": jnp.bfloat16}), True),
+    # the trace read off the average (gamma=None: 3 buffers, and no trace kernel) with a
+    # longer average, whose horizon is the trace's: 30 % of the steps, and all of them
+    "the default from 1e-3, its trace read off an average of 0.3": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None, "average": 0.3}), True),
+    "the default from 1e-3, its trace read off an average of 1": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None, "average": 1.0}), True),
+    "the default from 1e-3, its trace read off the average": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None}), True),
 }
 
 

@@ -91,3 +91,13 @@ def unguarded_step(attempt: Callable, grads: Any, state: MetaOptimizeState,
   always = (total == total) | (total != total)
   return attempt(tree_utils.zeros_unless(always, grads),
                  state._replace(trace=tree_utils.zeros_unless(always, state.trace)), meta_grad)
+
+
+def step(attempt: Callable, grads: Any, state: MetaOptimizeState, meta_grad: Any, *,
+         skip_nonfinite: bool, initial_trace: Callable,
+         check_new_trace: bool) -> tuple[Any, MetaOptimizeState]:
+  """:func:`guarded_step` with ``skip_nonfinite``, else :func:`unguarded_step`."""
+  if skip_nonfinite:
+    return guarded_step(attempt, grads, state, meta_grad, initial_trace=initial_trace,
+                        check_new_trace=check_new_trace)
+  return unguarded_step(attempt, grads, state, meta_grad)

@@ -43,7 +43,7 @@ step's outputs instead cost two params-sized temporaries, and restarting the tra
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -150,3 +150,50 @@ def shorten_if_the_climb_ended(state: MetaOptimizeState, steps: int, c1: jax.Arr
 
   return state._replace(base_state=jax.tree.map(
       shorten, state.base_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState)))
+
+
+class ClimbMemory(NamedTuple):
+  """The climb's piece of :func:`metaoptax.metaoptimize`'s step (``climb_memory=``).
+
+  Attributes:
+    check: ``(params, meta_state) -> None``, at ``init``: raises unless the meta state
+      holds one climb and, for a count ``> 0``, the base one Adam.
+    apply: ``(state, params, fresh_base_state) -> state``, first in ``update``: the state
+      whose base state keeps what ``climb_memory`` says of the climb, if it ended at the
+      last step; ``fresh_base_state()`` gives the base state as at ``init``.
+  """
+  check: Callable[[Any, Any], None]
+  apply: Callable[[MetaOptimizeState, Any, Callable[[], Any]], MetaOptimizeState]
+
+
+def climb_memory_piece(base: optax.GradientTransformation, climb_memory: Any) -> ClimbMemory:
+  """The piece for ``climb_memory`` (``None``: nothing is done), checked at construction
+  where it can be: Adam's decays are read off the base on a probe of the params'
+  structure (:func:`adam_decays`), at once where a one-leaf probe fits the base, else
+  at ``init`` (a base that reads the params' structure: a pytree mask)."""
+  restarting = climb_memory is not None and restarts(climb_memory)
+  shortening = climb_memory is not None and not restarting
+  checked = not shortening
+  if shortening:
+    try:  # at construction where a one-leaf probe fits the base
+      adam_decays(base, {"w": jnp.zeros([1])})
+      checked = True
+    except NoAdamMomentsError:
+      raise
+    except (ValueError, TypeError):  # the base reads the params' structure (a pytree mask)
+      pass  # checked at init
+
+  def check(params, meta_state):
+    if climb_memory is not None:
+      check_climbs(meta_state)
+    if not checked:  # only where construction could not: params may be a placeholder
+      adam_decays(base, params)  # (optax's init of a state's shape) raises unless one Adam
+
+  def apply(state, params, fresh_base_state):
+    if restarting:
+      return restart_if_the_climb_ended(state, fresh_base_state())
+    if shortening:
+      return shorten_if_the_climb_ended(state, climb_memory, *adam_decays(base, params))
+    return state
+
+  return ClimbMemory(check=check, apply=apply)

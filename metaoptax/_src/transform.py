@@ -1,8 +1,18 @@
-r"""MetaOptimize: step sizes learned while training runs (Sharifnassab et al., 2024)."""
+r"""MetaOptimize: step sizes learned while training runs (Sharifnassab et al., 2024).
+
+The core of the step. Its pieces, each a module that reads on its own:
+
+* the arguments' checks: :mod:`metaoptax._src.arguments`;
+* the trace, one :class:`~metaoptax._src.approximation.Approximation`: Hessian-free
+  (:mod:`metaoptax._src.hessian_free`), exact (:mod:`metaoptax._src.exact`), or read off
+  the average of the weights (:mod:`metaoptax._src.averaged_trace`);
+* the meta-gradient, on the training or a held-out gradient:
+  :mod:`metaoptax._src.held_out`;
+* the climb's memory in the base state: :mod:`metaoptax._src.restart`;
+* the guard against non-finite values: :mod:`metaoptax._src.guard`.
+"""
 
 from __future__ import annotations
-
-import math
 
 from typing import Any
 
@@ -10,24 +20,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metaoptax._src import averaged_trace, averaging, blocks as blocks_lib, exact, guard
-from metaoptax._src import hessian_free, learned, restart, rounding, tree_utils, validation
-from metaoptax._src.approximation import Approximation, StepConfig
-from metaoptax._src.hyperparams import check_step_size_bounds, concrete_number
+from metaoptax._src import arguments, averaged_trace, blocks as blocks_lib, exact, guard
+from metaoptax._src import held_out as held_out_lib, learned, restart, tree_utils, validation
+from metaoptax._src.approximation import StepConfig
+from metaoptax._src.arguments import DEFAULT_STEP_SIZE_BOUNDS
 from metaoptax._src.state import MetaOptimizeState
-
-#: The approximation of each name (see :mod:`metaoptax._src.approximation`): the one
-#: place where the user's ``approximation=`` is read.
-_APPROXIMATIONS: dict[str, Approximation] = {
-    "hessian_free": hessian_free.HESSIAN_FREE,
-    "l_approx": exact.L_APPROX,
-    "2x2": exact.TWO_BY_TWO,
-}
-APPROXIMATIONS = tuple(_APPROXIMATIONS)
-PARAMETRIZATIONS = ("log", "linear")
-DEFAULT_STEP_SIZE_BOUNDS = (1e-10, 1.0)
-#: The meta-parameters whose meta-gradients use ``meta_grads`` when it is given.
-HELD_OUT = ("all", "hyperparams")
 
 
 def metaoptimize(
@@ -188,45 +185,24 @@ def metaoptimize(
     Optimizing Step Sizes and Other Meta-parameters
     <https://arxiv.org/abs/2402.02342>`_, 2024.
   """
-  _check_average(average, approximation, gamma, trace_dtype)
-  gamma = 1.0 if gamma is None else gamma  # with average: the columns the average does not hold
-  _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
-            step_size_bounds, parametrization, sensitivity_radius)
-  trace_dtype = rounding.check_storage_dtype("trace_dtype", trace_dtype)
-  if trace_dtype is not None and approximation != "hessian_free":
-    raise ValueError(f"trace_dtype={trace_dtype} needs approximation='hessian_free' (the exact "
-                     f"variants keep their sensitivities in float32), got {approximation!r}.")
-  learn = learned.check_learn(learn)
-  learned.check_exposed(learn, base)
-  meta_probed = validation.check_meta_ignores_beta(meta)
-  if held_out not in HELD_OUT:
-    raise ValueError(f"Unknown held_out={held_out!r}; expected one of {HELD_OUT}.")
-  if learned.WEIGHT_DECAY in learn:
-    kappa0 = concrete_number("weight_decay", weight_decay)
-    if kappa0 is not None:
-      learned.to_phi(learned.WEIGHT_DECAY, kappa0)  # raises unless > 0
+  checked = arguments.check(
+      base, meta, init_step_size=init_step_size, blocks=blocks, gamma=gamma,
+      approximation=approximation, weight_decay=weight_decay,
+      step_size_bounds=step_size_bounds, parametrization=parametrization, learn=learn,
+      held_out=held_out, sensitivity_radius=sensitivity_radius, trace_dtype=trace_dtype,
+      average=average)
+  learn, trace_dtype = checked.learn, checked.trace_dtype
   log = parametrization == "log"
-  lower, upper = (float(b) for b in step_size_bounds)
   config = StepConfig(
-      base=optax.with_extra_args_support(base), meta=meta, gamma=gamma,
-      weight_decay=weight_decay, log_parametrization=log,
-      beta_bounds=((math.log(lower) if lower > 0 else -math.inf, math.log(upper)) if log
-                   else (lower, upper)),
+      base=optax.with_extra_args_support(base), meta=meta, gamma=checked.gamma,
+      weight_decay=weight_decay, log_parametrization=log, beta_bounds=checked.beta_bounds,
       meta_update_first=meta_update_first, sensitivity_radius=sensitivity_radius, learn=learn,
       trace_dtype=trace_dtype)
-  implementation = (_APPROXIMATIONS[approximation] if average is None
+  # the pieces: the trace (its approximation, or read off the average), the climb's memory
+  implementation = (arguments.BY_NAME[approximation] if average is None
                     else averaged_trace.approximation(average))
-  restarting = climb_memory is not None and restart.restarts(climb_memory)
-  # Adam's (1 - b1, 1 - b2) for the moments counted as steps, read off the base on a probe
-  # of the params' structure (a pytree mask must fit): checked at init, constants in update
-  shortening = climb_memory is not None and not restarting
-  if shortening:
-    try:  # at construction where a one-leaf probe fits the base
-      restart.adam_decays(base, {"w": jnp.zeros([1])})
-    except restart.NoAdamMomentsError:
-      raise
-    except (ValueError, TypeError):  # the base reads the params' structure (a pytree mask)
-      pass  # checked at init
+  climb = restart.climb_memory_piece(base, climb_memory)
+  takes_held_out = tuple(k for k, a in arguments.BY_NAME.items() if a.takes_held_out_gradient)
 
   def init_fn(params):
     tree_utils.check_float_params(params, "metaoptimize")
@@ -244,13 +220,10 @@ def metaoptimize(
     meta_params = learned.MetaParams(
         beta, learned.init_hyperparams(learn, base_state, weight_decay, dtype))
     base_state = config.base_state_for(meta_params, base_state)
-    if not meta_probed:
+    if not checked.meta_probed:
       validation.check_meta_ignores_beta(meta, meta_params)
     meta_state = meta.init(meta_params)
-    if climb_memory is not None:
-      restart.check_climbs(meta_state)
-    if shortening:
-      restart.adam_decays(base, params)  # raises here unless the base holds one Adam
+    climb.check(params, meta_state)
     return MetaOptimizeState(
         base_state=base_state,
         meta_params=meta_params,
@@ -267,35 +240,19 @@ def metaoptimize(
       raise ValueError("metaoptimize needs params: call update(grads, state, params).")
     validation.check_update_inputs("metaoptimize", init_fn, updates, state, params)
     layout = blocks_lib.resolve(blocks, params)
-    if restarting:
-      state = restart.restart_if_the_climb_ended(
-          state, config.base_state_for(state.meta_params,
-                                       config.base.init(tree_utils.widen(params))))
-    elif shortening:
-      state = restart.shorten_if_the_climb_ended(state, climb_memory,
-                                                 *restart.adam_decays(base, params))
-    meta_grads = extra_args.pop("meta_grads", None)
-    if meta_grads is None:
-      meta_grad = implementation.meta_gradient(layout, state.trace, updates, state.meta_params,
-                                               params)
-    else:
-      meta_grads = _held_out(meta_grads, updates, implementation, approximation)
-      meta_grad = implementation.meta_gradient(layout, state.trace, meta_grads,
-                                               state.meta_params, params)
-      if held_out == "hyperparams" and learn:  # the step sizes follow the training loss
-        on_train = implementation.meta_gradient(layout, state.trace, updates,
-                                                state.meta_params, params)
-        meta_grad = meta_grad._replace(step_size=on_train.step_size)
+    state = climb.apply(state, params, lambda: config.base_state_for(
+        state.meta_params, config.base.init(tree_utils.widen(params))))
+    meta_grad = held_out_lib.meta_gradient(
+        implementation, layout, state, updates, extra_args.pop("meta_grads", None), params,
+        held_out=held_out, learn=learn, name=approximation, takes=takes_held_out)
 
     def attempt(grads, state, meta_grad):
       return implementation.step(config, layout, grads, state, meta_grad, params, extra_args)
 
-    if skip_nonfinite:
-      delta, new_state = guard.guarded_step(
-          attempt, updates, state, meta_grad, initial_trace=implementation.initial_trace,
-          check_new_trace=implementation.checks_new_trace)
-    else:
-      delta, new_state = guard.unguarded_step(attempt, updates, state, meta_grad)
+    delta, new_state = guard.step(attempt, updates, state, meta_grad,
+                                  skip_nonfinite=skip_nonfinite,
+                                  initial_trace=implementation.initial_trace,
+                                  check_new_trace=implementation.checks_new_trace)
     delta = optax.tree_utils.tree_cast_like(delta, params)
     if implementation.after_update is not None:
       new_state = new_state._replace(
@@ -303,75 +260,3 @@ def metaoptimize(
     return delta, new_state
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
-
-
-def _held_out(meta_grads: Any, grads: Any, implementation: Approximation, name: str) -> Any:
-  """Checks a held-out gradient against the gradient; a non-finite one becomes 0."""
-  if not implementation.takes_held_out_gradient:
-    takes = [k for k, a in _APPROXIMATIONS.items() if a.takes_held_out_gradient]
-    raise ValueError(
-        f"meta_grads= is not supported by approximation={name!r}, whose meta step "
-        "differentiates s = H^T g through the training gradient's Hessian; use one of "
-        f"{takes} with a held-out meta-gradient.")
-  if jax.tree.structure(meta_grads) != jax.tree.structure(grads):
-    raise ValueError(
-        "meta_grads must have the structure of the gradient (the gradient of the "
-        f"held-out objective at params); got {jax.tree.structure(meta_grads)}, "
-        f"expected {jax.tree.structure(grads)}.")
-  return tree_utils.zeros_unless(tree_utils.all_finite(meta_grads), meta_grads)
-
-
-def _check_average(average, approximation, gamma, trace_dtype):
-  """Checks ``average`` against the other arguments."""
-  if average is None:
-    if gamma is None:
-      raise ValueError("gamma=None reads the trace off an average of the iterates, with its "
-                       "discount: give average= (its horizon, e.g. 0.1), or a gamma in [0, 1].")
-    return
-  averaging.check_horizon(f"metaoptimize(average={average!r})", average)
-  if approximation != "hessian_free":
-    raise ValueError(f"average={average} reads the Hessian-free trace off the average: it "
-                     f"needs approximation='hessian_free', got {approximation!r} (chain "
-                     "metaoptax.average_iterates after it instead).")
-  if trace_dtype is not None:
-    raise ValueError(f"trace_dtype={trace_dtype} with average={average}: no trace is stored "
-                     "(it is read off the average, kept in float32).")
-  if gamma is not None:
-    raise ValueError(f"gamma={gamma} with average={average}: the trace read off the average "
-                     "has the average's discount (a horizon of average * t steps); give "
-                     "gamma=None, or chain metaoptax.average_iterates after a stored trace "
-                     "of discount gamma.")
-
-
-def _validate(base, meta, init_step_size, blocks, gamma, approximation, weight_decay,
-              step_size_bounds, parametrization, sensitivity_radius):
-  """Checks every argument; numeric hyperparameters only where they are concrete."""
-  for name, tx in (("base", base), ("meta", meta)):
-    if not (hasattr(tx, "init") and hasattr(tx, "update")):
-      raise TypeError(f"{name} must be an optax.GradientTransformation, got {type(tx).__name__}.")
-  if approximation not in APPROXIMATIONS:
-    raise ValueError(f"Unknown approximation={approximation!r}; expected one of {APPROXIMATIONS}.")
-  if parametrization not in PARAMETRIZATIONS:
-    raise ValueError(
-        f"Unknown parametrization={parametrization!r}; expected one of {PARAMETRIZATIONS}.")
-  blocks_lib.validate_blocks_spec(blocks)
-  gamma = concrete_number("gamma", gamma)
-  if gamma is not None and not 0.0 <= gamma <= 1.0:
-    raise ValueError(f"gamma must be in [0, 1], got {gamma}.")
-  weight_decay = concrete_number("weight_decay", weight_decay)
-  if weight_decay is not None and not 0 <= weight_decay < math.inf:
-    raise ValueError(f"weight_decay must be >= 0 and finite, got {weight_decay}.")
-  radius = concrete_number("sensitivity_radius", sensitivity_radius)
-  if radius is not None and not 0 < radius <= math.inf:
-    raise ValueError(f"sensitivity_radius must be in (0, inf], got {radius}.")
-  lower, upper = check_step_size_bounds(step_size_bounds)
-  init_step_size = concrete_number("init_step_size", init_step_size)
-  if init_step_size is None:
-    return
-  if not math.isfinite(init_step_size):
-    raise ValueError(f"init_step_size must be a finite number, got {init_step_size!r}.")
-  if init_step_size <= 0 and parametrization == "log":
-    raise ValueError(f"init_step_size must be > 0, got {init_step_size}.")
-  if not lower <= init_step_size <= upper:
-    raise ValueError(
-        f"init_step_size={init_step_size} is outside step_size_bounds={step_size_bounds}.")

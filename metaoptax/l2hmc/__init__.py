@@ -6,7 +6,7 @@ numpyro model, ``numpyro.infer.MCMC(NumPyroL2HMC(model), ...)`` runs it (numpyro
 """
 
 from metaoptax.l2hmc import (diagnostics, ess, integrators, interweaving, local_step_sizes,
-                             posteriors, targets, trajectory_length)
+                             low_rank, posteriors, targets, trajectory_length)
 from metaoptax.l2hmc.adaptation import WarmupResult, warmup
 from metaoptax.l2hmc.default_adaptation import (Adaptation, AdaptationInfo,
                                                 ConvergenceWarning, adapt)
@@ -22,10 +22,10 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       TrainingResult, TrainingState, build_training_step,
                                       default_optimizer, esjd_loss, init_training,
                                       objective_loss, rotation_step_sizes, train)
-from metaoptax.l2hmc.whitening import Whitening, dense_whitening
+from metaoptax.l2hmc.whitening import Whitening, dense_whitening, log_det_jacobian
 
 __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_sizes",
-           "posteriors", "targets", "trajectory_length",
+           "low_rank", "posteriors", "targets", "trajectory_length",
            "Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt", "split_rhat",
            "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
            "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability",
@@ -34,7 +34,7 @@ __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_size
            "TrainingConfig", "TrainingInfo", "TrainingResult", "TrainingState",
            "build_training_step", "default_optimizer", "esjd_loss", "init_training",
            "objective_loss", "rotation_step_sizes", "train",
-           "WarmupResult", "warmup", "Whitening", "dense_whitening",
+           "WarmupResult", "warmup", "Whitening", "dense_whitening", "log_det_jacobian",
            "NumPyroL2HMC", "NumPyroL2HMCState")
 
 # numpyro is optional: its kernel (metaoptax.l2hmc.numpyro_kernel) loads on first access

@@ -35,14 +35,24 @@ from metaoptax.l2hmc.whitening import Whitening
 
 __all__ = ("MAX_RANK", "CUTOFF", "fisher_low_rank", "spd_geometric_mean")
 
-MAX_RANK = 10  # k, the most directions of the low-rank part
-CUTOFF = 2.0  # c: eigenvalues within [1/c, c] are masked to 1
+#: :math:`k`, the most directions of the low-rank part.
+MAX_RANK = 10
+#: :math:`c`: eigenvalues within :math:`[1/c, c]` are masked to 1 (no correction there).
+CUTOFF = 2.0
 OVERSAMPLING = 5  # extra directions of the range finder per covariance
 
 
 def spd_geometric_mean(a: jax.Array, b: jax.Array) -> jax.Array:
   r""":math:`A \# B^{-1} = B^{-1/2}(B^{1/2} A B^{1/2})^{1/2} B^{-1/2}` for symmetric positive
-  definite ``a`` and ``b``: the symmetric positive definite :math:`M` with :math:`M B M = A`."""
+  definite ``a`` and ``b``: the symmetric positive definite :math:`M` with :math:`M B M = A`.
+
+  Args:
+    a: ``(k, k)`` symmetric positive definite.
+    b: ``(k, k)`` symmetric positive definite.
+
+  Returns:
+    ``(k, k)``, :math:`M`, symmetrized.
+  """
   values, vectors = jnp.linalg.eigh(b)
   root = (vectors * jnp.sqrt(values)) @ vectors.T
   inverse_root = (vectors / jnp.sqrt(values)) @ vectors.T

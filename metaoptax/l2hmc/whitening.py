@@ -119,7 +119,14 @@ def gradient_from_whitened(whitening: Whitening, grad: jax.Array) -> jax.Array:
 
 
 def log_det_jacobian(whitening: Whitening) -> jax.Array:
-  """:math:`\\log|\\det L|`, the log Jacobian of :math:`z \\mapsto x = \\mu + L z`."""
+  """:math:`\\log|\\det L|`, the log Jacobian of :math:`z \\mapsto x = \\mu + L z`.
+
+  Args:
+    whitening: a diagonal, dense or diagonal-plus-low-rank :class:`Whitening`.
+
+  Returns:
+    A scalar, :math:`\\log|\\det L|`.
+  """
   if whitening.cholesky is not None:
     return jnp.sum(jnp.log(jnp.abs(jnp.diagonal(whitening.cholesky))))
   log_det = jnp.sum(jnp.log(whitening.scale))

@@ -3,10 +3,12 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import sampler_baselines  # benchmarks/ is on sys.path (tests/conftest.py)
 
 
+@pytest.mark.system  # ~7 s
 def test_chees_hmc_returns_draws_and_gradient_counts():
   scales = jnp.array([1.0, 3.0])
 

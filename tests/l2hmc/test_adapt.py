@@ -190,6 +190,7 @@ def test_the_warm_up_finds_a_typical_set_far_from_the_starts_before_the_whitenin
   assert int(found.num_transitions) >= 200
 
 
+@pytest.mark.system  # an adaptation (~8 s)
 def test_the_burn_in_repeats_until_the_chains_agree():
   # the same far target with a burn-in window of 25 transitions: one is not enough
   logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
@@ -257,6 +258,7 @@ def test_the_jittered_kernel_draws_its_scales_in_range():
   assert l2hmc.draw_step_scale(jax.random.key(0), config._replace(jitter=0.0)) is None
 
 
+@pytest.mark.system  # an adaptation (~12 s)
 def test_choose_num_steps_false_keeps_the_configured_number_of_steps():
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
@@ -291,6 +293,7 @@ def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
   assert np.all(np.isfinite(np.asarray(draws)))
 
 
+@pytest.mark.system  # an adaptation at 300 coordinates (~13 s)
 def test_no_screen_above_local_max_dim():
   """A funnel of LOCAL_MAX_DIM + 1 coordinates: no Hessian diagonals (dim^2 products per
   chain), so no local step sizes, and no screen's gradients in the count (the reflection's
@@ -311,6 +314,7 @@ def test_no_screen_above_local_max_dim():
                                            + (40 + 20) * k)
 
 
+@pytest.mark.system  # an adaptation (~13 s)
 def test_choose_local_step_sizes_false_keeps_the_config():
   target = l2hmc.posteriors.neals_funnel(dim=4)
   positions = jax.random.normal(jax.random.key(0), (8, 4))

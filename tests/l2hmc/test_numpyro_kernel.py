@@ -73,6 +73,7 @@ def test_bad_use_raises_before_any_adaptation():
     mcmc.run(jax.random.key(0))
 
 
+@pytest.mark.system  # a whole MCMC run (~29 s); the class doctest runs MCMC in the default tier
 def test_mcmc_runs_the_adaptation_and_numpyros_tools_work(capsys):
   """One adaptation in ``init``; the ``num_warmup`` calls leave the chains where it left
   them and evaluate no gradient; the draws then move, on the model's constrained sites,

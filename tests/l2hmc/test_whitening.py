@@ -43,6 +43,7 @@ def test_the_diagonal_maps_are_unchanged():
 
 
 @pytest.mark.slow
+@pytest.mark.system  # ~7 s
 def test_a_dense_warm_up_whitens_a_correlated_gaussian_and_the_sampler_keeps_it():
   cov = np.asarray([[1.0, 0.99 * 3.0], [0.99 * 3.0, 9.0]])  # correlation 0.99
   target = l2hmc.targets.gaussian(jnp.asarray(cov, jnp.float32))

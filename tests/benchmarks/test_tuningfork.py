@@ -238,7 +238,12 @@ def _points(name, dim):
   return points
 
 
-@pytest.mark.parametrize("name", _tuningfork.NAMES)
+SLOW_ORACLES = ("stochastic_volatility", "lotka_volterra")  # ~12 s each: the system tier
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.system) if name in SLOW_ORACLES else name
+    for name in _tuningfork.NAMES])
 def test_log_density_matches_an_independent_oracle(name):
   """Differences of the log density between three points, and its gradient, against
   numpyro's potential (scipy's ODE solution for Lotka–Volterra), in float64."""

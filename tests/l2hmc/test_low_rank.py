@@ -116,6 +116,7 @@ def test_the_fit_of_an_independent_gaussian_is_diagonal():
     np.testing.assert_allclose(found.scale, np.sqrt(np.diag(covariance)), rtol=0.1)
 
 
+@pytest.mark.system  # a warm-up above 256 coordinates (~13 s); the fit's oracles stay
 def test_the_warm_up_chooses_low_rank_where_the_correlation_is_there():
   covariance = _spiked_covariance(dim=40)
   target = l2hmc.targets.gaussian(jnp.asarray(covariance, jnp.float32))

@@ -17,6 +17,15 @@ window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
   else the committed ones of ``l2hmc_posteriors.py`` (the centered schools' quadrature, or a
   long NUTS run).
 
+* **multi-scale** posteriors (``--suite multiscale``): the funnel and the centered eight
+  schools of the eight, and two of this script's own definitions, a horseshoe regression
+  (``horseshoe_regression``: 103 coordinates) and a centered stochastic volatility model
+  (``stochastic_volatility``: 103), all on the unconstrained scale, with controls that need
+  no non-centering (the non-centered schools, the breast-cancer regression, the 50-d
+  ill-conditioned and the correlated Gaussian); references of the two new ones from a long
+  NUTS run (``--suite multiscale`` writes them once to
+  ``results/l2hmc_default_multiscale_reference.json``). Only NUTS is the anchor here.
+
 Per target and seed: ESS per gradient (Geyer, min over coordinates) of x and x² of the
 draws, the gradients of the adaptation (warm-up and training for L2HMC, window adaptation
 for NUTS, the ChEES adaptation) reported beside, ESS per second of sampling, split R-hat,
@@ -55,7 +64,10 @@ from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-
 
 OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
 OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
-SUITES = ("tuning", "held_out", "eight")
+SUITES = ("tuning", "held_out", "eight", "multiscale")
+MULTISCALE = ("funnel", "schools_centered", "horseshoe", "stochastic_volatility",
+              "schools_noncentered", "logistic", "ill_conditioned", "correlated")
+REFERENCE_DRAWS = 4000  # per chain, of the NUTS runs that give the new targets' references
 EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
          "correlated", "rough_well", "ill_conditioned")
 CHAINS = 32
@@ -93,9 +105,99 @@ def _eight_problem(name) -> Problem:
                  dict(zip(names, reference["mean"])), dict(zip(names, reference["sd"])))
 
 
-def problems(suite: str) -> list[Problem]:
+def horseshoe_regression(num_data: int = 100, num_features: int = 50):
+  r"""A regression with a horseshoe prior, on the unconstrained scale: ``(alpha, log sigma,
+  log tau, log lambda_1..p, beta_1..p)``, :math:`y \sim \mathcal N(\alpha + X\beta,
+  \sigma^2)`, :math:`\beta_j \sim \mathcal N(0, \tau^2\lambda_j^2)` (centered),
+  :math:`\tau, \lambda_j \sim` half-Cauchy(0, 1), :math:`\sigma \sim` half-normal(0, 1),
+  :math:`\alpha \sim \mathcal N(0, 5^2)`; synthetic data (fixed seed): standard normal
+  :math:`X`, five nonzero coefficients of 50, noise sd 0.5. A log density of a flat vector
+  and its dimension."""
+  k_x, k_noise = jax.random.split(jax.random.key(20261128))
+  features = jax.random.normal(k_x, (num_data, num_features))
+  truth = jnp.zeros(num_features).at[:5].set(jnp.array([3.0, -2.5, 2.0, -1.5, 1.0]))
+  y = features @ truth + 0.5 * jax.random.normal(k_noise, (num_data,))
+  norm = jax.scipy.stats.norm
+
+  def half_cauchy(log_x):  # log density of exp(log_x) ~ half-Cauchy(0, 1), with its Jacobian
+    return jnp.log(2.0 / jnp.pi) - jnp.log1p(jnp.exp(2.0 * log_x)) + log_x
+
+  def logdensity_fn(theta):
+    alpha, log_sigma, log_tau = theta[0], theta[1], theta[2]
+    log_lambda, beta = theta[3:3 + num_features], theta[3 + num_features:]
+    sigma = jnp.exp(log_sigma)
+    prior = (norm.logpdf(alpha, scale=5.0) + norm.logpdf(sigma) + log_sigma
+             + half_cauchy(log_tau) + jnp.sum(half_cauchy(log_lambda))
+             + jnp.sum(norm.logpdf(beta, scale=jnp.exp(log_tau + log_lambda))))
+    return prior + jnp.sum(norm.logpdf(y, alpha + features @ beta, sigma))
+
+  return logdensity_fn, 3 + 2 * num_features
+
+
+def stochastic_volatility(num_times: int = 100):
+  r"""A centered stochastic volatility model, on the unconstrained scale: ``(mu, log sigma,
+  atanh phi, h_1..T)``, :math:`h_1 \sim \mathcal N(\mu, \sigma^2/(1-\phi^2))`,
+  :math:`h_t \sim \mathcal N(\mu + \phi(h_{t-1} - \mu), \sigma^2)`,
+  :math:`y_t \sim \mathcal N(0, e^{h_t})`; :math:`\mu \sim \mathcal N(0, 2^2)`,
+  :math:`\sigma \sim` half-normal(0, 1), :math:`\phi \sim` uniform(-1, 1); synthetic data
+  (fixed seed) from :math:`\mu = -1, \phi = 0.95, \sigma = 0.3`. A log density of a flat
+  vector and its dimension."""
+  k_h, k_y = jax.random.split(jax.random.key(20261129))
+  mu, phi, sigma = -1.0, 0.95, 0.3
+
+  def simulate(h, eps):
+    h = mu + phi * (h - mu) + sigma * eps
+    return h, h
+
+  _, h = jax.lax.scan(simulate, mu, jax.random.normal(k_h, (num_times,)))
+  y = jnp.exp(0.5 * h) * jax.random.normal(k_y, (num_times,))
+  norm = jax.scipy.stats.norm
+
+  def logdensity_fn(theta):
+    mu, log_sigma, phi = theta[0], theta[1], jnp.tanh(theta[2])
+    h, sigma = theta[3:], jnp.exp(theta[1])
+    prior = (norm.logpdf(mu, scale=2.0) + norm.logpdf(sigma) + log_sigma
+             + jnp.log1p(-phi**2) - jnp.log(2.0))
+    states = (norm.logpdf(h[0], mu, sigma / jnp.sqrt(1.0 - phi**2))
+              + jnp.sum(norm.logpdf(h[1:], mu + phi * (h[:-1] - mu), sigma)))
+    return prior + states + jnp.sum(norm.logpdf(y, scale=jnp.exp(0.5 * h)))
+
+  return logdensity_fn, 3 + num_times
+
+
+def _own_problem(name, builder) -> Problem:
+  """One of this script's posteriors, its reference from a long NUTS run (computed once and
+  written to the results)."""
+  logdensity_fn, dim = builder()
+  path = HERE / "results" / "l2hmc_default_multiscale_reference.json"
+  references = json.loads(path.read_text()) if path.exists() else {}
+  if name not in references:
+    starts = jax.random.normal(jax.random.key(1234), (CHAINS, dim))
+    run = sampler_baselines.nuts(logdensity_fn, jax.random.key(4321), starts, 1000,
+                                 REFERENCE_DRAWS)
+    draws = np.asarray(run["draws"], np.float64)
+    flat = draws.reshape(-1, dim)
+    references[name] = dict(
+        mean=flat.mean(0).tolist(), sd=flat.std(0).tolist(),
+        source=(f"NUTS (diagonal), {CHAINS} chains x {REFERENCE_DRAWS} after 1,000 adaptation "
+                f"steps, divergent {run['divergent']:.4f}, R-hat "
+                f"{_sampler_metrics.split_rhat(draws):.4f}"))
+    path.write_text(json.dumps(references, indent=1))
+  names = [f"x[{i}]" for i in range(dim)]
+  summary = lambda x: {n: x[i] for i, n in enumerate(names)}
+  starts = lambda key, chains: jax.random.normal(key, (chains, dim))
+  return Problem(name, logdensity_fn, starts, summary,
+                 dict(zip(names, references[name]["mean"])),
+                 dict(zip(names, references[name]["sd"])))
+
+
+def problems(suite: str, names=None) -> list[Problem]:
   if suite == "eight":
     return [_eight_problem(name) for name in EIGHT]
+  if suite == "multiscale":
+    own = {"horseshoe": horseshoe_regression, "stochastic_volatility": stochastic_volatility}
+    return [_own_problem(name, own[name]) if name in own else _eight_problem(name)
+            for name in MULTISCALE if not names or name in names]
   names = _posteriordb.NAMES_TUNING if suite == "tuning" else _posteriordb.NAMES_HELD_OUT
   return [_posteriordb_problem(name) for name in names]
 
@@ -130,7 +232,8 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
                warmup_grads=float(info.num_gradient_evaluations), seconds=seconds,
                acceptance=float(np.mean(acceptance)), warned=bool(caught),
                adaptation_rhat=info.rhat, messages=list(info.messages),
-               num_steps=info.config.num_steps,
+               num_steps=info.config.num_steps, divergent=float(info.divergent_rate),
+               noncentering=info.noncentering is not None,
                local_step_sizes=bool(info.config.local_step_sizes),
                reflection=bool(info.config.reflection))
   if not right(_checks(problem, found["draws"])):
@@ -154,10 +257,23 @@ def right(checks: dict) -> bool:
               and checks["mean_error"] < MAX_MEAN_ERROR and checks["sd_error"] < MAX_SD_ERROR)
 
 
+def bulk_ess(draws) -> float:
+  """arviz's rank-normalized bulk ESS (Vehtari et al. 2021), the least over the coordinates,
+  of ``draws`` ``(draws, chains, dim)``."""
+  import arviz  # pylint: disable=g-import-not-at-top
+  dataset = arviz.convert_to_dataset(np.asarray(draws, np.float64).transpose(1, 0, 2))
+  return float(arviz.ess(dataset, method="bulk")["x"].min())
+
+
 def score(problem: Problem, run: dict) -> dict:
   found = _sampler_metrics.score(run["draws"], run["grads_per_transition"], run["seconds"])
   found.update(moments_errors(problem, run["draws"]))
   found["warmup_grads"] = float(np.mean(run["warmup_grads"]))
+  found["bulk_ess"] = bulk_ess(run["draws"])
+  total = run["draws"].shape[1] * (found["warmup_grads"]
+                                   + run["draws"].shape[0] * run["grads_per_transition"])
+  found["bulk_ess_per_total_grad"] = found["bulk_ess"] / total
+  found["divergent"] = float(run.get("divergent", 0.0))
   found["warned"] = bool(run.get("warned", False))
   found["acceptance"] = run["acceptance"]
   found["right"] = right(found)
@@ -165,14 +281,15 @@ def score(problem: Problem, run: dict) -> dict:
     found["at_budget"] = dict(run["at_budget"], right=right(run["at_budget"]))
   right_at_budget = found.get("at_budget", found)["right"]
   found["silently_wrong"] = bool(not right_at_budget and not found["warned"])
-  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes", "reflection"):
+  for key in ("adaptation_rhat", "messages", "num_steps", "local_step_sizes", "reflection",
+              "noncentering"):
     if key in run:
       found[key] = run[key]
   return found
 
 
 def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_chees,
-               num_samples, baselines: dict | None = None) -> dict:
+               num_samples, baselines: dict | None = None, chees: bool = True) -> dict:
   """Every sampler's rows per seed; with ``baselines`` (an earlier run's rows, same settings
   and seeds), NUTS's and ChEES's are taken from there and only L2HMC runs."""
   rows = {"l2hmc": [], "nuts": [], "chees": []}
@@ -184,8 +301,9 @@ def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_c
     if baselines is None:
       rows["nuts"].append(score(problem, sampler_baselines.nuts(
           problem.logdensity_fn, k_nuts, positions, num_warmup_nuts, num_samples)))
-      rows["chees"].append(score(problem, sampler_baselines.chees_hmc(
-          problem.logdensity_fn, k_chees, positions, num_warmup_chees, num_samples)))
+      if chees:
+        rows["chees"].append(score(problem, sampler_baselines.chees_hmc(
+            problem.logdensity_fn, k_chees, positions, num_warmup_chees, num_samples)))
     budget = rows["nuts"][index]["grads_per_transition"] * num_samples
     rows["l2hmc"].append(score(problem, run_l2hmc(problem, k_l2hmc, positions, num_steps,
                                                   num_samples, budget)))
@@ -254,6 +372,45 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
   return lines
 
 
+def report_multiscale(results: dict, commit: str, settings: dict) -> list[str]:
+  """The multi-scale suite's table: per target, L2HMC's and NUTS's bulk ESS (arviz, the
+  least over coordinates) per total gradient (adaptation and 1,000 draws), mean ± std over
+  seeds, R-hat and divergences."""
+  lines = ["# The default L2HMC sampler on multi-scale posteriors, against NUTS (diagonal)", "",
+           f"`python benchmarks/l2hmc_default.py --suite multiscale` at `{commit}`; settings: "
+           + ", ".join(f"{k}={v}" for k, v in settings.items()) + ". Bulk ESS: arviz's "
+           "rank-normalized bulk ESS, the least over the coordinates; per total gradient: over "
+           "every gradient of the adaptation and the draws, all chains; mean ± std over the "
+           "seeds. R-hat (split, of x and x², the worst seed) and the moments' errors against "
+           "the reference (the worst seed); divergent: the share of the draws' transitions "
+           "(L2HMC: of its check's proposals); adapt chose: how many seeds turned the "
+           "non-centering, local step sizes or the reflection on.", "",
+           "| target | sampler | bulk ESS / total grad | × NUTS | adaptation grads | "
+           "grads / draw | R-hat | mean err (sd) | sd err | divergent | warned | adapt chose |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, rows in results.items():
+    nuts = np.mean([row["bulk_ess_per_total_grad"] for row in rows["nuts"]])
+    for sampler in ("l2hmc", "nuts"):
+      r = rows[sampler]
+      values = np.array([row["bulk_ess_per_total_grad"] for row in r])
+      chose = ""
+      if sampler == "l2hmc":
+        chose = ", ".join(f"{option} {sum(row.get(key, False) for row in r)}/{len(r)}"
+                          for option, key in (("non-centering", "noncentering"),
+                                              ("local", "local_step_sizes"),
+                                              ("reflection", "reflection"))
+                          if any(row.get(key, False) for row in r))
+      lines.append(
+          f"| {name} | {sampler} | {values.mean():.3g} ± {values.std():.2g} | "
+          f"{values.mean() / nuts:.2f} | {_mean(r, 'warmup_grads'):.3g} | "
+          f"{_mean(r, 'grads_per_transition'):.3g} | {_rhat_cell(r)} | "
+          f"{max(row['mean_error'] for row in r):.3f} | "
+          f"{max(row['sd_error'] for row in r):.3f} | "
+          f"{_mean(r, 'divergent'):.4f} | {sum(row['warned'] for row in r)}/{len(r)} | "
+          f"{chose or '-'} |")
+  return lines
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--suite", choices=SUITES, default="tuning")
@@ -272,7 +429,7 @@ def main(argv=None):
   if args.quick:
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
         1, 100, 50, 50, 20)
-  chosen = [p for p in problems(args.suite) if not args.names or p.name in args.names]
+  chosen = [p for p in problems(args.suite, args.names) if not args.names or p.name in args.names]
   if args.quick:
     chosen = chosen[:1]
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -291,14 +448,16 @@ def main(argv=None):
   for problem in tqdm(chosen, desc=f"l2hmc_default {args.suite}"):
     reused = previous.get(problem.name) if args.reuse_baselines else None
     rows = run_target(problem, range(args.seeds), args.num_steps, args.nuts_warmup,
-                      args.chees_warmup, args.samples, baselines=reused)
+                      args.chees_warmup, args.samples, baselines=reused,
+                      chees=args.suite != "multiscale")
     if reused is not None:
       rows["baseline_commit"] = reused.get("baseline_commit", previous_commit)
     results[problem.name] = rows
     path.write_text(json.dumps(dict(commit=commit, settings=settings, quick=args.quick,
                                     results=results), indent=1))
-    (args.out / f"{stem}.md").write_text(
-        "\n".join(report(results, args.suite, commit, settings)) + "\n")
+    table = (report_multiscale(results, commit, settings) if args.suite == "multiscale"
+             else report(results, args.suite, commit, settings))
+    (args.out / f"{stem}.md").write_text("\n".join(table) + "\n")
   print((args.out / f"{stem}.md").read_text())
 
 

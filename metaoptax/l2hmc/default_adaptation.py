@@ -89,7 +89,7 @@ import optax
 
 from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress
-from metaoptax.l2hmc import local_step_sizes
+from metaoptax.l2hmc import local_step_sizes, noncentering
 from metaoptax.l2hmc.adaptation import WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
@@ -115,6 +115,10 @@ REFLECTION_ACCEPTANCE = 0.5
 # the check's largest fraction of divergent proposals (not finite: L2HMCInfo.is_divergent)
 # of a converged run (adapt's max_divergent_rate; module docstring)
 MAX_DIVERGENT_RATE = 1e-3
+# the non-centering's screen: the transitions of every chain whose draws fit it
+NONCENTERING_DRAWS = 64
+# ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
+NONCENTERING_CURVATURES = 4
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 
 
@@ -169,6 +173,7 @@ class AdaptationInfo(NamedTuple):
   warmup: WarmupResult
   training: TrainingResult
   config: L2HMCConfig
+  noncentering: noncentering.NonCentering | None = None
 
   def __repr__(self) -> str:
     lines = [f"AdaptationInfo: {'converged' if self.converged else 'NOT converged'}",
@@ -204,7 +209,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
           max_divergent_rate: float = MAX_DIVERGENT_RATE,
           choose_num_steps: bool = True,
           choose_local_step_sizes: bool = True,
-          choose_reflection: bool = True) -> Adaptation:
+          choose_reflection: bool = True,
+          choose_noncentering: bool = True) -> Adaptation:
   r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
 
   Args:
@@ -327,8 +333,18 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
       report("screen for modes", screened.transitions, screened.transitions)
       if reflected is not None:
         state, found, run_config = reflected
-    if (reflected is None and choose_local_step_sizes and not config.local_step_sizes
-        and dim <= LOCAL_MAX_DIM):
+    transport = None
+    if reflected is None and choose_noncentering and not config.local_step_sizes:
+      report("screen for a non-centering")
+      chosen, screened = _screen_noncentering(
+          jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
+          run_training, optimizer, state, found, choose_num_steps)
+      cost += screened
+      report("screen for a non-centering", screened.transitions, screened.transitions)
+      if chosen is not None:
+        state, found, run_config, target, transport = chosen
+    if (reflected is None and transport is None and choose_local_step_sizes
+        and not config.local_step_sizes and dim <= LOCAL_MAX_DIM):
       report("screen for local scales")
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
@@ -347,6 +363,11 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
            divergent=int(divergent))
     report.close()
+    if transport is not None:  # the latent chains' draws and states, in x
+      draws = jax.jit(jax.vmap(jax.vmap(functools.partial(_from_latent_draw, transport))))(draws)
+      states = jax.jit(jax.vmap(functools.partial(noncentering.from_latent_state, transport)))(
+          states)
+      diverged_at = noncentering.forward(transport, diverged_at)[0]
     gradients = gradient_evaluations(run_config)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
@@ -355,7 +376,13 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
                      found, result, num_steps, run_config, max_sd_error,
                      int(divergent), cost.divergent + result.num_divergent + int(divergent),
                      max_divergent_rate, diverged_at)
-    sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
+    if transport is None:
+      sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
+    else:
+      sampler = noncentering.transported(
+          l2hmc(target.logdensity_fn, run_config, result.params, result.masks,
+                result.whitening), transport)
+      info = info._replace(noncentering=transport)
     states = L2HMCState(jax.vmap(unravel)(states.position), states.logdensity,
                         jax.vmap(unravel)(states.logdensity_grad))
     return (states, sampler), info
@@ -383,6 +410,65 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
   if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
     return None, cost
   return (state, found, local_config, local_training), cost
+
+
+def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
+                         sampler_config: L2HMCConfig, training: TrainingConfig, optimizer,
+                         state, found: WarmupResult, choose_num_steps: bool):
+  """The screen for a non-centering (module docstring) from the warm-up's ``state`` and
+  result ``found`` (``sampler_config``: the sampler it chose): ``(chosen, cost)``, ``chosen`` the
+  second warm-up's ``(state, found, config, latent target, transport)`` where the
+  warm-up's log-scale slopes find driven coordinates
+  (:func:`metaoptax.l2hmc.noncentering.structure`), else ``None``; ``cost`` what the
+  draws for the fit and that warm-up cost (a :class:`_Cost`)."""
+  if found.log_scale_slopes is None:
+    return None, _Cost()
+  driven, edges = noncentering.structure(found.log_scale_slopes)
+  if not bool(jnp.any(driven)):
+    return None, _Cost()
+  k_draws, k_warmup = jax.random.split(rng_key)
+  sampler = l2hmc(target.logdensity_fn, sampler_config, state.params, state.masks,
+                  state.whitening)
+  chains, draws = _draws(k_draws, sampler, state.chains, NONCENTERING_DRAWS)
+  # the local curvature at every chain's position at NONCENTERING_CURVATURES of the draws
+  at = draws[::NONCENTERING_DRAWS // NONCENTERING_CURVATURES].reshape(-1, config.dim)
+  curvatures = jax.jit(jax.vmap(functools.partial(local_step_sizes.diagonal_curvature,
+                                                  target.logdensity_fn)))(at)
+  cost = _Cost(NONCENTERING_DRAWS * gradient_evaluations(sampler_config)
+               + NONCENTERING_CURVATURES * config.dim, NONCENTERING_DRAWS)
+  transport = _fit_noncentering(draws.reshape(-1, config.dim), found.whitening.location,
+                                found.whitening.scale, driven, edges, at,
+                                curvatures).transport
+  latent = Target(f"{target.name}-latent", config.dim,
+                  noncentering.latent_logdensity(target.logdensity_fn, transport))
+  starts = jax.jit(jax.vmap(functools.partial(noncentering.inverse, transport)))(chains)
+  state, latent_found, latent_config = _initial_state(k_warmup, latent, config, training,
+                                                      optimizer, starts, choose_num_steps)
+  cost += _warmup_cost(latent_found, config.num_steps, config.dim)
+  return (state, latent_found, latent_config, latent, transport), cost
+
+
+_fit_noncentering = jax.jit(noncentering.fit)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 3))
+def _draws(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_draws: int):
+  """``num_draws`` transitions of every chain: ``(last positions, draws (num_draws,
+  chains, dim))``."""
+
+  def one(states, key):
+    keys = jax.random.split(key, states.position.shape[0])
+    states, _ = jax.vmap(sampler.step)(keys, states)
+    return states, states.position
+
+  states, draws = jax.lax.scan(one, states, jax.random.split(rng_key, num_draws))
+  return states.position, draws
+
+
+def _from_latent_draw(transport, draw):
+  """A latent draw ``(u, latent log p)`` as ``(x, log p)``."""
+  x, log_det = noncentering.forward(transport, draw[:-1])
+  return jnp.concatenate([x, (draw[-1] - log_det)[None]])
 
 
 def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,

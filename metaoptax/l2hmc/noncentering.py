@@ -1,0 +1,288 @@
+r"""A learned non-centering: HMC in the latent coordinates of a conditional affine transport.
+
+A funnel's or a centered hierarchy's scale changes from place to place, and no whitening
+(one affine map) makes it a standard normal. A non-centering does: :math:`x_i = e^{v/2}
+u_i` turns Neal's funnel into independent normals, :math:`\theta_j = \mu + \tau u_j` the
+centered eight schools into nearly so. This module learns such a map with no knowledge of
+the model, from draws of the warm-up.
+
+In the whitening's coordinates :math:`z = (x - m)/\sigma`, some coordinates are *driven*
+(the set :math:`\mathcal D`, mask ``driven``): each is a Gaussian given the others, with a
+mean linear in them and a log-scale linear in the *drivers* among them; the others
+(*parents*) pass through:
+
+.. math::
+
+  z_i = u_i \quad (i \notin \mathcal D), \qquad
+  z_i = b_i + \textstyle\sum_{j\notin\mathcal D} B_{ij} u_j
+        + e^{s_i(u)}\,u_i, \quad s_i(u) = a_i + \textstyle\sum_{j\notin\mathcal D} A_{ij} u_j
+  \quad (i \in \mathcal D),
+
+so :math:`x = T(u) = m + \sigma\odot z`. The Jacobian :math:`\partial x/\partial u` is
+block triangular (a driven coordinate depends on the parents and on itself), with
+:math:`\log|\det| = \sum_i \log\sigma_i + \sum_{i\in\mathcal D} s_i(u)`; the inverse is
+closed form (:func:`inverse`: the parents first, :math:`u_i = (z_i - b_i - B_i z)e^{-s_i(z)}`
+after). HMC samples the latent density :math:`\log p(T(u)) + \log|\det \partial T/\partial
+u|` (:func:`latent_logdensity`), exact for any fixed transport, at one gradient of
+:math:`\log p` per gradient; its draws map back by :math:`T`. With the parents whitened by
+the sampler's own warm-up, the funnel's exact non-centering is :math:`A_{xv} = \sigma_v/2`.
+
+Which coordinates drive, and which they drive, comes from the warm-up's log-scale slopes
+:math:`H_{ji} = \partial\log(\text{scale of } z_i)/\partial z_j`
+(``WarmupResult.log_scale_slopes``: least squares of :math:`\tfrac12\log z_i^2` on
+:math:`z`) by :func:`structure`: a driver's strongest slope out is at least ``MIN_SLOPE``
+and stronger than its strongest slope in (the funnel's :math:`x_i` have a slope 1.5 on
+:math:`v`; :math:`v`'s on :math:`x_i` is 0 by symmetry); the other coordinates are driven,
+each by the drivers with a slope on it of at least ``MIN_EDGE``. A Gaussian has every
+slope 0 (the log square of a coordinate is even in the others), so there it finds no driver
+and the sampler is left as it was.
+
+:func:`fit` then fits :math:`(b, B, a, A)` by maximum likelihood of the draws' driven
+coordinates given their parents (a Gaussian with the mean and log-scale above, by
+weighted least squares; ridge ``RIDGE``): a forward Kullback-Leibler fit, at no gradient of :math:`\log p`, that covers
+the draws rather than seeking a mode (reverse KL, as NeuTra fits it, collapsed on the
+horseshoe). The log-linear scale extrapolates into a funnel's neck the draws have not
+reached.
+
+:func:`transported` wraps a sampler of the latent density as a sampler of :math:`p`: its
+states hold :math:`x`, :math:`\log p(x)` and :math:`\nabla_x\log p(x)`, each step maps them
+to the latent ones (:math:`\nabla_u = J^\top\nabla_x + \nabla_u\log|\det|`), steps, and maps
+back (:math:`\nabla_x = J_{T^{-1}}^\top(\nabla_u L - \nabla_u\log|\det|)`), with no further
+evaluation of :math:`\log p`.
+
+References:
+  Hoffman, Sountsov, Dillon, Langmore, Tran and Vasudevan, `NeuTra-lizing bad geometry in
+  Hamiltonian Monte Carlo using neural transport <https://arxiv.org/abs/1903.03704>`_, 2019.
+  Papaspiliopoulos, Roberts and Sköld, `A general framework for the parametrization of
+  hierarchical models <https://doi.org/10.1214/088342307000000014>`_, Statistical Science
+  2007.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+
+from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm
+
+__all__ = ("NonCentering", "identity", "structure", "forward", "inverse",
+           "latent_logdensity", "fit", "to_latent_state", "from_latent_state", "transported")
+
+MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a driver
+MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
+RIDGE = 1e-2  # the fit's ridge on the weights B and A (per draw, whitened units)
+FIT_ROUNDS = 3  # the fit's rounds of weighted least squares (fit)
+LOG_CHI2_SHIFT = 0.635  # -E[log chi^2_1] / 2: a standard normal's mean log |u| is -0.635
+MAX_LOG_SCALE = 10.0  # |s_i(u)| is clipped there (a bound on e^s that keeps T finite)
+
+
+class NonCentering(NamedTuple):
+  r""":math:`x = m + \sigma\odot z(u)` (module docstring).
+
+  Attributes:
+    location: ``(dim,)``, :math:`m`, the whitening's location.
+    scale: ``(dim,)``, :math:`\sigma > 0`, the whitening's scale.
+    driven: ``(dim,)`` bool, :math:`\mathcal D`.
+    shift: ``(dim,)``, :math:`b` (0 off :math:`\mathcal D`).
+    shift_weights: ``(dim, dim)``, :math:`B`, nonzero only at (driven row, parent column).
+    log_scale: ``(dim,)``, :math:`a` (0 off :math:`\mathcal D`).
+    scale_weights: ``(dim, dim)``, :math:`A`, nonzero only at (driven row, driver column).
+  """
+
+  location: jax.Array
+  scale: jax.Array
+  driven: jax.Array
+  shift: jax.Array
+  shift_weights: jax.Array
+  log_scale: jax.Array
+  scale_weights: jax.Array
+
+
+def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
+  """The transport that only whitens: no coordinate driven."""
+  dim = location.shape[0]
+  zeros, square = jnp.zeros_like(location), jnp.zeros((dim, dim), location.dtype)
+  return NonCentering(location, scale, jnp.zeros(dim, bool), zeros, square, zeros, square)
+
+
+def structure(slopes: jax.Array, min_slope: float = MIN_SLOPE,
+              min_edge: float = MIN_EDGE):
+  r"""``(driven, edges)`` from the log-scale slopes ``slopes`` ``(dim, dim)`` (entry
+  ``(j, i)``: :math:`H_{ji}`, whitened; module docstring): ``driven`` ``(dim,)`` bool,
+  ``edges`` ``(dim, dim)`` bool with entry ``(i, j)`` where parent ``j`` may drive the
+  driven ``i``'s scale.
+
+  The drivers are the coordinates whose strongest slope out, :math:`\max_i |H_{ji}|`, is
+  at least ``min_slope`` and above their strongest slope in; every other coordinate is
+  driven (the fit gives the ones the drivers do not move a scale of about constant), with
+  an edge from each driver whose slope on it is at least ``min_edge``. No coordinate is
+  driven where no driver is found (a Gaussian: every slope 0)."""
+  strength = jnp.abs(jnp.where(jnp.isfinite(slopes), slopes, 0.0))
+  strength = strength * (1.0 - jnp.eye(slopes.shape[0], dtype=strength.dtype))
+  into, out = jnp.max(strength, axis=0), jnp.max(strength, axis=1)
+  drivers = (out >= min_slope) & (out > into)
+  driven = ~drivers & jnp.any(drivers)
+  edges = (strength.T >= min_edge) & driven[:, None] & drivers[None, :]
+  return driven, edges
+
+
+def _scale_exponent(transport: NonCentering, parents_z: jax.Array) -> jax.Array:
+  s = transport.log_scale + transport.scale_weights @ parents_z
+  return jnp.clip(s, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+
+
+def forward(transport: NonCentering, u: jax.Array):
+  """``(x, log|det dx/du|)`` of one latent position ``u`` ``(dim,)``."""
+  parents = jnp.where(transport.driven, 0.0, u)
+  s = _scale_exponent(transport, parents)
+  z = jnp.where(transport.driven,
+                transport.shift + transport.shift_weights @ parents + jnp.exp(s) * u, u)
+  log_det = jnp.sum(jnp.log(transport.scale)) + jnp.sum(jnp.where(transport.driven, s, 0.0))
+  return transport.location + transport.scale * z, log_det
+
+
+def inverse(transport: NonCentering, x: jax.Array) -> jax.Array:
+  """The latent position ``u`` with ``forward(transport, u)[0] == x`` (one position)."""
+  z = (x - transport.location) / transport.scale
+  parents = jnp.where(transport.driven, 0.0, z)
+  s = _scale_exponent(transport, parents)
+  return jnp.where(transport.driven,
+                   (z - transport.shift - transport.shift_weights @ parents) * jnp.exp(-s), z)
+
+
+def latent_logdensity(logdensity_fn: Callable, transport: NonCentering) -> Callable:
+  r""":math:`u \mapsto \log p(T(u)) + \log|\det J_T(u)|`, the density HMC samples
+  (``logdensity_fn`` of a flat position)."""
+
+  def logdensity(u):
+    x, log_det = forward(transport, u)
+    return logdensity_fn(x) + log_det
+
+  return logdensity
+
+
+def _log_det(transport: NonCentering, u: jax.Array) -> jax.Array:
+  return forward(transport, u)[1]
+
+
+def to_latent_state(transport: NonCentering, state: L2HMCState) -> L2HMCState:
+  r"""The latent state of a flat state in :math:`x` (its log density and gradient mapped,
+  module docstring; no evaluation of :math:`\log p`)."""
+  u = inverse(transport, state.position)
+  (_, log_det), pullback = jax.vjp(lambda v: forward(transport, v), u)
+  (grad,) = pullback((state.logdensity_grad, jnp.ones_like(log_det)))
+  return L2HMCState(u, state.logdensity + log_det, grad)
+
+
+def from_latent_state(transport: NonCentering, state: L2HMCState) -> L2HMCState:
+  r"""The flat state in :math:`x` of a latent state (:func:`to_latent_state`'s inverse)."""
+  x, log_det = forward(transport, state.position)
+  log_det_grad = jax.grad(lambda v: _log_det(transport, v))(state.position)
+  _, pullback = jax.vjp(lambda y: inverse(transport, y), x)
+  (grad,) = pullback(state.logdensity_grad - log_det_grad)
+  return L2HMCState(x, state.logdensity - log_det, grad)
+
+
+class FitResult(NamedTuple):
+  """What :func:`fit` found: the transport and the fit's final negative log likelihood per
+  draw (of the driven coordinates, whitened)."""
+
+  transport: NonCentering
+  loss: jax.Array
+
+
+def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Array,
+        edges: jax.Array, curvature_positions: jax.Array | None = None,
+        curvatures: jax.Array | None = None, num_rounds: int = FIT_ROUNDS,
+        ridge: float = RIDGE) -> FitResult:
+  r"""The transport that fits ``draws`` ``(n, dim)`` (module docstring): each driven
+  coordinate :math:`z_i \sim \mathcal N(b_i + B_i z_{\bar{\mathcal D}}, e^{2 s_i(z)})`
+  given the parents, :math:`B` on every parent, :math:`A` on ``edges`` (from
+  :func:`structure`).
+
+  The log-scale's slopes :math:`A`: with ``curvatures`` (``(m, dim)``, :math:`-\partial^2
+  \log p/\partial x_i^2` at ``curvature_positions`` ``(m, dim)``), least squares of the
+  local log-scale :math:`-\tfrac12\log` (curvature :math:`\times\sigma_i^2`) on the
+  driving parents, over the positions where the curvature is positive: exact for a funnel
+  wherever its draws are (its :math:`x_i` have curvature :math:`e^{-v}`), so a warm-up
+  that has not yet reached the neck still finds the slope; without, least squares of
+  :math:`\log|r_i|` on them, :math:`r` the residuals of the shift (the log-normal scale
+  model's regression, consistent where the draws are the posterior's).
+
+  ``num_rounds`` rounds of: :math:`(b_i, B_i)` by least squares weighted by
+  :math:`e^{-2 s_i}` (the Gaussian's likelihood at fixed :math:`s`), then :math:`a_i` (and
+  without curvatures :math:`A_i`) from the residuals, raised by :math:`-\tfrac12\mathbb
+  E\log\chi^2_1 = 0.635`. Ridge ``ridge`` (per point) on the weights; from :math:`s = 0`.
+  """
+  z = (draws - location) / scale
+  n, dim = z.shape
+  ones = lambda count: jnp.ones((count, 1), z.dtype)
+  design = jnp.concatenate([ones(n), jnp.where(driven, 0.0, z)], axis=1)
+  shift_columns = jnp.concatenate([jnp.ones(1, bool), ~driven])
+  scale_columns = jnp.concatenate([jnp.ones((dim, 1), bool), edges], axis=1)
+  eye = jnp.eye(dim + 1, dtype=z.dtype)
+
+  def solve(x, columns, weights, target):
+    """Weighted least squares of ``target`` on the design ``x``'s ``columns``, ridge on all
+    but the intercept; the other columns' coefficients 0."""
+    x = x * columns
+    count = jnp.maximum(jnp.sum(weights > 0), 1)
+    penalty = jnp.where(columns, ridge * count, 1.0) * eye
+    penalty = penalty.at[0, 0].set(jnp.where(columns[0], 1e-9 * count, 1.0))
+    return jnp.linalg.solve(x.T @ (x * weights[:, None]) + penalty, x.T @ (weights * target))
+
+  slopes = None
+  if curvatures is not None:
+    at = (curvature_positions - location) / scale
+    at_design = jnp.concatenate([ones(at.shape[0]), jnp.where(driven, 0.0, at)], axis=1)
+    positive = curvatures > 0
+    local = -0.5 * jnp.log(jnp.where(positive, curvatures, 1.0) * scale**2)
+    slopes = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(0, 1, 1))(
+        scale_columns, positive.astype(z.dtype), local)[:, 1:]
+  s = jnp.zeros_like(z)
+  for _ in range(num_rounds):
+    shift = jax.vmap(lambda w, t: solve(design, shift_columns, w, t), in_axes=1)(
+        jnp.exp(-2 * s), z)
+    log_abs = 0.5 * jnp.log((z - design @ shift.T) ** 2 + 1e-12) + LOG_CHI2_SHIFT
+    if slopes is None:
+      log_scale = jax.vmap(lambda c, t: solve(design, c, jnp.ones(n, z.dtype), t),
+                           in_axes=(0, 1))(scale_columns, log_abs)
+    else:
+      offset = jnp.mean(log_abs - design[:, 1:] @ slopes.T, axis=0)
+      log_scale = jnp.concatenate([offset[:, None], slopes], axis=1)
+    s = jnp.clip(design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+  keep = driven[:, None]
+  transport = NonCentering(location, scale, driven, jnp.where(driven, shift[:, 0], 0.0),
+                           jnp.where(keep, shift[:, 1:], 0.0),
+                           jnp.where(driven, log_scale[:, 0], 0.0),
+                           jnp.where(keep & edges, log_scale[:, 1:], 0.0))
+  r = (z - design @ shift.T) * jnp.exp(-s)
+  nll = jnp.where(driven, s + 0.5 * r**2, 0.0)
+  return FitResult(transport, jnp.sum(jnp.mean(nll, 0)) / jnp.maximum(jnp.sum(driven), 1))
+
+
+def transported(latent: SamplingAlgorithm, transport: NonCentering) -> SamplingAlgorithm:
+  """A sampler of :math:`p` from ``latent``, a sampler of the flat latent density
+  (:func:`latent_logdensity`): its positions are pytrees in :math:`x`, its states hold
+  :math:`\\log p` and its gradient (module docstring), its info's ``proposal`` is in
+  :math:`x`."""
+
+  def init_fn(position, rng_key=None):
+    vector, unravel = jax.flatten_util.ravel_pytree(position)
+    state = from_latent_state(transport, latent.init(inverse(transport, vector), rng_key))
+    return L2HMCState(position, state.logdensity, unravel(state.logdensity_grad))
+
+  def step_fn(rng_key, state):
+    vector, unravel = jax.flatten_util.ravel_pytree(state.position)
+    grad = jax.flatten_util.ravel_pytree(state.logdensity_grad)[0]
+    latent_state = to_latent_state(transport, L2HMCState(vector, state.logdensity, grad))
+    new, info = latent.step(rng_key, latent_state)
+    new = from_latent_state(transport, new)
+    proposal = forward(transport, info.proposal)[0]
+    return (L2HMCState(unravel(new.position), new.logdensity, unravel(new.logdensity_grad)),
+            info._replace(proposal=unravel(proposal)))
+
+  return SamplingAlgorithm(init_fn, step_fn)

@@ -118,7 +118,7 @@ MAX_DIVERGENT_RATE = 1e-3
 # the non-centering's screen: the transitions of every chain whose draws fit it
 NONCENTERING_DRAWS = 64
 # ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
-NONCENTERING_CURVATURES = 4
+NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 
 
@@ -432,12 +432,12 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   chains, draws = _draws(k_draws, sampler, state.chains, NONCENTERING_DRAWS)
   # the local curvature at every chain's position at NONCENTERING_CURVATURES of the draws
   at = draws[::NONCENTERING_DRAWS // NONCENTERING_CURVATURES].reshape(-1, config.dim)
-  curvatures = jax.jit(jax.vmap(functools.partial(local_step_sizes.diagonal_curvature,
-                                                  target.logdensity_fn)))(at)
+  gradients, curvatures = jax.jit(jax.vmap(functools.partial(
+      noncentering.local_gaussian, target.logdensity_fn)))(at)
   cost = _Cost(NONCENTERING_DRAWS * gradient_evaluations(sampler_config)
                + NONCENTERING_CURVATURES * config.dim, NONCENTERING_DRAWS)
   transport = _fit_noncentering(draws.reshape(-1, config.dim), found.whitening.location,
-                                found.whitening.scale, driven, edges, at,
+                                found.whitening.scale, driven, edges, at, gradients,
                                 curvatures).transport
   latent = Target(f"{target.name}-latent", config.dim,
                   noncentering.latent_logdensity(target.logdensity_fn, transport))

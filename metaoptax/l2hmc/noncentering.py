@@ -69,7 +69,7 @@ import jax.numpy as jnp
 from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm
 
 __all__ = ("NonCentering", "identity", "structure", "forward", "inverse",
-           "latent_logdensity", "fit", "to_latent_state", "from_latent_state", "transported")
+           "latent_logdensity", "local_gaussian", "fit", "to_latent_state", "from_latent_state", "transported")
 
 MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a driver
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
@@ -194,28 +194,43 @@ class FitResult(NamedTuple):
   loss: jax.Array
 
 
+def local_gaussian(logdensity_fn: Callable, position: jax.Array):
+  r"""``(gradient, curvature)`` of :math:`\log p` at ``position`` ``(dim,)``: its gradient
+  :math:`g` and the diagonal of minus its Hessian :math:`c_i = -\partial^2\log p/\partial
+  x_i^2` (one forward-over-reverse product per coordinate, the gradient their primal). Each
+  coordinate's conditional given the others, approximated as a Gaussian there, has centre
+  :math:`x_i + g_i/c_i` and scale :math:`c_i^{-1/2}` (exact for a conditionally Gaussian
+  coordinate: the funnel's :math:`x_i`, a centered hierarchy's members)."""
+  grad = jax.grad(logdensity_fn)
+  basis = jnp.eye(position.shape[0], dtype=position.dtype)
+  grads, columns = jax.vmap(lambda e: jax.jvp(grad, (position,), (e,)))(basis)
+  return grads[0], -jnp.diagonal(columns)
+
+
 def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Array,
-        edges: jax.Array, curvature_positions: jax.Array | None = None,
-        curvatures: jax.Array | None = None, num_rounds: int = FIT_ROUNDS,
-        ridge: float = RIDGE) -> FitResult:
+        edges: jax.Array, positions: jax.Array | None = None,
+        gradients: jax.Array | None = None, curvatures: jax.Array | None = None,
+        num_rounds: int = FIT_ROUNDS, ridge: float = RIDGE) -> FitResult:
   r"""The transport that fits ``draws`` ``(n, dim)`` (module docstring): each driven
   coordinate :math:`z_i \sim \mathcal N(b_i + B_i z_{\bar{\mathcal D}}, e^{2 s_i(z)})`
   given the parents, :math:`B` on every parent, :math:`A` on ``edges`` (from
   :func:`structure`).
 
-  The log-scale's slopes :math:`A`: with ``curvatures`` (``(m, dim)``, :math:`-\partial^2
-  \log p/\partial x_i^2` at ``curvature_positions`` ``(m, dim)``), least squares of the
-  local log-scale :math:`-\tfrac12\log` (curvature :math:`\times\sigma_i^2`) on the
-  driving parents, over the positions where the curvature is positive: exact for a funnel
-  wherever its draws are (its :math:`x_i` have curvature :math:`e^{-v}`), so a warm-up
-  that has not yet reached the neck still finds the slope; without, least squares of
-  :math:`\log|r_i|` on them, :math:`r` the residuals of the shift (the log-normal scale
-  model's regression, consistent where the draws are the posterior's).
-
-  ``num_rounds`` rounds of: :math:`(b_i, B_i)` by least squares weighted by
-  :math:`e^{-2 s_i}` (the Gaussian's likelihood at fixed :math:`s`), then :math:`a_i` (and
-  without curvatures :math:`A_i`) from the residuals, raised by :math:`-\tfrac12\mathbb
-  E\log\chi^2_1 = 0.635`. Ridge ``ridge`` (per point) on the weights; from :math:`s = 0`.
+  With the local Gaussians (:func:`local_gaussian`: ``gradients`` and ``curvatures`` at
+  ``positions``, ``(m, dim)`` each), both come from them, by least squares on the parents
+  over the positions where the curvature is positive: :math:`(b_i, B_i)` from the centres
+  :math:`x_i + g_i/c_i`, :math:`A_i` from the local log-scales :math:`-\tfrac12\log c_i`
+  (whitened). Both are exact for a funnel wherever its positions are (centre 0, log-scale
+  :math:`v/2`), so a warm-up that has not yet reached the neck still finds them, and the
+  centre is right where the scale is small (an error :math:`\delta` there leaves a funnel
+  in the latent coordinates below :math:`v = 2\log\delta`). Without them, :math:`(b_i,
+  B_i)` by least squares weighted by :math:`e^{-2 s_i}` (the Gaussian's likelihood at fixed
+  :math:`s`) and :math:`A_i` by least squares of :math:`\log|r_i|` on the parents,
+  :math:`r` the residuals (the log-normal scale model's regression, consistent where the
+  draws are the posterior's), ``num_rounds`` rounds from :math:`s = 0`. Either way
+  :math:`a_i` then makes the draws' residuals' mean log-scale right: the mean of
+  :math:`\log|r_i| - A_i z`, raised by :math:`-\tfrac12\mathbb E\log\chi^2_1 = 0.635`.
+  Ridge ``ridge`` (per point) on the weights.
   """
   z = (draws - location) / scale
   n, dim = z.shape
@@ -234,26 +249,34 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     penalty = penalty.at[0, 0].set(jnp.where(columns[0], 1e-9 * count, 1.0))
     return jnp.linalg.solve(x.T @ (x * weights[:, None]) + penalty, x.T @ (weights * target))
 
-  slopes = None
+  def offsets(shift, slopes):
+    log_abs = 0.5 * jnp.log((z - design @ shift.T) ** 2 + 1e-12) + LOG_CHI2_SHIFT
+    offset = jnp.mean(log_abs - design[:, 1:] @ slopes.T, axis=0)
+    return jnp.concatenate([offset[:, None], slopes], axis=1)
+
   if curvatures is not None:
-    at = (curvature_positions - location) / scale
+    at = (positions - location) / scale
     at_design = jnp.concatenate([ones(at.shape[0]), jnp.where(driven, 0.0, at)], axis=1)
     positive = curvatures > 0
-    local = -0.5 * jnp.log(jnp.where(positive, curvatures, 1.0) * scale**2)
+    weights = positive.astype(z.dtype)
+    curvature = jnp.where(positive, curvatures, 1.0)
+    centres = at + gradients / curvature / scale
+    local = -0.5 * jnp.log(curvature * scale**2)
+    per_row = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(None, 1, 1))
+    shift = per_row(shift_columns, weights, centres)
     slopes = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(0, 1, 1))(
-        scale_columns, positive.astype(z.dtype), local)[:, 1:]
-  s = jnp.zeros_like(z)
-  for _ in range(num_rounds):
-    shift = jax.vmap(lambda w, t: solve(design, shift_columns, w, t), in_axes=1)(
-        jnp.exp(-2 * s), z)
-    log_abs = 0.5 * jnp.log((z - design @ shift.T) ** 2 + 1e-12) + LOG_CHI2_SHIFT
-    if slopes is None:
+        scale_columns, weights, local)[:, 1:]
+    log_scale = offsets(shift, slopes)
+  else:
+    s = jnp.zeros_like(z)
+    for _ in range(num_rounds):
+      shift = jax.vmap(lambda w, t: solve(design, shift_columns, w, t), in_axes=1)(
+          jnp.exp(-2 * s), z)
+      log_abs = 0.5 * jnp.log((z - design @ shift.T) ** 2 + 1e-12) + LOG_CHI2_SHIFT
       log_scale = jax.vmap(lambda c, t: solve(design, c, jnp.ones(n, z.dtype), t),
                            in_axes=(0, 1))(scale_columns, log_abs)
-    else:
-      offset = jnp.mean(log_abs - design[:, 1:] @ slopes.T, axis=0)
-      log_scale = jnp.concatenate([offset[:, None], slopes], axis=1)
-    s = jnp.clip(design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+      s = jnp.clip(design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+  s = jnp.clip(design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
   keep = driven[:, None]
   transport = NonCentering(location, scale, driven, jnp.where(driven, shift[:, 0], 0.0),
                            jnp.where(keep, shift[:, 1:], 0.0),

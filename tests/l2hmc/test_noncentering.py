@@ -129,3 +129,40 @@ def test_transported_sampler_keeps_the_funnel():
   assert float(jnp.mean(acceptance)) > 0.5
   assert abs(float(jnp.mean(v))) < 5 * 3.0 / np.sqrt(1024)
   assert abs(float(jnp.std(v)) - 3.0) < 5 * 3.0 / np.sqrt(2 * 1024)
+
+
+def test_curvature_fit_finds_the_slope_from_a_biased_window():
+  """Funnel draws from its mouth only (v > 1, as a warm-up that has not reached the neck):
+  the local Gaussians there (gradients and curvatures against autodiff's, 1e-10) give
+  A_{i0} = 3/2 per whitened unit of v within 0.05 (the ridge's bias), and the centre 0."""
+  funnel, draws = _funnel_draws(8192)
+  draws = draws[draws[:, 0] > 1.0][:2048]
+  location, scale = jnp.zeros(4, jnp.float64), jnp.full(4, 3.0, jnp.float64)
+  driven = jnp.array([False, True, True, True])
+  edges = driven[:, None] & (jnp.arange(4) == 0)[None, :]
+  gradients, curvatures = jax.vmap(
+      lambda x: noncentering.local_gaussian(funnel.logdensity_fn, x))(draws[:256])
+  np.testing.assert_allclose(gradients, jax.vmap(jax.grad(funnel.logdensity_fn))(draws[:256]),
+                             rtol=1e-12)
+  np.testing.assert_allclose(
+      curvatures, jax.vmap(lambda x: -jnp.diagonal(jax.hessian(funnel.logdensity_fn)(x)))(
+          draws[:256]), rtol=1e-10)
+  transport = noncentering.fit(draws, location, scale, driven, edges, draws[:256],
+                               gradients, curvatures).transport
+  np.testing.assert_allclose(transport.scale_weights[1:, 0], 1.5, atol=0.05)
+  # the centres x_i + g_i / c_i are the funnel's 0 exactly: b and B vanish (the ridge aside)
+  np.testing.assert_allclose(transport.shift[1:], 0.0, atol=1e-6)
+  np.testing.assert_allclose(transport.shift_weights[1:], 0.0, atol=1e-6)
+
+
+@pytest.mark.system
+def test_adapt_chooses_the_noncentering_on_the_funnel_only():
+  """adapt's screen turns the non-centering on for Neal's funnel and leaves a correlated
+  Gaussian as it was."""
+  funnel = l2hmc.posteriors.neals_funnel()
+  gaussian = l2hmc.targets.strongly_correlated_gaussian()
+  for target, chosen in ((funnel, True), (gaussian, False)):
+    positions = jax.random.normal(jax.random.key(0), (16, target.dim))
+    (_, _), info = l2hmc.adapt(target.logdensity_fn, progress=None).run(
+        jax.random.key(1), positions, num_steps=400)
+    assert (info.noncentering is not None) == chosen, target.name

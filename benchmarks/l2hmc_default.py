@@ -22,9 +22,9 @@ window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
   (``horseshoe_regression``: 103 coordinates) and a centered stochastic volatility model
   (``stochastic_volatility``: 103), all on the unconstrained scale, with controls that need
   no non-centering (the non-centered schools, the breast-cancer regression, the 50-d
-  ill-conditioned and the correlated Gaussian); references of the two new ones from a long
-  NUTS run (``--suite multiscale`` writes them once to
-  ``results/l2hmc_default_multiscale_reference.json``). Only NUTS is the anchor here.
+  ill-conditioned and the correlated Gaussian); the two new ones have no reference moments
+  (their moments' errors are NaN: R-hat, ESS and divergences judge them). Only NUTS is the
+  anchor here.
 
 Per target and seed: ESS per gradient (Geyer, min over coordinates) of x and x² of the
 draws, the gradients of the adaptation (warm-up and training for L2HMC, window adaptation
@@ -65,9 +65,8 @@ from metaoptax import l2hmc  # pylint: disable=g-import-not-at-top,wrong-import-
 OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
 OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
 SUITES = ("tuning", "held_out", "eight", "multiscale")
-MULTISCALE = ("funnel", "schools_centered", "horseshoe", "stochastic_volatility",
-              "schools_noncentered", "logistic", "ill_conditioned", "correlated")
-REFERENCE_DRAWS = 4000  # per chain, of the NUTS runs that give the new targets' references
+MULTISCALE = ("funnel", "schools_centered", "horseshoe", "schools_noncentered", "logistic",
+              "ill_conditioned", "correlated", "stochastic_volatility")
 EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
          "correlated", "rough_well", "ill_conditioned")
 CHAINS = 32
@@ -166,29 +165,18 @@ def stochastic_volatility(num_times: int = 100):
 
 
 def _own_problem(name, builder) -> Problem:
-  """One of this script's posteriors, its reference from a long NUTS run (computed once and
-  written to the results)."""
+  """One of this script's posteriors; its reference moments from
+  ``results/l2hmc_default_multiscale_reference.json`` where that holds them (else none: the
+  moments' errors are NaN, and R-hat, ESS and divergences judge the run)."""
   logdensity_fn, dim = builder()
   path = HERE / "results" / "l2hmc_default_multiscale_reference.json"
   references = json.loads(path.read_text()) if path.exists() else {}
-  if name not in references:
-    starts = jax.random.normal(jax.random.key(1234), (CHAINS, dim))
-    run = sampler_baselines.nuts(logdensity_fn, jax.random.key(4321), starts, 1000,
-                                 REFERENCE_DRAWS)
-    draws = np.asarray(run["draws"], np.float64)
-    flat = draws.reshape(-1, dim)
-    references[name] = dict(
-        mean=flat.mean(0).tolist(), sd=flat.std(0).tolist(),
-        source=(f"NUTS (diagonal), {CHAINS} chains x {REFERENCE_DRAWS} after 1,000 adaptation "
-                f"steps, divergent {run['divergent']:.4f}, R-hat "
-                f"{_sampler_metrics.split_rhat(draws):.4f}"))
-    path.write_text(json.dumps(references, indent=1))
   names = [f"x[{i}]" for i in range(dim)]
   summary = lambda x: {n: x[i] for i, n in enumerate(names)}
   starts = lambda key, chains: jax.random.normal(key, (chains, dim))
-  return Problem(name, logdensity_fn, starts, summary,
-                 dict(zip(names, references[name]["mean"])),
-                 dict(zip(names, references[name]["sd"])))
+  reference = references.get(name, dict(mean=[np.nan] * dim, sd=[np.nan] * dim))
+  return Problem(name, logdensity_fn, starts, summary, dict(zip(names, reference["mean"])),
+                 dict(zip(names, reference["sd"])))
 
 
 def problems(suite: str, names=None) -> list[Problem]:
@@ -253,8 +241,9 @@ def _checks(problem: Problem, draws) -> dict:
 
 def right(checks: dict) -> bool:
   """R-hat < 1.01 for x and x², every mean within 0.1 reference sd, every sd within 10 %."""
-  return bool(max(checks["rhat_x"], checks["rhat_x2"]) < MAX_RHAT
-              and checks["mean_error"] < MAX_MEAN_ERROR and checks["sd_error"] < MAX_SD_ERROR)
+  return bool(max(checks["rhat_x"], checks["rhat_x2"]) < MAX_RHAT  # moments NaN: no reference
+              and not checks["mean_error"] >= MAX_MEAN_ERROR
+              and not checks["sd_error"] >= MAX_SD_ERROR)
 
 
 def bulk_ess(draws) -> float:

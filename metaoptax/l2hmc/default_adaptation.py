@@ -185,7 +185,8 @@ class AdaptationInfo(NamedTuple):
              f"  sd error          {self.sd_error:.1%} (the largest, relative)",
              f"  gradients         {self.num_gradient_evaluations:,} per chain"]
     if self.config is not None:
-      chosen = [name for name, on in (("local step sizes", self.config.local_step_sizes),
+      chosen = [name for name, on in (("a non-centering", self.noncentering is not None),
+                                      ("local step sizes", self.config.local_step_sizes),
                                       ("scale move", self.config.scale_move),
                                       ("reflection", self.config.reflection)) if on]
       lines.append(f"  sampler           K = {self.config.num_steps} leapfrog steps; "
@@ -423,22 +424,25 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   draws for the fit and that warm-up cost (a :class:`_Cost`)."""
   if found.log_scale_slopes is None:
     return None, _Cost()
-  driven, edges = noncentering.structure(found.log_scale_slopes)
-  if not bool(jnp.any(driven)):
+  if not bool(jnp.any(noncentering.structure(found.log_scale_slopes)[0])):
     return None, _Cost()
   k_draws, k_warmup = jax.random.split(rng_key)
   sampler = l2hmc(target.logdensity_fn, sampler_config, state.params, state.masks,
                   state.whitening)
   chains, draws = _draws(k_draws, sampler, state.chains, NONCENTERING_DRAWS)
-  # the local curvature at every chain's position at NONCENTERING_CURVATURES of the draws
+  # the local Gaussian at every chain's position at NONCENTERING_CURVATURES of the draws
   at = draws[::NONCENTERING_DRAWS // NONCENTERING_CURVATURES].reshape(-1, config.dim)
   gradients, curvatures = jax.jit(jax.vmap(functools.partial(
       noncentering.local_gaussian, target.logdensity_fn)))(at)
   cost = _Cost(NONCENTERING_DRAWS * gradient_evaluations(sampler_config)
                + NONCENTERING_CURVATURES * config.dim, NONCENTERING_DRAWS)
-  transport = _fit_noncentering(draws.reshape(-1, config.dim), found.whitening.location,
-                                found.whitening.scale, driven, edges, at, gradients,
-                                curvatures).transport
+  location, scale = found.whitening.location, found.whitening.scale
+  driven, edges = noncentering.structure(*jax.jit(noncentering.local_slopes)(
+      at, gradients, curvatures, location, scale))
+  if not bool(jnp.any(driven)):
+    return None, cost
+  transport = _fit_noncentering(draws.reshape(-1, config.dim), location, scale, driven, edges,
+                                at, gradients, curvatures).transport
   latent = Target(f"{target.name}-latent", config.dim,
                   noncentering.latent_logdensity(target.logdensity_fn, transport))
   starts = jax.jit(jax.vmap(functools.partial(noncentering.inverse, transport)))(chains)

@@ -66,16 +66,21 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 
+import optax
+
 from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm
 
 __all__ = ("NonCentering", "identity", "structure", "forward", "inverse",
-           "latent_logdensity", "local_gaussian", "fit", "to_latent_state", "from_latent_state", "transported")
+           "latent_logdensity", "local_gaussian", "local_slopes", "fit", "to_latent_state", "from_latent_state", "transported")
 
 MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a driver
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
+HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
 RIDGE = 1e-2  # the fit's ridge on the weights B and A (per draw, whitened units)
 FIT_ROUNDS = 3  # the fit's rounds of weighted least squares (fit)
 LOG_CHI2_SHIFT = 0.635  # -E[log chi^2_1] / 2: a standard normal's mean log |u| is -0.635
+SATURATING_ITERATIONS = 300  # Adam's iterations of the saturating scale's fit
+SATURATING_LEARNING_RATE = 0.05
 MAX_LOG_SCALE = 10.0  # |s_i(u)| is clipped there (a bound on e^s that keeps T finite)
 
 
@@ -90,6 +95,7 @@ class NonCentering(NamedTuple):
     shift_weights: ``(dim, dim)``, :math:`B`, nonzero only at (driven row, parent column).
     log_scale: ``(dim,)``, :math:`a` (0 off :math:`\mathcal D`).
     scale_weights: ``(dim, dim)``, :math:`A`, nonzero only at (driven row, driver column).
+    precision_floor: ``(dim,)``, :math:`\kappa \ge 0` (0 off :math:`\mathcal D`).
   """
 
   location: jax.Array
@@ -99,17 +105,20 @@ class NonCentering(NamedTuple):
   shift_weights: jax.Array
   log_scale: jax.Array
   scale_weights: jax.Array
+  precision_floor: jax.Array
 
 
 def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
   """The transport that only whitens: no coordinate driven."""
   dim = location.shape[0]
   zeros, square = jnp.zeros_like(location), jnp.zeros((dim, dim), location.dtype)
-  return NonCentering(location, scale, jnp.zeros(dim, bool), zeros, square, zeros, square)
+  return NonCentering(location, scale, jnp.zeros(dim, bool), zeros, square, zeros, square,
+                      zeros)
 
 
-def structure(slopes: jax.Array, min_slope: float = MIN_SLOPE,
-              min_edge: float = MIN_EDGE):
+def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
+              min_slope: float = MIN_SLOPE, min_edge: float = MIN_EDGE,
+              hub_ratio: float = HUB_RATIO):
   r"""``(driven, edges)`` from the log-scale slopes ``slopes`` ``(dim, dim)`` (entry
   ``(j, i)``: :math:`H_{ji}`, whitened; module docstring): ``driven`` ``(dim,)`` bool,
   ``edges`` ``(dim, dim)`` bool with entry ``(i, j)`` where parent ``j`` may drive the
@@ -119,19 +128,65 @@ def structure(slopes: jax.Array, min_slope: float = MIN_SLOPE,
   at least ``min_slope`` and above their strongest slope in; every other coordinate is
   driven (the fit gives the ones the drivers do not move a scale of about constant), with
   an edge from each driver whose slope on it is at least ``min_edge``. No coordinate is
-  driven where no driver is found (a Gaussian: every slope 0)."""
+  driven where no driver is found (a Gaussian: every slope 0).
+
+  With ``centre_slopes`` (:math:`C_{ji} = \partial(\text{centre of } z_i)/\partial z_j`,
+  :func:`local_slopes`), a driven coordinate on which the others' centres depend
+  ``hub_ratio`` times more than its own centre depends on them (summed over the driven
+  ones) stays a parent: the centered schools' :math:`\mu`, whose scale :math:`\tau` also
+  sets, but on which every :math:`\theta_j`'s centre rests (non-centered, :math:`\theta_j =
+  \mu + \tau u_j` needs :math:`\mu` a parent)."""
   strength = jnp.abs(jnp.where(jnp.isfinite(slopes), slopes, 0.0))
   strength = strength * (1.0 - jnp.eye(slopes.shape[0], dtype=strength.dtype))
   into, out = jnp.max(strength, axis=0), jnp.max(strength, axis=1)
   drivers = (out >= min_slope) & (out > into)
   driven = ~drivers & jnp.any(drivers)
+  if centre_slopes is not None:
+    centre = jnp.abs(jnp.where(jnp.isfinite(centre_slopes), centre_slopes, 0.0))
+    centre = centre * (1.0 - jnp.eye(slopes.shape[0], dtype=centre.dtype)) * driven[None, :]
+    centre_out, centre_in = jnp.sum(centre, axis=1), jnp.sum(centre, axis=0)
+    driven = driven & ~(centre_out > hub_ratio * centre_in)
   edges = (strength.T >= min_edge) & driven[:, None] & drivers[None, :]
   return driven, edges
 
 
+def local_slopes(positions: jax.Array, gradients: jax.Array, curvatures: jax.Array,
+                 location: jax.Array, scale: jax.Array, ridge: float = RIDGE):
+  r"""``(H, C)``, ``(dim, dim)`` each: the least-squares slopes of each coordinate's local
+  log-scale :math:`-\tfrac12\log(c_i\sigma_i^2)` and of its local centre
+  :math:`(x_i + g_i/c_i - m_i)/\sigma_i` (:func:`local_gaussian`'s ``gradients`` and
+  ``curvatures`` at ``positions``, ``(n, dim)`` each) on the whitened position
+  :math:`(x - m)/\sigma` (``location``, ``scale``), entry ``(j, i)``, over the positions
+  where :math:`c_i > 0` (ridge ``ridge`` per point), diagonal 0: :func:`structure`'s input.
+  The local Gaussian is the coordinate's given all the others, so only the coordinates that
+  set it have a slope (the centered schools' :math:`\theta_j` on :math:`\log\tau`, not on
+  a :math:`\theta_k` that merely goes with :math:`\tau`)."""
+  z = (positions - location) / scale
+  m, dim = z.shape
+  design = jnp.concatenate([jnp.ones((m, 1), z.dtype), z - jnp.mean(z, 0)], axis=1)
+  positive = curvatures > 0
+  curvature = jnp.where(positive, curvatures, 1.0)
+  local = -0.5 * jnp.log(curvature * scale**2)
+  centres = z + gradients / curvature / scale
+  penalty = jnp.diag(jnp.concatenate([jnp.full(1, 1e-9), jnp.full(dim, ridge)]).astype(z.dtype))
+
+  def row(weights, target):
+    count = jnp.maximum(jnp.sum(weights), 1.0)
+    return jnp.linalg.solve(design.T @ (design * weights[:, None]) + penalty * count,
+                            design.T @ (weights * target))[1:]
+
+  off_diagonal = 1.0 - jnp.eye(dim, dtype=z.dtype)
+  weights = positive.astype(z.dtype)
+  return tuple(jax.vmap(row, in_axes=(1, 1))(weights, target).T * off_diagonal
+               for target in (local, centres))
+
+
 def _scale_exponent(transport: NonCentering, parents_z: jax.Array) -> jax.Array:
-  s = transport.log_scale + transport.scale_weights @ parents_z
-  return jnp.clip(s, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+  r""":math:`s_i = -\tfrac12\log(e^{-2(a_i + A_i z)} + \kappa_i)`, :math:`a_i + A_i z` clipped
+  to :math:`\pm` ``MAX_LOG_SCALE``."""
+  s = jnp.clip(transport.log_scale + transport.scale_weights @ parents_z, -MAX_LOG_SCALE,
+               MAX_LOG_SCALE)
+  return s - 0.5 * jnp.log1p(transport.precision_floor * jnp.exp(2.0 * s))
 
 
 def forward(transport: NonCentering, u: jax.Array):
@@ -219,7 +274,9 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
   With the local Gaussians (:func:`local_gaussian`: ``gradients`` and ``curvatures`` at
   ``positions``, ``(m, dim)`` each), both come from them, by least squares on the parents
   over the positions where the curvature is positive: :math:`(b_i, B_i)` from the centres
-  :math:`x_i + g_i/c_i`, :math:`A_i` from the local log-scales :math:`-\tfrac12\log c_i`
+  :math:`x_i + g_i/c_i` weighted by the local precision :math:`c_i` (a centre's error counts
+  in units of the local scale: where the scale is small, a centered hierarchy's neck, the
+  centre must be right), :math:`A_i` from the local log-scales :math:`-\tfrac12\log c_i`
   (whitened). Both are exact for a funnel wherever its positions are (centre 0, log-scale
   :math:`v/2`), so a warm-up that has not yet reached the neck still finds them, and the
   centre is right where the scale is small (an error :math:`\delta` there leaves a funnel
@@ -249,11 +306,6 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     penalty = penalty.at[0, 0].set(jnp.where(columns[0], 1e-9 * count, 1.0))
     return jnp.linalg.solve(x.T @ (x * weights[:, None]) + penalty, x.T @ (weights * target))
 
-  def offsets(shift, slopes):
-    log_abs = 0.5 * jnp.log((z - design @ shift.T) ** 2 + 1e-12) + LOG_CHI2_SHIFT
-    offset = jnp.mean(log_abs - design[:, 1:] @ slopes.T, axis=0)
-    return jnp.concatenate([offset[:, None], slopes], axis=1)
-
   if curvatures is not None:
     at = (positions - location) / scale
     at_design = jnp.concatenate([ones(at.shape[0]), jnp.where(driven, 0.0, at)], axis=1)
@@ -262,12 +314,16 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     curvature = jnp.where(positive, curvatures, 1.0)
     centres = at + gradients / curvature / scale
     local = -0.5 * jnp.log(curvature * scale**2)
+    # the centres' errors in units of the local scale: weights the local precision
+    precision = weights * curvature * scale**2
+    precision = precision / jnp.maximum(jnp.mean(precision, axis=0), 1e-30)
     per_row = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(None, 1, 1))
-    shift = per_row(shift_columns, weights, centres)
-    slopes = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(0, 1, 1))(
-        scale_columns, weights, local)[:, 1:]
-    log_scale = offsets(shift, slopes)
+    shift = per_row(shift_columns, precision, centres)
+    linear = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(0, 1, 1))(
+        scale_columns, weights, local)
+    log_scale, floor = _saturating(at_design, scale_columns, weights, local, linear)
   else:
+    floor = jnp.zeros(dim, z.dtype)
     s = jnp.zeros_like(z)
     for _ in range(num_rounds):
       shift = jax.vmap(lambda w, t: solve(design, shift_columns, w, t), in_axes=1)(
@@ -276,15 +332,46 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
       log_scale = jax.vmap(lambda c, t: solve(design, c, jnp.ones(n, z.dtype), t),
                            in_axes=(0, 1))(scale_columns, log_abs)
       s = jnp.clip(design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
-  s = jnp.clip(design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
   keep = driven[:, None]
   transport = NonCentering(location, scale, driven, jnp.where(driven, shift[:, 0], 0.0),
                            jnp.where(keep, shift[:, 1:], 0.0),
                            jnp.where(driven, log_scale[:, 0], 0.0),
-                           jnp.where(keep & edges, log_scale[:, 1:], 0.0))
+                           jnp.where(keep & edges, log_scale[:, 1:], 0.0),
+                           jnp.where(driven, floor, 0.0))
+  s = jax.vmap(lambda v: _scale_exponent(transport, jnp.where(driven, 0.0, v)))(z)
   r = (z - design @ shift.T) * jnp.exp(-s)
   nll = jnp.where(driven, s + 0.5 * r**2, 0.0)
   return FitResult(transport, jnp.sum(jnp.mean(nll, 0)) / jnp.maximum(jnp.sum(driven), 1))
+
+
+def _saturating(design, columns, weights, local, linear, num_iterations=SATURATING_ITERATIONS):
+  r"""The saturating local scale :math:`s = -\tfrac12\log(e^{-2(a + A z)} + \kappa)` of each
+  row that fits the local log-scales ``local`` ``(m, dim)`` at ``design`` ``(m, dim + 1)``
+  (least squares over ``weights``, the ``columns`` of each row): Adam from the log-linear
+  fit ``linear`` ``(dim, dim + 1)`` and :math:`\kappa` a thousandth of the least local
+  precision. ``(coefficients (dim, dim + 1), kappa (dim,))``."""
+  precision = jnp.where(weights > 0, jnp.exp(-2.0 * local), jnp.inf)
+  least = jnp.min(precision, axis=0)
+  start = (linear * columns, jnp.log(1e-3 * jnp.where(jnp.isfinite(least), least, 1.0)))
+
+  def loss(params):
+    coefficients, log_floor = params
+    s = jnp.clip(design @ (coefficients * columns).T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+    fitted = -0.5 * jnp.logaddexp(-2.0 * s, log_floor)
+    return jnp.sum(weights * (fitted - local) ** 2) / jnp.maximum(jnp.sum(weights), 1.0)
+
+  optimizer = optax.adam(SATURATING_LEARNING_RATE)
+
+  def step(carry, _):
+    params, state = carry
+    grads = jax.grad(loss)(params)
+    updates, state = optimizer.update(grads, state, params)
+    return (optax.apply_updates(params, updates), state), None
+
+  (params, _), _ = jax.lax.scan(step, (start, optimizer.init(start)), None,
+                                length=num_iterations)
+  coefficients, log_floor = params
+  return coefficients * columns, jnp.exp(log_floor)
 
 
 def transported(latent: SamplingAlgorithm, transport: NonCentering) -> SamplingAlgorithm:

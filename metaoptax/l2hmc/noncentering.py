@@ -76,7 +76,8 @@ __all__ = ("NonCentering", "identity", "structure", "forward", "inverse",
 MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a driver
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
 HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
-RIDGE = 1e-2  # the fit's ridge on the weights B and A (per draw, whitened units)
+RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): a centre shrunk by a
+# fraction f is off by f times its spread, many local sds in a neck
 FIT_ROUNDS = 3  # the fit's rounds of weighted least squares (fit)
 LOG_CHI2_SHIFT = 0.635  # -E[log chi^2_1] / 2: a standard normal's mean log |u| is -0.635
 SATURATING_ITERATIONS = 300  # Adam's iterations of the saturating scale's fit
@@ -96,6 +97,9 @@ class NonCentering(NamedTuple):
     log_scale: ``(dim,)``, :math:`a` (0 off :math:`\mathcal D`).
     scale_weights: ``(dim, dim)``, :math:`A`, nonzero only at (driven row, driver column).
     precision_floor: ``(dim,)``, :math:`\kappa \ge 0` (0 off :math:`\mathcal D`).
+    far_shift: ``(dim,)``, :math:`b'` (0 off :math:`\mathcal D`).
+    far_shift_weights: ``(dim, dim)``, :math:`B'`, nonzero only at (driven row, parent
+      column).
   """
 
   location: jax.Array
@@ -106,6 +110,8 @@ class NonCentering(NamedTuple):
   log_scale: jax.Array
   scale_weights: jax.Array
   precision_floor: jax.Array
+  far_shift: jax.Array
+  far_shift_weights: jax.Array
 
 
 def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
@@ -113,7 +119,7 @@ def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
   dim = location.shape[0]
   zeros, square = jnp.zeros_like(location), jnp.zeros((dim, dim), location.dtype)
   return NonCentering(location, scale, jnp.zeros(dim, bool), zeros, square, zeros, square,
-                      zeros)
+                      zeros, zeros, square)
 
 
 def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
@@ -189,12 +195,19 @@ def _scale_exponent(transport: NonCentering, parents_z: jax.Array) -> jax.Array:
   return s - 0.5 * jnp.log1p(transport.precision_floor * jnp.exp(2.0 * s))
 
 
+def _centre(transport: NonCentering, parents_z: jax.Array, s: jax.Array) -> jax.Array:
+  r""":math:`b + B z + \rho\,(b' + B' z)`, :math:`\rho = \kappa e^{2 s}` (the share of the
+  local precision that the floor holds: 0 where the scale is small, 1 where it saturates)."""
+  rho = transport.precision_floor * jnp.exp(2.0 * s)
+  return (transport.shift + transport.shift_weights @ parents_z
+          + rho * (transport.far_shift + transport.far_shift_weights @ parents_z))
+
+
 def forward(transport: NonCentering, u: jax.Array):
   """``(x, log|det dx/du|)`` of one latent position ``u`` ``(dim,)``."""
   parents = jnp.where(transport.driven, 0.0, u)
   s = _scale_exponent(transport, parents)
-  z = jnp.where(transport.driven,
-                transport.shift + transport.shift_weights @ parents + jnp.exp(s) * u, u)
+  z = jnp.where(transport.driven, _centre(transport, parents, s) + jnp.exp(s) * u, u)
   log_det = jnp.sum(jnp.log(transport.scale)) + jnp.sum(jnp.where(transport.driven, s, 0.0))
   return transport.location + transport.scale * z, log_det
 
@@ -204,8 +217,7 @@ def inverse(transport: NonCentering, x: jax.Array) -> jax.Array:
   z = (x - transport.location) / transport.scale
   parents = jnp.where(transport.driven, 0.0, z)
   s = _scale_exponent(transport, parents)
-  return jnp.where(transport.driven,
-                   (z - transport.shift - transport.shift_weights @ parents) * jnp.exp(-s), z)
+  return jnp.where(transport.driven, (z - _centre(transport, parents, s)) * jnp.exp(-s), z)
 
 
 def latent_logdensity(logdensity_fn: Callable, transport: NonCentering) -> Callable:
@@ -317,13 +329,28 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     # the centres' errors in units of the local scale: weights the local precision
     precision = weights * curvature * scale**2
     precision = precision / jnp.maximum(jnp.mean(precision, axis=0), 1e-30)
-    per_row = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(None, 1, 1))
-    shift = per_row(shift_columns, precision, centres)
     linear = jax.vmap(lambda c, w, t: solve(at_design, c, w, t), in_axes=(0, 1, 1))(
         scale_columns, weights, local)
     log_scale, floor = _saturating(at_design, scale_columns, weights, local, linear)
+    # rho = kappa e^{2 s} at the positions: the centre's second part's weight
+    s_at = jnp.clip(at_design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
+    s_at = s_at - 0.5 * jnp.log1p(floor * jnp.exp(2.0 * s_at))
+    rho = floor * jnp.exp(2.0 * s_at)  # (m, dim)
+    both = jnp.concatenate([shift_columns, shift_columns])
+    big_eye = jnp.eye(2 * (dim + 1), dtype=z.dtype)
+
+    def centre_row(w, r, t):
+      x = jnp.concatenate([at_design, r[:, None] * at_design], axis=1) * both
+      count = jnp.maximum(jnp.sum(w > 0), 1)
+      penalty = jnp.where(both, ridge * count, 1.0) * big_eye
+      penalty = penalty.at[0, 0].set(1e-9 * count)
+      return jnp.linalg.solve(x.T @ (x * w[:, None]) + penalty, x.T @ (w * t))
+
+    coefficients = jax.vmap(centre_row, in_axes=(1, 1, 1))(precision, rho, centres)
+    shift, far = coefficients[:, :dim + 1], coefficients[:, dim + 1:]
   else:
     floor = jnp.zeros(dim, z.dtype)
+    far = jnp.zeros((dim, dim + 1), z.dtype)
     s = jnp.zeros_like(z)
     for _ in range(num_rounds):
       shift = jax.vmap(lambda w, t: solve(design, shift_columns, w, t), in_axes=1)(
@@ -337,9 +364,11 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
                            jnp.where(keep, shift[:, 1:], 0.0),
                            jnp.where(driven, log_scale[:, 0], 0.0),
                            jnp.where(keep & edges, log_scale[:, 1:], 0.0),
-                           jnp.where(driven, floor, 0.0))
+                           jnp.where(driven, floor, 0.0), jnp.where(driven, far[:, 0], 0.0),
+                           jnp.where(keep, far[:, 1:], 0.0))
+  u = jax.vmap(lambda v: inverse(transport, location + scale * v))(z)
   s = jax.vmap(lambda v: _scale_exponent(transport, jnp.where(driven, 0.0, v)))(z)
-  r = (z - design @ shift.T) * jnp.exp(-s)
+  r = u
   nll = jnp.where(driven, s + 0.5 * r**2, 0.0)
   return FitResult(transport, jnp.sum(jnp.mean(nll, 0)) / jnp.maximum(jnp.sum(driven), 1))
 

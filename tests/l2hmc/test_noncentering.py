@@ -28,7 +28,7 @@ def _float64():
 
 def _transport(key):
   """A random transport: coordinates 2 and 4 driven, by 0 and 1 (scale), on 0, 1, 3."""
-  keys = jax.random.split(key, 7)
+  keys = jax.random.split(key, 9)
   driven = jnp.array([False, False, True, False, True])
   parents = ~driven
   shift_mask = driven[:, None] & parents[None, :]
@@ -40,7 +40,9 @@ def _transport(key):
       jnp.where(shift_mask, normal(keys[3], (DIM, DIM)), 0.0),
       jnp.where(driven, 0.3 * normal(keys[4], (DIM,)), 0.0),
       jnp.where(scale_mask, 0.5 * normal(keys[5], (DIM, DIM)), 0.0),
-      jnp.where(driven, jnp.exp(normal(keys[6], (DIM,))), 0.0))
+      jnp.where(driven, jnp.exp(normal(keys[6], (DIM,))), 0.0),
+      jnp.where(driven, normal(keys[7], (DIM,)), 0.0),
+      jnp.where(shift_mask, normal(keys[8], (DIM, DIM)), 0.0))
 
 
 def _logdensity(x):  # a non-Gaussian density of five coordinates

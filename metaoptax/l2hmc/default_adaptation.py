@@ -24,6 +24,22 @@ unless that fit finds the step sizes would hardly vary
 the first warm-up gave. Both warm-ups' gradients are counted. Above ``LOCAL_MAX_DIM``
 coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
+Where a few coordinates set the scale of others (a funnel, a centered hierarchy, a
+horseshoe), ``run`` screens for a non-centering (:mod:`metaoptax.l2hmc.noncentering`) after
+the warm-up: where some coordinate's log square has a slope of at least
+``noncentering.MIN_SLOPE`` on the position over the warm-up's final window
+(``WarmupResult.log_scale_slopes``, at no extra cost), the chains make
+``NONCENTERING_DRAWS`` more transitions, each chain's local Gaussian (gradient and Hessian
+diagonal) is read at ``NONCENTERING_CURVATURES`` of them, and where those find drivers
+(:func:`metaoptax.l2hmc.noncentering.structure`) the transport they fit replaces the
+target by its latent density: a second warm-up from the chains' latent positions, then the
+training and the check there, and the sampler returned maps its states to and from it
+(:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
+does not run. A Gaussian's slopes are 0: there the screen costs nothing. Its draws, Hessian
+diagonals and warm-up are counted. The transport is kept only where the second warm-up
+measures it better (:func:`_latent_is_better`: its chains agree as well, and its
+trajectory needs fewer leapfrog steps); else the sampler is the first warm-up's.
+
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
 coordinate or of :math:`\log p` over its final window at least ``MODES_RHAT``), no
 whitening and no trajectory joins them. ``run`` then tries the reflection
@@ -117,6 +133,8 @@ REFLECTION_ACCEPTANCE = 0.5
 MAX_DIVERGENT_RATE = 1e-3
 # the non-centering's screen: the transitions of every chain whose draws fit it
 NONCENTERING_DRAWS = 64
+# the split R-hat below which the latent warm-up's chains agree however the first's did
+CONVERGED_RHAT = 1.05
 # ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
 NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
@@ -158,6 +176,8 @@ class AdaptationInfo(NamedTuple):
     config: the sampler's :class:`metaoptax.l2hmc.L2HMCConfig` (``dim`` filled, ``num_steps``
       chosen, and what the screens chose: ``local_step_sizes`` with ``scale_move``, or
       ``reflection``).
+    noncentering: the :class:`metaoptax.l2hmc.noncentering.NonCentering` the sampler moves
+      the latent coordinates of, where the screen chose one (else ``None``).
   """
 
   converged: bool
@@ -242,6 +262,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
     choose_reflection: where the warm-up's chains sit in separate modes that a reflection
       through their midpoint maps onto each other, warm up again with
       ``L2HMCConfig(reflection=True)`` (module docstring); ``False``: ``config`` as it is.
+    choose_noncentering: where the warm-up's chains show coordinates that set others'
+      scales, sample in the latent coordinates of a non-centering fitted to them (module
+      docstring); ``False``: the target's own coordinates.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -446,10 +469,25 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   latent = Target(f"{target.name}-latent", config.dim,
                   noncentering.latent_logdensity(target.logdensity_fn, transport))
   starts = jax.jit(jax.vmap(functools.partial(noncentering.inverse, transport)))(chains)
-  state, latent_found, latent_config = _initial_state(k_warmup, latent, config, training,
-                                                      optimizer, starts, choose_num_steps)
+  latent_state, latent_found, latent_config = _initial_state(
+      k_warmup, latent, config, training, optimizer, starts, choose_num_steps)
   cost += _warmup_cost(latent_found, config.num_steps, config.dim)
-  return (state, latent_found, latent_config, latent, transport), cost
+  if not _latent_is_better(found, sampler_config, latent_found, latent_config):
+    return None, cost
+  return (latent_state, latent_found, latent_config, latent, transport), cost
+
+
+def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,
+                      latent_config: L2HMCConfig) -> bool:
+  """The non-centering's test on the two warm-ups' own measurements: the latent one's chains
+  agree at least as well (the largest split R-hat of its final window no more than the
+  first's, or below ``CONVERGED_RHAT``), and its trajectory needs fewer leapfrog steps
+  (a larger step size in whitened units), or as many with chains that agree better."""
+  rhat, latent_rhat = float(jnp.max(found.rhat)), float(jnp.max(latent_found.rhat))
+  agrees = latent_rhat <= max(rhat, CONVERGED_RHAT)
+  if latent_config.num_steps == config.num_steps:
+    return agrees and latent_rhat < rhat
+  return agrees and latent_config.num_steps < config.num_steps
 
 
 _fit_noncentering = jax.jit(noncentering.fit)

@@ -4,45 +4,48 @@ A funnel's or a centered hierarchy's scale changes from place to place, and no w
 (one affine map) makes it a standard normal. A non-centering does: :math:`x_i = e^{v/2}
 u_i` turns Neal's funnel into independent normals, :math:`\theta_j = \mu + \tau u_j` the
 centered eight schools into nearly so. This module learns such a map with no knowledge of
-the model, from draws of the warm-up.
+the model, from a warm-up's draws and the local Gaussians there.
 
 In the whitening's coordinates :math:`z = (x - m)/\sigma`, some coordinates are *driven*
-(the set :math:`\mathcal D`, mask ``driven``): each is a Gaussian given the others, with a
-mean linear in them and a log-scale linear in the *drivers* among them; the others
-(*parents*) pass through:
+(the set :math:`\mathcal D`, mask ``driven``): each is a Gaussian given the others (the
+*parents*, which pass through), with a centre and a log-scale that depend on the parents:
 
 .. math::
 
   z_i = u_i \quad (i \notin \mathcal D), \qquad
-  z_i = b_i + \textstyle\sum_{j\notin\mathcal D} B_{ij} u_j
-        + e^{s_i(u)}\,u_i, \quad s_i(u) = a_i + \textstyle\sum_{j\notin\mathcal D} A_{ij} u_j
-  \quad (i \in \mathcal D),
+  z_i = c_i(z) + e^{s_i(z)}\,u_i \quad (i \in \mathcal D),
 
-so :math:`x = T(u) = m + \sigma\odot z`. The Jacobian :math:`\partial x/\partial u` is
-block triangular (a driven coordinate depends on the parents and on itself), with
-:math:`\log|\det| = \sum_i \log\sigma_i + \sum_{i\in\mathcal D} s_i(u)`; the inverse is
-closed form (:func:`inverse`: the parents first, :math:`u_i = (z_i - b_i - B_i z)e^{-s_i(z)}`
-after). HMC samples the latent density :math:`\log p(T(u)) + \log|\det \partial T/\partial
-u|` (:func:`latent_logdensity`), exact for any fixed transport, at one gradient of
-:math:`\log p` per gradient; its draws map back by :math:`T`. With the parents whitened by
-the sampler's own warm-up, the funnel's exact non-centering is :math:`A_{xv} = \sigma_v/2`.
+  s_i = -\tfrac12\log\big(e^{-2(a_i + A_i z)} + \kappa_i\big), \qquad
+  c_i = b_i + B_i z + \rho_i\,(b'_i + B'_i z), \quad \rho_i = \kappa_i e^{2 s_i},
 
-Which coordinates drive, and which they drive, comes from the warm-up's log-scale slopes
-:math:`H_{ji} = \partial\log(\text{scale of } z_i)/\partial z_j`
-(``WarmupResult.log_scale_slopes``: least squares of :math:`\tfrac12\log z_i^2` on
-:math:`z`) by :func:`structure`: a driver's strongest slope out is at least ``MIN_SLOPE``
-and stronger than its strongest slope in (the funnel's :math:`x_i` have a slope 1.5 on
+with :math:`A, B, B'` nonzero only on parent columns (:math:`A` on the *drivers* among
+them). The local precision :math:`e^{-2 s_i}` is a part that the drivers scale plus a floor
+:math:`\kappa_i` (a centered hierarchy's member: :math:`1/\tau^2` from the prior,
+:math:`1/\sigma_j^2` from its data), and the centre moves from the prior's
+(:math:`b + Bz`, where the scale is small) to the data's (where the floor holds the
+precision, :math:`\rho \to 1`): both exact for a conjugate Gaussian member, and for the
+funnel (:math:`\kappa = 0`). So :math:`x = T(u) = m + \sigma\odot z`. The Jacobian is
+block triangular, :math:`\log|\det\partial x/\partial u| = \sum_i\log\sigma_i +
+\sum_{i\in\mathcal D} s_i`, and the inverse is closed form (:func:`inverse`: the parents
+first, then :math:`u_i = (z_i - c_i)e^{-s_i}`). HMC samples the latent density
+:math:`\log p(T(u)) + \log|\det \partial T/\partial u|` (:func:`latent_logdensity`),
+exact for any fixed transport, at one gradient of :math:`\log p` per gradient; its draws
+map back by :math:`T`.
+
+The fit (:func:`fit`) reads each coordinate's local Gaussian given all the others at some
+of the draws (:func:`local_gaussian`: the gradient :math:`g` and the Hessian diagonal
+:math:`-c`): centre :math:`x_i + g_i/c_i`, log-scale :math:`-\tfrac12\log c_i`. Both are
+exact wherever the draws are, so a warm-up that has not yet reached a funnel's neck still
+finds the slope of its scale. Which coordinates drive, and which they drive, comes from the
+slopes of those log-scales and centres on the position (:func:`local_slopes`) by
+:func:`structure`: a driver's strongest log-scale slope out is at least ``MIN_SLOPE`` and
+stronger than its strongest slope in (the funnel's :math:`x_i` have a slope 1.5 on
 :math:`v`; :math:`v`'s on :math:`x_i` is 0 by symmetry); the other coordinates are driven,
-each by the drivers with a slope on it of at least ``MIN_EDGE``. A Gaussian has every
-slope 0 (the log square of a coordinate is even in the others), so there it finds no driver
-and the sampler is left as it was.
-
-:func:`fit` then fits :math:`(b, B, a, A)` by maximum likelihood of the draws' driven
-coordinates given their parents (a Gaussian with the mean and log-scale above, by
-weighted least squares; ridge ``RIDGE``): a forward Kullback-Leibler fit, at no gradient of :math:`\log p`, that covers
-the draws rather than seeking a mode (reverse KL, as NeuTra fits it, collapsed on the
-horseshoe). The log-linear scale extrapolates into a funnel's neck the draws have not
-reached.
+each by the drivers with a slope on it of at least ``MIN_EDGE``, except those on which the
+others' centres rest (the schools' :math:`\mu`), which stay parents. A Gaussian has every
+slope 0, so there it finds no driver and the sampler is left as it was. A forward fit from
+the draws, at no gradient of :math:`\log p` beyond the Hessian diagonals: reverse KL, as
+NeuTra fits its flow, seeks a mode.
 
 :func:`transported` wraps a sampler of the latent density as a sampler of :math:`p`: its
 states hold :math:`x`, :math:`\log p(x)` and :math:`\nabla_x\log p(x)`, each step maps them
@@ -75,6 +78,7 @@ __all__ = ("NonCentering", "identity", "structure", "forward", "inverse",
 
 MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a driver
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
+MIN_CORRELATION = 0.3  # local_slopes regresses a row on the coordinates this correlated with it
 HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
 RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): a centre shrunk by a
 # fraction f is off by f times its spread, many local sds in a neck
@@ -164,6 +168,9 @@ def local_slopes(positions: jax.Array, gradients: jax.Array, curvatures: jax.Arr
   ``curvatures`` at ``positions``, ``(n, dim)`` each) on the whitened position
   :math:`(x - m)/\sigma` (``location``, ``scale``), entry ``(j, i)``, over the positions
   where :math:`c_i > 0` (ridge ``ridge`` per point), diagonal 0: :func:`structure`'s input.
+  Each row regresses on the coordinates whose correlation with its target is at least
+  ``MIN_CORRELATION`` only (the others' slopes 0): with hundreds of coordinates and a few
+  hundred positions, a regression on all of them is mostly noise.
   The local Gaussian is the coordinate's given all the others, so only the coordinates that
   set it have a slope (the centered schools' :math:`\theta_j` on :math:`\log\tau`, not on
   a :math:`\theta_k` that merely goes with :math:`\tau`)."""
@@ -176,12 +183,21 @@ def local_slopes(positions: jax.Array, gradients: jax.Array, curvatures: jax.Arr
   centres = z + gradients / curvature / scale
   penalty = jnp.diag(jnp.concatenate([jnp.full(1, 1e-9), jnp.full(dim, ridge)]).astype(z.dtype))
 
+  off_diagonal = 1.0 - jnp.eye(dim, dtype=z.dtype)
+  identity = jnp.eye(dim + 1, dtype=z.dtype)
+
   def row(weights, target):
     count = jnp.maximum(jnp.sum(weights), 1.0)
-    return jnp.linalg.solve(design.T @ (design * weights[:, None]) + penalty * count,
-                            design.T @ (weights * target))[1:]
+    mean = jnp.sum(weights * target) / count
+    centred = (target - mean) * weights
+    spread = jnp.sqrt(jnp.sum(centred**2) / count) * jnp.sqrt(jnp.mean(design[:, 1:]**2, 0))
+    correlation = (centred @ design[:, 1:]) / count / jnp.maximum(spread, 1e-30)
+    columns = jnp.concatenate([jnp.ones(1, bool),
+                               jnp.abs(correlation) >= MIN_CORRELATION]).astype(z.dtype)
+    x = design * columns
+    masked = jnp.where(columns > 0, penalty * count, identity)
+    return jnp.linalg.solve(x.T @ (x * weights[:, None]) + masked, x.T @ (weights * target))[1:]
 
-  off_diagonal = 1.0 - jnp.eye(dim, dtype=z.dtype)
   weights = positive.astype(z.dtype)
   return tuple(jax.vmap(row, in_axes=(1, 1))(weights, target).T * off_diagonal
                for target in (local, centres))
@@ -279,27 +295,23 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
         gradients: jax.Array | None = None, curvatures: jax.Array | None = None,
         num_rounds: int = FIT_ROUNDS, ridge: float = RIDGE) -> FitResult:
   r"""The transport that fits ``draws`` ``(n, dim)`` (module docstring): each driven
-  coordinate :math:`z_i \sim \mathcal N(b_i + B_i z_{\bar{\mathcal D}}, e^{2 s_i(z)})`
-  given the parents, :math:`B` on every parent, :math:`A` on ``edges`` (from
-  :func:`structure`).
+  coordinate a Gaussian given the parents, :math:`B, B'` on every parent, :math:`A` on
+  ``edges`` (from :func:`structure`).
 
   With the local Gaussians (:func:`local_gaussian`: ``gradients`` and ``curvatures`` at
-  ``positions``, ``(m, dim)`` each), both come from them, by least squares on the parents
-  over the positions where the curvature is positive: :math:`(b_i, B_i)` from the centres
-  :math:`x_i + g_i/c_i` weighted by the local precision :math:`c_i` (a centre's error counts
-  in units of the local scale: where the scale is small, a centered hierarchy's neck, the
-  centre must be right), :math:`A_i` from the local log-scales :math:`-\tfrac12\log c_i`
-  (whitened). Both are exact for a funnel wherever its positions are (centre 0, log-scale
-  :math:`v/2`), so a warm-up that has not yet reached the neck still finds them, and the
-  centre is right where the scale is small (an error :math:`\delta` there leaves a funnel
-  in the latent coordinates below :math:`v = 2\log\delta`). Without them, :math:`(b_i,
-  B_i)` by least squares weighted by :math:`e^{-2 s_i}` (the Gaussian's likelihood at fixed
-  :math:`s`) and :math:`A_i` by least squares of :math:`\log|r_i|` on the parents,
-  :math:`r` the residuals (the log-normal scale model's regression, consistent where the
-  draws are the posterior's), ``num_rounds`` rounds from :math:`s = 0`. Either way
-  :math:`a_i` then makes the draws' residuals' mean log-scale right: the mean of
-  :math:`\log|r_i| - A_i z`, raised by :math:`-\tfrac12\mathbb E\log\chi^2_1 = 0.635`.
-  Ridge ``ridge`` (per point) on the weights.
+  ``positions``, ``(m, dim)`` each; the points where the curvature is positive):
+  :math:`(a_i, A_i, \kappa_i)` by least squares of the local log-scales
+  :math:`-\tfrac12\log(c_i\sigma_i^2)` (the log-linear fit, then Adam on the saturating
+  one, :math:`\kappa` from a thousandth of the least local precision), then :math:`(b_i,
+  B_i, b'_i, B'_i)` by least squares of the centres :math:`(x_i + g_i/c_i - m_i)/\sigma_i`
+  on :math:`(1, z, \rho, \rho z)`, weighted by the local precision (a centre's error counts
+  in units of the local scale: an error :math:`\delta` where the scale is :math:`e^{s}`
+  leaves a funnel in the latent coordinates wherever :math:`e^{s} \ll \delta`). Without
+  them (``draws`` only): :math:`(b_i, B_i)` by least squares weighted by :math:`e^{-2 s_i}`
+  and :math:`(a_i, A_i)` by least squares of :math:`\log|r_i| + 0.635` on the parents
+  (:math:`r` the residuals; the log-normal scale model's regression, consistent where the
+  draws are the posterior's), ``num_rounds`` rounds from :math:`s = 0`, :math:`\kappa = B'
+  = 0`. Ridge ``ridge`` (per point) on the weights.
   """
   z = (draws - location) / scale
   n, dim = z.shape

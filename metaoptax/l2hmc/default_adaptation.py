@@ -37,8 +37,8 @@ training and the check there, and the sampler returned maps its states to and fr
 (:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
 does not run. A Gaussian's slopes are 0: there the screen costs nothing. Its draws, Hessian
 diagonals and warm-up are counted. The transport is kept only where the second warm-up
-measures it better (:func:`_latent_is_better`: its chains agree as well, and its
-trajectory needs fewer leapfrog steps); else the sampler is the first warm-up's.
+measures it better (:func:`_latent_is_better`: its chains agree, and its trajectory needs
+fewer leapfrog steps); else the sampler is the first warm-up's.
 
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
 coordinate or of :math:`\log p` over its final window at least ``MODES_RHAT``), no
@@ -133,8 +133,8 @@ REFLECTION_ACCEPTANCE = 0.5
 MAX_DIVERGENT_RATE = 1e-3
 # the non-centering's screen: the transitions of every chain whose draws fit it
 NONCENTERING_DRAWS = 64
-# the split R-hat below which the latent warm-up's chains agree however the first's did
-CONVERGED_RHAT = 1.05
+# the split R-hat below which the latent warm-up's chains agree (the warm-up's CONVERGED_RHAT)
+LATENT_RHAT = 1.1
 # ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
 NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
@@ -480,14 +480,16 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
 def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,
                       latent_config: L2HMCConfig) -> bool:
   """The non-centering's test on the two warm-ups' own measurements: the latent one's chains
-  agree at least as well (the largest split R-hat of its final window no more than the
-  first's, or below ``CONVERGED_RHAT``), and its trajectory needs fewer leapfrog steps
-  (a larger step size in whitened units), or as many with chains that agree better."""
+  agree (the largest split R-hat of its final window below ``LATENT_RHAT``, the warm-up's own
+  test of chains that found the typical set, and no more than the first's), and its
+  trajectory needs fewer leapfrog steps (a larger step size in whitened units), or as many
+  with chains that agree better."""
   rhat, latent_rhat = float(jnp.max(found.rhat)), float(jnp.max(latent_found.rhat))
-  agrees = latent_rhat <= max(rhat, CONVERGED_RHAT)
+  if not latent_rhat < LATENT_RHAT:
+    return False
   if latent_config.num_steps == config.num_steps:
-    return agrees and latent_rhat < rhat
-  return agrees and latent_config.num_steps < config.num_steps
+    return latent_rhat < rhat
+  return latent_config.num_steps < config.num_steps and latent_rhat <= max(rhat, 1.01)
 
 
 _fit_noncentering = jax.jit(noncentering.fit)

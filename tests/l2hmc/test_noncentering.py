@@ -169,3 +169,28 @@ def test_adapt_chooses_the_noncentering_on_the_funnel_only():
     (_, _), info = l2hmc.adapt(target.logdensity_fn, progress=None).run(
         jax.random.key(1), positions, num_steps=400)
     assert (info.noncentering is not None) == chosen, target.name
+
+
+def test_structure_keeps_a_hub_a_parent():
+  """Centered schools' pattern (mu, log tau, theta_1..3): log tau sets every theta's scale
+  and mu's; every theta's centre rests on mu, mu's on each theta a third as much. mu stays a
+  parent (hub), the thetas are driven by log tau alone."""
+  slopes = jnp.zeros((5, 5)).at[1, jnp.array([0, 2, 3, 4])].set(1.0)
+  centre = (jnp.zeros((5, 5)).at[0, 2:].set(0.9).at[2:, 0].set(0.3))
+  driven, edges = noncentering.structure(slopes, centre)
+  np.testing.assert_array_equal(driven, [False, False, True, True, True])
+  np.testing.assert_array_equal(edges[2:], jnp.zeros((3, 5), bool).at[:, 1].set(True))
+  driven, _ = noncentering.structure(slopes)  # without the centres, mu is driven too
+  np.testing.assert_array_equal(driven, [True, False, True, True, True])
+
+
+def test_latent_is_kept_only_where_it_measures_better():
+  from metaoptax.l2hmc import default_adaptation
+  found = lambda rhat: l2hmc.WarmupResult(None, None, None, None, rhat=jnp.array([rhat]))
+  config = lambda k: l2hmc.L2HMCConfig(num_steps=k)
+  better = default_adaptation._latent_is_better
+  assert better(found(1.2), config(16), found(1.01), config(2))  # the funnel
+  assert not better(found(1.01), config(4), found(1.01), config(8))  # longer trajectories
+  assert not better(found(1.2), config(16), found(1.5), config(8))  # chains agree less
+  assert not better(found(1.5), config(16), found(1.2), config(8))  # nor in the latent
+  assert not better(found(1.01), config(4), found(1.01), config(4))  # no gain

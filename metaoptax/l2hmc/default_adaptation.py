@@ -481,7 +481,7 @@ def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: Wa
                       latent_config: L2HMCConfig) -> bool:
   """The non-centering's test on the two warm-ups' own measurements: the latent one's chains
   agree (the largest split R-hat of its final window below ``LATENT_RHAT``, the warm-up's own
-  test of chains that found the typical set, and no more than the first's), and its
+  test of chains that found the typical set), and its
   trajectory needs fewer leapfrog steps (a larger step size in whitened units), or as many
   with chains that agree better."""
   rhat, latent_rhat = float(jnp.max(found.rhat)), float(jnp.max(latent_found.rhat))
@@ -489,7 +489,7 @@ def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: Wa
     return False
   if latent_config.num_steps == config.num_steps:
     return latent_rhat < rhat
-  return latent_config.num_steps < config.num_steps and latent_rhat <= max(rhat, 1.01)
+  return latent_config.num_steps < config.num_steps
 
 
 _fit_noncentering = jax.jit(noncentering.fit)

@@ -74,7 +74,8 @@ import optax
 from metaoptax.l2hmc.kernel import L2HMCState, SamplingAlgorithm
 
 __all__ = ("NonCentering", "identity", "structure", "forward", "inverse",
-           "latent_logdensity", "local_gaussian", "local_slopes", "fit", "to_latent_state", "from_latent_state", "transported")
+           "latent_logdensity", "local_gaussian", "local_slopes", "fit", "FitResult",
+           "to_latent_state", "from_latent_state", "transported")
 
 MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a driver
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)

@@ -36,7 +36,8 @@ target by its latent density: a second warm-up from the chains' latent positions
 training and the check there, and the sampler returned maps its states to and from it
 (:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
 does not run. A Gaussian's slopes are 0: there the screen costs nothing. Its draws, Hessian
-diagonals and warm-up are counted. The transport is kept only where the second warm-up
+diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
+``LOCAL_MAX_DIM`` coordinates (its Hessian diagonals cost ``dim`` gradients each). The transport is kept only where the second warm-up
 measures it better (:func:`_latent_is_better`: its chains agree, and its trajectory needs
 fewer leapfrog steps); else the sampler is the first warm-up's.
 
@@ -358,7 +359,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig = L2HMCConfig(),
       if reflected is not None:
         state, found, run_config = reflected
     transport = None
-    if reflected is None and choose_noncentering and not config.local_step_sizes:
+    if (reflected is None and choose_noncentering and not config.local_step_sizes
+        and dim <= LOCAL_MAX_DIM):
       report("screen for a non-centering")
       chosen, screened = _screen_noncentering(
           jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,

@@ -134,21 +134,9 @@ def _nuts(logdensity_fn, k_adapt, k_run, positions, adaptation: int, samples: in
       jax.random.split(k_adapt, chains), positions))
   adaptation_seconds = time.perf_counter() - start
 
-  def run(keys, states, parameters):
-    def chain(key, state, parameters):
-      step = blackjax.nuts(logdensity_fn, **parameters).step
-
-      def one(state, key):
-        state, info = step(key, state)
-        return state, (state.position, info.num_integration_steps, info.acceptance_rate,
-                       info.is_divergent)
-
-      return jax.lax.scan(one, state, jax.random.split(key, samples))[1]
-
-    return jax.vmap(chain)(keys, states, parameters)
-
-  (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
-      run, jax.random.split(k_run, chains), states, parameters)
+  (draws, steps, acceptance, divergent), seconds = _each_chain_draws(
+      lambda parameters: blackjax.nuts(logdensity_fn, **parameters).step, k_run, states,
+      parameters, samples)
   warmup_grads = np.asarray(warmup_grads)
   return dict(draws=np.swapaxes(np.asarray(draws), 0, 1),
               grads_per_transition=float(np.mean(steps)), warmup_grads=warmup_grads,
@@ -280,21 +268,14 @@ def adjusted_mclmc(logdensity_fn, key, positions, num_samples: int) -> dict:
       jax.random.split(k_init, chains), jax.random.split(k_tune, chains), positions))
   adaptation_seconds = time.perf_counter() - start
 
-  def run(keys, states, params):
-    def chain(key, state, params):
-      def one(state, key):
-        state, info = kernel(key, state, logdensity_fn, params.step_size,
-                             inverse_mass_matrix=params.inverse_mass_matrix,
-                             integration_steps_params=(params.L / params.step_size,))
-        return state, (state.position, info.num_integration_steps, info.acceptance_rate,
-                       info.is_divergent)
+  def make_step(params):
+    return lambda key, state: kernel(
+        key, state, logdensity_fn, params.step_size,
+        inverse_mass_matrix=params.inverse_mass_matrix,
+        integration_steps_params=(params.L / params.step_size,))
 
-      return jax.lax.scan(one, state, jax.random.split(key, num_samples))[1]
-
-    return jax.vmap(chain)(keys, states, params)
-
-  (draws, steps, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
-      run, jax.random.split(k_run, chains), states, params)
+  (draws, steps, acceptance, divergent), seconds = _each_chain_draws(
+      make_step, k_run, states, params, num_samples)
   warmup_grads = MCLMC_GRADS_PER_STEP * np.asarray(tuning_steps, np.float64)
   grads = MCLMC_GRADS_PER_STEP * float(np.mean(steps))
   return dict(draws=np.swapaxes(np.asarray(draws), 0, 1), grads_per_transition=grads,
@@ -481,3 +462,26 @@ def main(argv=None):
 
 if __name__ == "__main__":
   main()
+
+
+def _each_chain_draws(make_step, key, states, parameters, num_samples):
+  """``num_samples`` transitions of every chain by its own kernel, ``make_step(parameters)``
+  of the chain's adapted parameters (a ``step(key, state) -> (state, info)``), all chains
+  vmapped, compiled and then timed: ``((positions, integration steps, acceptance,
+  divergent), seconds)``, each ``(chains, num_samples, ...)``."""
+  def run(keys, states, parameters):
+    def chain(key, state, parameters):
+      step = make_step(parameters)
+
+      def one(state, key):
+        state, info = step(key, state)
+        return state, (state.position, info.num_integration_steps, info.acceptance_rate,
+                       info.is_divergent)
+
+      return jax.lax.scan(one, state, jax.random.split(key, num_samples))[1]
+
+    return jax.vmap(chain)(keys, states, parameters)
+
+  chains = jax.tree_util.tree_leaves(states)[0].shape[0]
+  return _sampler_metrics.compiled_and_timed(run, jax.random.split(key, chains), states,
+                                             parameters)

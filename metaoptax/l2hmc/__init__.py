@@ -6,7 +6,8 @@ numpyro model, ``numpyro.infer.MCMC(NumPyroL2HMC(model), ...)`` runs it (numpyro
 """
 
 from metaoptax.l2hmc import (diagnostics, ess, integrators, interweaving, local_step_sizes,
-                             low_rank, posteriors, targets, trajectory_length)
+                             low_rank, noncentering, posteriors, targets,
+                             trajectory_length)
 from metaoptax.l2hmc.adaptation import WarmupResult, warmup
 from metaoptax.l2hmc.default_adaptation import (Adaptation, AdaptationInfo,
                                                 ConvergenceWarning, adapt)
@@ -25,7 +26,7 @@ from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening, log_det_jacobian
 
 __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_sizes",
-           "low_rank", "posteriors", "targets", "trajectory_length",
+           "low_rank", "noncentering", "posteriors", "targets", "trajectory_length",
            "Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt", "split_rhat",
            "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
            "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability",

@@ -34,6 +34,24 @@ it runs ``SCREEN_WARMUP_SHARE`` of the first one's transitions. Both warm-ups' g
 are counted. Above ``LOCAL_MAX_DIM``
 coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
+Where a few coordinates set the scale of others (a funnel, a centered hierarchy, a
+horseshoe), ``run`` screens for a non-centering (:mod:`metaoptax.l2hmc.noncentering`) after
+the warm-up: where some coordinate's log square has a slope of at least
+``noncentering.MIN_SLOPE`` on the position over the warm-up's final window
+(``WarmupResult.log_scale_slopes``, at no extra cost), the chains make
+``NONCENTERING_DRAWS`` more transitions, each chain's local Gaussian (gradient and Hessian
+diagonal) is read at ``NONCENTERING_CURVATURES`` of them, and where those find drivers
+(:func:`metaoptax.l2hmc.noncentering.structure`) the transport they fit replaces the
+target by its latent density: a second warm-up from the chains' latent positions, then the
+training and the check there, and the sampler returned maps its states to and from it
+(:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
+does not run. An independent Gaussian's slopes are 0: there the screen costs nothing (a
+correlated one's log squares have slopes, through the conditional means, and the local
+Gaussians then find no driver). Its draws, Hessian diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
+``LOCAL_MAX_DIM`` coordinates (its Hessian diagonals cost ``dim`` gradients each). The transport is kept only where the second warm-up
+measures it better (:func:`_latent_is_better`: its chains agree, and its trajectory needs
+fewer leapfrog steps); else the sampler is the first warm-up's.
+
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
 coordinate or of :math:`\log p` over its final window at least ``MODES_RHAT``), no
 whitening and no trajectory joins them. ``run`` then tries the reflection
@@ -100,7 +118,7 @@ import optax
 
 from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress
-from metaoptax.l2hmc import local_step_sizes
+from metaoptax.l2hmc import local_step_sizes, noncentering
 from metaoptax.l2hmc.adaptation import WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
@@ -132,6 +150,12 @@ REFLECTION_ACCEPTANCE = 0.5
 # the check's largest fraction of divergent proposals (not finite: L2HMCInfo.is_divergent)
 # of a converged run (adapt's max_divergent_rate; module docstring)
 MAX_DIVERGENT_RATE = 1e-3
+# the non-centering's screen: the transitions of every chain whose draws fit it
+NONCENTERING_DRAWS = 64
+# the split R-hat below which the latent warm-up's chains agree (the warm-up's CONVERGED_RHAT)
+LATENT_RHAT = 1.1
+# ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
+NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 
 
@@ -171,6 +195,8 @@ class AdaptationInfo(NamedTuple):
     config: the sampler's :class:`metaoptax.l2hmc.L2HMCConfig` (``dim`` filled, ``num_steps``
       chosen, and what the screens chose: ``local_step_sizes`` with ``scale_move``, or
       ``reflection``).
+    noncentering: the :class:`metaoptax.l2hmc.noncentering.NonCentering` the sampler moves
+      the latent coordinates of, where the screen chose one (else ``None``).
   """
 
   converged: bool
@@ -186,6 +212,7 @@ class AdaptationInfo(NamedTuple):
   warmup: WarmupResult
   training: TrainingResult
   config: L2HMCConfig
+  noncentering: noncentering.NonCentering | None = None
 
   def __repr__(self) -> str:
     lines = [f"AdaptationInfo: {'converged' if self.converged else 'NOT converged'}",
@@ -197,7 +224,8 @@ class AdaptationInfo(NamedTuple):
              f"  sd error          {self.sd_error:.1%} (the largest, relative)",
              f"  gradients         {self.num_gradient_evaluations:,} per chain"]
     if self.config is not None:
-      chosen = [name for name, on in (("local step sizes", self.config.local_step_sizes),
+      chosen = [name for name, on in (("a non-centering", self.noncentering is not None),
+                                      ("local step sizes", self.config.local_step_sizes),
                                       ("scale move", self.config.scale_move),
                                       ("reflection", self.config.reflection)) if on]
       lines.append(f"  sampler           K = {self.config.num_steps} leapfrog steps; "
@@ -221,7 +249,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
           max_divergent_rate: float = MAX_DIVERGENT_RATE,
           choose_num_steps: bool = True,
           choose_local_step_sizes: bool = True,
-          choose_reflection: bool = True) -> Adaptation:
+          choose_reflection: bool = True,
+          choose_noncentering: bool = True) -> Adaptation:
   r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
 
   Args:
@@ -253,6 +282,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     choose_reflection: where the warm-up's chains sit in separate modes that a reflection
       through their midpoint maps onto each other, warm up again with
       ``L2HMCConfig(reflection=True)`` (module docstring); ``False``: ``config`` as it is.
+    choose_noncentering: where the warm-up's chains show coordinates that set others'
+      scales, sample in the latent coordinates of a non-centering fitted to them (module
+      docstring); ``False``: the target's own coordinates.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -347,8 +379,19 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for modes", screened.transitions, screened.transitions)
       if reflected is not None:
         state, found, run_config = reflected
-    if (reflected is None and choose_local_step_sizes and not config.local_step_sizes
+    transport = None
+    if (reflected is None and choose_noncentering and not config.local_step_sizes
         and dim <= LOCAL_MAX_DIM):
+      report("screen for a non-centering")
+      chosen, screened = _screen_noncentering(
+          jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
+          run_training, optimizer, state, found, choose_num_steps)
+      cost += screened
+      report("screen for a non-centering", screened.transitions, screened.transitions)
+      if chosen is not None:
+        state, found, run_config, target, transport = chosen
+    if (reflected is None and transport is None and choose_local_step_sizes
+        and not config.local_step_sizes and dim <= LOCAL_MAX_DIM):
       report("screen for local scales")
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
@@ -367,6 +410,11 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
            divergent=int(divergent))
     report.close()
+    if transport is not None:  # the latent chains' draws and states, in x
+      draws = jax.jit(jax.vmap(jax.vmap(functools.partial(_from_latent_draw, transport))))(draws)
+      states = jax.jit(jax.vmap(functools.partial(noncentering.from_latent_state, transport)))(
+          states)
+      diverged_at = noncentering.forward(transport, diverged_at)[0]
     gradients = gradient_evaluations(run_config)
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
@@ -375,7 +423,13 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
                      found, result, num_steps, run_config, max_sd_error,
                      int(divergent), cost.divergent + result.num_divergent + int(divergent),
                      max_divergent_rate, diverged_at)
-    sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
+    if transport is None:
+      sampler = l2hmc(logdensity_fn, run_config, result.params, result.masks, result.whitening)
+    else:
+      sampler = noncentering.transported(
+          l2hmc(target.logdensity_fn, run_config, result.params, result.masks,
+                result.whitening), transport)
+      info = info._replace(noncentering=transport)
     states = L2HMCState(jax.vmap(unravel)(states.position), states.logdensity,
                         jax.vmap(unravel)(states.logdensity_grad))
     return (states, sampler), info
@@ -404,6 +458,85 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
   if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
     return None, cost
   return (state, found, local_config, local_training), cost
+
+
+def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
+                         sampler_config: L2HMCConfig, training: TrainingConfig, optimizer,
+                         state, found: WarmupResult, choose_num_steps: bool):
+  """The screen for a non-centering (module docstring) from the warm-up's ``state`` and
+  result ``found`` (``sampler_config``: the sampler it chose): ``(chosen, cost)``, ``chosen`` the
+  second warm-up's ``(state, found, config, latent target, transport)`` where the
+  warm-up's log-scale slopes find driven coordinates
+  (:func:`metaoptax.l2hmc.noncentering.structure`), else ``None``; ``cost`` what the
+  draws for the fit and that warm-up cost (a :class:`_Cost`)."""
+  if found.log_scale_slopes is None:
+    return None, _Cost()
+  if not bool(jnp.any(noncentering.structure(found.log_scale_slopes)[0])):
+    return None, _Cost()
+  k_draws, k_warmup = jax.random.split(rng_key)
+  sampler = l2hmc(target.logdensity_fn, sampler_config, state.params, state.masks,
+                  state.whitening)
+  chains, draws = _draws(k_draws, sampler, state.chains, NONCENTERING_DRAWS)
+  # the local Gaussian at every chain's position at NONCENTERING_CURVATURES of the draws
+  at = draws[::NONCENTERING_DRAWS // NONCENTERING_CURVATURES].reshape(-1, config.dim)
+  gradients, curvatures = jax.jit(jax.vmap(functools.partial(
+      noncentering.local_gaussian, target.logdensity_fn)))(at)
+  cost = _Cost(NONCENTERING_DRAWS * gradient_evaluations(sampler_config)
+               + NONCENTERING_CURVATURES * config.dim, NONCENTERING_DRAWS)
+  location, scale = found.whitening.location, found.whitening.scale
+  driven, edges = noncentering.structure(*jax.jit(noncentering.local_slopes)(
+      at, gradients, curvatures, location, scale))
+  if not bool(jnp.any(driven)):
+    return None, cost
+  transport = _fit_noncentering(draws.reshape(-1, config.dim), location, scale, driven, edges,
+                                at, gradients, curvatures).transport
+  latent = Target(f"{target.name}-latent", config.dim,
+                  noncentering.latent_logdensity(target.logdensity_fn, transport))
+  starts = jax.jit(jax.vmap(functools.partial(noncentering.inverse, transport)))(chains)
+  latent_state, latent_found, latent_config = _initial_state(
+      k_warmup, latent, config, training, optimizer, starts, choose_num_steps)
+  cost += _warmup_cost(latent_found, config.num_steps, config.dim)
+  if not _latent_is_better(found, sampler_config, latent_found, latent_config):
+    return None, cost
+  return (latent_state, latent_found, latent_config, latent, transport), cost
+
+
+def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,
+                      latent_config: L2HMCConfig) -> bool:
+  """The non-centering's test on the two warm-ups' own measurements: the latent one's chains
+  agree (the largest split R-hat of its final window below ``LATENT_RHAT``, the warm-up's own
+  test of chains that found the typical set), and its
+  trajectory needs fewer leapfrog steps (a larger step size in whitened units), or as many
+  with chains that agree better."""
+  rhat, latent_rhat = float(jnp.max(found.rhat)), float(jnp.max(latent_found.rhat))
+  if not latent_rhat < LATENT_RHAT:
+    return False
+  if latent_config.num_steps == config.num_steps:
+    return latent_rhat < rhat
+  return latent_config.num_steps < config.num_steps
+
+
+_fit_noncentering = jax.jit(noncentering.fit)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 3))
+def _draws(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_draws: int):
+  """``num_draws`` transitions of every chain: ``(last positions, draws (num_draws,
+  chains, dim))``."""
+
+  def one(states, key):
+    keys = jax.random.split(key, states.position.shape[0])
+    states, _ = jax.vmap(sampler.step)(keys, states)
+    return states, states.position
+
+  states, draws = jax.lax.scan(one, states, jax.random.split(rng_key, num_draws))
+  return states.position, draws
+
+
+def _from_latent_draw(transport, draw):
+  """A latent draw ``(u, latent log p)`` as ``(x, log p)``."""
+  x, log_det = noncentering.forward(transport, draw[:-1])
+  return jnp.concatenate([x, (draw[-1] - log_det)[None]])
 
 
 def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,

@@ -271,14 +271,16 @@ def test_choose_num_steps_false_keeps_the_configured_number_of_steps():
 
 @pytest.mark.system  # ~25 s; test_local_step_sizes.py covers the screen in the default tier
 def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
-  """Neal's funnel (4-d): the scale of x_i is e^{v/2}, so the screen after the warm-up finds
-  varying curvatures and adapt warms up again for position-dependent step sizes, counting
-  both warm-ups' gradients; the sampler has them, with the scale move."""
+  """Neal's funnel (4-d), the non-centering's screen off: the scale of x_i is e^{v/2}, so
+  the screen after the warm-up finds varying curvatures and adapt warms up again for
+  position-dependent step sizes, counting both warm-ups' gradients; the sampler has them,
+  with the scale move."""
   target = l2hmc.posteriors.neals_funnel(dim=4)
   positions = jax.random.normal(jax.random.key(0), (32, 4))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
-    (states, sampler), info = l2hmc.adapt(target.logdensity_fn, progress=None).run(
+    (states, sampler), info = l2hmc.adapt(target.logdensity_fn, progress=None,
+                                          choose_noncentering=False).run(
         jax.random.key(1), positions, num_steps=400)
   assert info.config.local_step_sizes
   assert info.config.scale_move == l2hmc.default_adaptation.LOCAL_SCALE_MOVE
@@ -434,11 +436,12 @@ def test_progress_covers_the_warm_up_the_screens_the_training_and_the_check(
   reports = adapted_and_reports[1]
   phases = [r.label.removeprefix("L2HMC adapt: ") for r in reports]
   assert all(r.label.startswith("L2HMC adapt: ") for r in reports)
-  # each phase in order: the warm-up (at its start, then its end), the two screens (no
+  # each phase in order: the warm-up (at its start, then its end), the three screens (no
   # second warm-up on a Gaussian), the training (every tenth of it), the check
   assert phases[:2] == ["warm-up", "warm-up"]
-  assert phases[2:6] == ["screen for modes"] * 2 + ["screen for local scales"] * 2
-  assert phases[6:-2] == ["training"] * 10 and phases[-2:] == ["check", "check"]
+  assert phases[2:8] == (["screen for modes"] * 2 + ["screen for a non-centering"] * 2
+                         + ["screen for local scales"] * 2)
+  assert phases[8:-2] == ["training"] * 10 and phases[-2:] == ["check", "check"]
   done = [r.iteration for r in reports]
   assert done == sorted(done) and done[0] == 0
   warmup = int(info.warmup.num_transitions)

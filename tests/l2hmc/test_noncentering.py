@@ -110,6 +110,7 @@ def test_no_structure_in_a_gaussian():
   assert not jnp.any(driven)
 
 
+@pytest.mark.system
 def test_transported_sampler_keeps_the_funnel():
   """HMC in the fitted latent coordinates, wrapped, from exact funnel draws: the draws'
   mean and sd of v after 20 transitions stay within 5 standard errors of the exact ones."""
@@ -134,6 +135,7 @@ def test_transported_sampler_keeps_the_funnel():
   assert abs(float(jnp.std(v)) - 3.0) < 5 * 3.0 / np.sqrt(2 * 1024)
 
 
+@pytest.mark.system
 def test_curvature_fit_finds_the_slope_from_a_biased_window():
   """Funnel draws from its mouth only (v > 1, as a warm-up that has not reached the neck):
   the local Gaussians there (gradients and curvatures against autodiff's, 1e-10) give

@@ -850,6 +850,10 @@ DESIGNS = {
         _toward_the_anchor(0.1)),
     # the stored trace and the average kept, Adam's second moment factored (Adafactor's)
     "the default from 1e-3, Adam's second moment factored": (_factored_default(), True),
+    # the stored trace and the average kept, Adam's first moment dropped (b1 = 0: RMSProp's
+    # direction, bias-corrected; its state would be the second moment alone)
+    "the default from 1e-3, b1 = 0": (_design(**{**NEW_DEFAULT, "init_step_size": 1e-3,
+                                                "b1": 0.0}), True),
     "the default from 1e-3, its trace read off the average": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None}), True),
 }

@@ -840,6 +840,11 @@ DESIGNS = {
     "the default from 1e-3, its trace read off the average, meta 3e-4": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None,
                    "meta_step_size": 3e-4}), True),
+    # the same at meta 1e-3, the climb ending 3x above the turn: the stored trace raises
+    # alpha after the climb on the CNN, the short average's does not
+    "the default from 1e-3, its trace read off the average, meta 1e-3, climb x3": (
+        _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None,
+                   "meta_step_size": 1e-3, "climb_backoff": 1 / 3}), True),
     "the default from 1e-3, its trace read off the average, meta 1e-4": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None,
                    "meta_step_size": 1e-4}), True),

@@ -201,7 +201,10 @@ def adamw(
       average of the weights (``metaoptimize(..., average=)``), whose horizon it takes,
       the last ~``average`` of the steps. The state then holds Adam's moments and the
       average, 3 params-sized buffers instead of 4, and the step size anneals sooner
-      after the climb (a shorter horizon's meta-gradient is greedier).
+      after the climb (a shorter horizon's meta-gradient is greedier; pair it with
+      ``meta_step_size=1e-3``, which anneals less, on the validation splits of
+      ``benchmarks/lr_free.py``). It misses the long horizon's signal: where the stored
+      trace raises the step size after the climb (the suite's CNN), this one lowers it.
     average: horizon :math:`c` of the average of the weights
       (:func:`metaoptax.average_iterates`), or ``None`` to keep none.
     average_dtype: the average's storage, ``None`` (float32) or ``jnp.bfloat16``

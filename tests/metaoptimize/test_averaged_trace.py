@@ -6,9 +6,9 @@ average has a step), beside the average ``avg_{t+1} = avg_t + rho_{t+1} (w_{t+1}
 started at the first new iterate; the library stores only the average and reads
 ``h = (w - avg) / (1 - rho)`` off it. Both in float64: ``rtol = 1e-9``.
 
-The state's size is pinned: ``metaoptax.adamw()`` holds 3.0 float32 parameter-sized buffers
-with ``gamma=None`` (Adam's two moments and the average), 2.5 with Adam's first moment in
-bfloat16 (``mu_dtype``).
+The state's size is pinned: ``metaoptax.adamw()`` holds 4.0 float32 parameter-sized buffers
+(Adam's two moments, the stored trace and the average), 3.0 with ``gamma=None`` (Adam's two
+moments and the average), 2.5 with Adam's first moment in bfloat16 (``mu_dtype``).
 """
 
 import functools
@@ -105,6 +105,9 @@ def test_sensitivity_trace_reads_the_trace_off_the_average():
     (lambda: metaoptax.adamw(gamma=None, mu_dtype=jnp.bfloat16), 2.5),
     (lambda: metaoptax.lion(gamma=None), 2.0),
     (lambda: metaoptax.adamw(gamma=1.0), 4.0),  # a stored trace beside the average
+    # the default: Adam's moments, the stored trace and the average (issue 60's target, 3.0,
+    # is missed: docs/design-decisions.md)
+    (lambda: metaoptax.adamw(), 4.0),
     (lambda: optax.adamw(1e-3), 2.0),
 ])
 def test_state_size_on_a_1m_parameter_mlp(make, buffers):

@@ -330,10 +330,11 @@ def _checks(problem: Problem, draws) -> dict:
 
 
 def right(checks: dict) -> bool:
-  """R-hat < 1.01 for x and x², every mean within 0.1 reference sd, every sd within 10 %."""
-  return bool(max(checks["rhat_x"], checks["rhat_x2"]) < MAX_RHAT  # moments NaN: no reference
-              and not checks["mean_error"] >= MAX_MEAN_ERROR
-              and not checks["sd_error"] >= MAX_SD_ERROR)
+  """R-hat < 1.01 for x and x², every mean within 0.1 reference sd, every sd within 10 %
+  (R-hat alone where the problem has no reference: its errors are ``None`` or NaN)."""
+  moments = checks["mean_error"] is None or (not checks["mean_error"] >= MAX_MEAN_ERROR
+                                             and not checks["sd_error"] >= MAX_SD_ERROR)
+  return bool(max(checks["rhat_x"], checks["rhat_x2"]) < MAX_RHAT and moments)
 
 
 

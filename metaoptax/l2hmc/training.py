@@ -126,7 +126,11 @@ class TrainingConfig(NamedTuple):
       above, unless the sampler uses local step sizes, a reflection, a scale move or
       interweaving (whose moves are per coordinate: diagonal).
     burn_in_windows: the most burn-in windows of the warm-up (``max_burn_in_windows`` of
-      :func:`metaoptax.l2hmc.warmup`; its transitions are jittered as ``config.jitter``).
+      :func:`metaoptax.l2hmc.warmup`; its transitions are jittered as ``config.jitter``), or
+      ``None``: ``BURN_IN_WINDOWS``, and ``LOW_RANK_BURN_IN_WINDOWS`` where the warm-up's
+      metric is low rank. Its burn-in travels with per-coordinate scales alone (the dense
+      metric's with each chain's Newton metric), so on a posterior whose coordinates
+      correlate strongly its chains take more windows to agree before the fit.
   """
 
   num_chains: int = 32
@@ -139,7 +143,7 @@ class TrainingConfig(NamedTuple):
   drop_nonfinite_chains: bool = True
   local_fit: str = "saturating"
   metric: str = "auto"
-  burn_in_windows: int = 4
+  burn_in_windows: int | None = None
 
 
 class TrainingState(NamedTuple):
@@ -440,6 +444,18 @@ def default_optimizer() -> optax.GradientTransformation:
 #: with diagonal plus low rank above.
 DENSE_MAX_DIM = 256
 METRICS = ("auto", "dense", "low_rank", "diagonal")
+#: ``TrainingConfig(burn_in_windows=None)``'s most burn-in windows, and with the low-rank metric
+BURN_IN_WINDOWS, LOW_RANK_BURN_IN_WINDOWS = 4, 12
+
+
+def _burn_in_windows(config: L2HMCConfig, training: TrainingConfig) -> int:
+  """The warm-up's most burn-in windows of ``training.burn_in_windows`` (``None`` decided from
+  the metric)."""
+  if training.burn_in_windows is not None:
+    return training.burn_in_windows
+  if _metric(config, training) == "low_rank":
+    return LOW_RANK_BURN_IN_WINDOWS
+  return BURN_IN_WINDOWS
 
 
 def _metric(config: L2HMCConfig, training: TrainingConfig) -> str:
@@ -465,9 +481,11 @@ def _check_training(training: TrainingConfig) -> None:
     raise ValueError(f"num_chains must be >= 1, got {training.num_chains}.")
   if training.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}, got {training.objective!r}.")
-  if isinstance(training.burn_in_windows, bool) or not (
-      isinstance(training.burn_in_windows, int) and training.burn_in_windows >= 1):
-    raise ValueError(f"burn_in_windows must be an int >= 1, got {training.burn_in_windows!r}.")
+  windows = training.burn_in_windows
+  if windows is not None and (isinstance(windows, bool)
+                              or not (isinstance(windows, int) and windows >= 1)):
+    raise ValueError(f"burn_in_windows must be None or an int >= 1, got "
+                     f"{training.burn_in_windows!r}.")
   if training.metric not in METRICS:
     raise ValueError(f"metric must be one of {METRICS}, got {training.metric!r}.")
   if training.local_fit not in LOCAL_FITS:
@@ -582,7 +600,7 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
                            training.warmup_iterations, config.init_step_size,
                            slopes, "within" if config.reflection else "pooled",
                            "midpoint" if config.reflection else "mean",
-                           _metric(config, training), training.burn_in_windows,
+                           _metric(config, training), _burn_in_windows(config, training),
                            config.jitter)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size

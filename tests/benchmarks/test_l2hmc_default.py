@@ -28,6 +28,10 @@ def test_right_needs_rhat_means_and_sds_all_within_their_bounds():
   assert l2hmc_default.right(good)
   for key, bad in (("rhat_x2", 1.02), ("mean_error", 0.2), ("sd_error", 0.2)):
     assert not l2hmc_default.right(dict(good, **{key: bad}))
+  # a problem without reference moments (the scale suite's multilevel regression): R-hat alone
+  unreferenced = dict(good, mean_error=None, sd_error=None)
+  assert l2hmc_default.right(unreferenced)
+  assert not l2hmc_default.right(dict(unreferenced, rhat_x=1.02))
 
 
 def test_a_run_off_at_1000_draws_but_right_at_nuts_budget_is_not_silently_wrong():

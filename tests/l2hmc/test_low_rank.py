@@ -144,3 +144,19 @@ def test_auto_metric_is_low_rank_above_the_dense_limit():
   with pytest.raises(ValueError, match="low_rank"):
     training_module._metric(l2hmc.L2HMCConfig(dim=big, reflection=True),
                             l2hmc.TrainingConfig(metric="low_rank"))
+
+
+def test_the_low_rank_metric_gets_more_burn_in_windows():
+  """The burn-in before a low-rank fit travels with per-coordinate scales alone: up to
+  ``LOW_RANK_BURN_IN_WINDOWS`` windows where the metric is low rank, ``BURN_IN_WINDOWS``
+  elsewhere, and what the user sets wherever it is set."""
+  big = training_module.DENSE_MAX_DIM + 1
+  windows = lambda dim, **kw: training_module._burn_in_windows(
+      l2hmc.L2HMCConfig(dim=dim), l2hmc.TrainingConfig(**kw))
+  assert windows(big) == training_module.LOW_RANK_BURN_IN_WINDOWS == 12
+  assert windows(8) == training_module.BURN_IN_WINDOWS == 4
+  assert windows(8, metric="low_rank") == 12 and windows(big, metric="diagonal") == 4
+  assert windows(big, burn_in_windows=2) == 2
+  for bad in (0, True, 2.0):
+    with pytest.raises(ValueError, match="burn_in_windows must be None or an int"):
+      training_module._check_training(l2hmc.TrainingConfig(burn_in_windows=bad))

@@ -85,6 +85,7 @@ def _gradients(info, num_steps, dim):
           + (num_steps - warmup) * info.config.num_steps)
 
 
+@pytest.mark.system  # an adaptation (~8 s)
 def test_the_adaptation_reports_its_gradients_within_the_budget():
   """A 2-d Gaussian at the default num_steps=1000: info counts every gradient per chain (the
   warm-up, the screen, the training and the check, phase by phase) and the whole adaptation
@@ -119,6 +120,7 @@ def _two_modes(x, sd_high=1.0, weight_high=0.5):
   return jax.scipy.special.logsumexp(jnp.stack([log_high, log_low]))
 
 
+@pytest.mark.system  # an adaptation that cannot converge (~20 s)
 def test_chains_that_cannot_agree_warn():
   # modes of sd 0.2 and 1: the reflection maps neither onto the other (mean acceptance
   # ~0.03, below the screen's REFLECTION_ACCEPTANCE), so chains started in each mode never
@@ -356,6 +358,7 @@ def test_heavy_tails_warn_that_the_spread_is_poorly_determined():
   assert info.converged and info.sd_error < 0.02
 
 
+@pytest.mark.system  # an adaptation at 503 coordinates (~5 s)
 def test_the_finite_fraction_of_many_finite_draws_is_exactly_one():
   """The check's draws of 4 chains at 503 coordinates (200 x 4 x 504 entries, every one
   finite): the fraction of finite entries is 1 exactly and nothing warns (float32's mean of

@@ -80,6 +80,7 @@ def _funnel_draws(n=4096):
   return funnel, funnel.sample(jax.random.key(3), n).astype(jnp.float64)
 
 
+@pytest.mark.system  # 8,192 funnel draws and their Hessians (~8 s)
 def test_structure_and_fit_find_the_funnels_noncentering():
   """On exact funnel draws (v = x_0 ~ N(0, 3^2), x_i ~ N(0, e^v)), whitened by their sds,
   the log square of x_i regressed on v has slope 1 per unit of v: 1.5 per unit of z_0 in

@@ -120,7 +120,7 @@ class NonCentering(NamedTuple):
 
 
 def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
-  """The transport that only whitens: no coordinate driven.
+  r"""The transport that only whitens: no coordinate driven.
 
   Args:
     location: ``(dim,)``, the whitening's location :math:`m`.

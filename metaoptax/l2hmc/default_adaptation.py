@@ -124,7 +124,7 @@ from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, acceptance_probability,
-                                   gradient_evaluations, l2hmc)
+                                   gradient_evaluations, l2hmc, sample_chains)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_state, train
 
@@ -476,7 +476,8 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   k_draws, k_warmup = jax.random.split(rng_key)
   sampler = l2hmc(target.logdensity_fn, sampler_config, state.params, state.masks,
                   state.whitening)
-  chains, draws = _draws(k_draws, sampler, state.chains, NONCENTERING_DRAWS)
+  draws, _ = _sample_chains(k_draws, sampler, state.chains, NONCENTERING_DRAWS)
+  chains = draws[-1]
   # the local Gaussian at every chain's position at NONCENTERING_CURVATURES of the draws
   at = draws[::NONCENTERING_DRAWS // NONCENTERING_CURVATURES].reshape(-1, config.dim)
   gradients, curvatures = jax.jit(jax.vmap(functools.partial(
@@ -519,18 +520,7 @@ def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: Wa
 _fit_noncentering = jax.jit(noncentering.fit)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 3))
-def _draws(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_draws: int):
-  """``num_draws`` transitions of every chain: ``(last positions, draws (num_draws,
-  chains, dim))``."""
-
-  def one(states, key):
-    keys = jax.random.split(key, states.position.shape[0])
-    states, _ = jax.vmap(sampler.step)(keys, states)
-    return states, states.position
-
-  states, draws = jax.lax.scan(one, states, jax.random.split(rng_key, num_draws))
-  return states.position, draws
+_sample_chains = jax.jit(sample_chains, static_argnums=(1, 3))
 
 
 def _from_latent_draw(transport, draw):

@@ -238,24 +238,63 @@ def _own_problem(name, builder) -> Problem:
                  dict(zip(names, reference["sd"])))
 
 
-def problems(suite: str, names=None) -> list[Problem]:
-  """The suite's problems, or those of them in ``names``."""
+def suite_names(suite: str) -> tuple[str, ...]:
+  """The suite's targets, in the order its reports list them."""
   if suite == "scale":
-    return [problem() for name, problem in (
-        ("stochastic_volatility", lambda: _tuningfork_problem("stochastic_volatility")),
-        ("multilevel_regression", _multilevel_problem)) if not names or name in names]
+    return ("stochastic_volatility", "multilevel_regression")
   if suite.startswith("tuningfork"):
-    split = _tuningfork.NAMES_TUNING if suite == "tuningfork_tuning" else _tuningfork.NAMES_HELD_OUT
-    return [_tuningfork_problem(name) for name in split if not names or name in names]
+    return tuple(_tuningfork.NAMES_TUNING if suite == "tuningfork_tuning"
+                 else _tuningfork.NAMES_HELD_OUT)
   if suite == "eight":
-    return [_eight_problem(name) for name in EIGHT]
+    return EIGHT
   if suite == "multiscale":
-    own = {"horseshoe": horseshoe_regression,
-           "stochastic_volatility_centered": stochastic_volatility}
-    return [_own_problem(name, own[name]) if name in own else _eight_problem(name)
-            for name in MULTISCALE if not names or name in names]
-  names = _posteriordb.NAMES_TUNING if suite == "tuning" else _posteriordb.NAMES_HELD_OUT
-  return [_posteriordb_problem(name) for name in names]
+    return MULTISCALE
+  return tuple(_posteriordb.NAMES_TUNING if suite == "tuning" else _posteriordb.NAMES_HELD_OUT)
+
+
+def _problem(suite: str, name: str) -> Problem:
+  """One of the suite's problems, built."""
+  if suite == "scale":
+    return (_multilevel_problem() if name == "multilevel_regression"
+            else _tuningfork_problem(name))
+  if suite.startswith("tuningfork"):
+    return _tuningfork_problem(name)
+  own = {"horseshoe": horseshoe_regression,
+         "stochastic_volatility_centered": stochastic_volatility}
+  if suite == "multiscale" and name in own:
+    return _own_problem(name, own[name])
+  if suite in ("eight", "multiscale"):
+    return _eight_problem(name)
+  return _posteriordb_problem(name)
+
+
+def problems(suite: str, names=None) -> list[Problem]:
+  """The suite's problems, or those of them in ``names`` (in the suite's order)."""
+  return [_problem(suite, name) for name in suite_names(suite) if not names or name in names]
+
+
+def ordered(results: dict, suite: str) -> dict:
+  """``results`` with its targets in the suite's order (others after them) and, per target,
+  L2HMC's rows first, then the anchors' in ``sampler_baselines.ANCHORS``'s order."""
+  order = {name: i for i, name in enumerate(suite_names(suite))}
+  samplers = {name: i for i, name in enumerate(("l2hmc",) + sampler_baselines.ANCHORS)}
+  return {name: {k: rows[k] for k in sorted(rows, key=lambda k: samplers.get(k, len(samplers)))}
+          for name, rows in sorted(results.items(),
+                                   key=lambda item: order.get(item[0], len(order)))}
+
+
+def with_row_commits(results: dict, commit: str | None) -> dict:
+  """``results`` whose every row carries the commit it was measured at: a row without one
+  gets its target's ``baseline_commit`` (the former record of reused anchor rows) if it is an
+  anchor's, else ``commit`` (its file's); ``baseline_commit`` itself is dropped."""
+  out = {}
+  for name, rows in results.items():
+    anchor_commit = rows.get("baseline_commit", commit)
+    out[name] = {k: [dict(row, commit=row.get("commit") or (commit if k == "l2hmc"
+                                                            else anchor_commit))
+                     for row in r]
+                 for k, r in rows.items() if k != "baseline_commit"}
+  return out
 
 
 def moments_errors(problem: Problem, draws) -> dict:
@@ -362,18 +401,20 @@ def score(problem: Problem, run: dict) -> dict:
 def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_chees,
                num_samples, baselines: dict | None = None, samplers=SAMPLERS) -> dict:
   """Every sampler's rows per seed, all from the same starts; with ``baselines`` (an earlier
-  run's rows, same settings and seeds), the anchors' rows are taken from there and only
-  L2HMC runs. NUTS (diagonal) runs first: its sampling gradients are L2HMC's budget."""
+  run's rows, same settings and starts, each row with its ``seed``), an anchor's row of a
+  seed found there is reused and the others run. NUTS (diagonal) runs first: its sampling
+  gradients are L2HMC's budget."""
   rows = {name: [] for name in samplers}
-  if baselines is not None:
-    rows.update({name: baselines[name] for name in samplers if name != "l2hmc"})
   for index, seed in enumerate(seeds):
     k_start, k_l2hmc, k_nuts, k_chees = jax.random.split(jax.random.key(seed), 4)
     positions = problem.starts(k_start, CHAINS)
-    if baselines is None:
-      for name in samplers:
-        if name == "l2hmc":
-          continue
+    for name in samplers:
+      if name == "l2hmc":
+        continue
+      stored = [row for row in (baselines or {}).get(name, ()) if row.get("seed") == seed]
+      if stored:  # the same settings, seed and starts: reused
+        rows[name].append(stored[0])
+      else:
         key = {"nuts": k_nuts, "chees": k_chees}.get(name)
         if key is None:
           key = jax.random.fold_in(k_nuts, sampler_baselines.ANCHORS.index(name))
@@ -399,9 +440,6 @@ def merge_rows(earlier: dict, later: dict) -> dict:
   (per sampler, sorted by seed)."""
   merged = dict(earlier)
   for sampler, rows in later.items():
-    if sampler == "baseline_commit":
-      merged[sampler] = rows
-      continue
     seeds = {_seed_of(rows, i) for i in range(len(rows))}
     old = earlier.get(sampler, [])
     kept = [dict(row, seed=_seed_of(old, i)) for i, row in enumerate(old)
@@ -427,7 +465,7 @@ def _mean(rows, key):
 def _best_anchor(rows: dict) -> float | None:
   """The best headline among the anchors (not L2HMC) that pass the gate on every seed."""
   passing = [_mean(r, "min_bulk_ess_per_grad") for k, r in rows.items()
-             if k not in ("l2hmc", "baseline_commit") and r and all("gate" in x for x in r)
+             if k != "l2hmc" and r and all("gate" in x for x in r)
              and all(x["gate"] for x in r)]
   return max(passing) if passing else None
 
@@ -474,7 +512,7 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
     nuts_x, nuts_x2 = _mean(rows["nuts"], "ess_per_grad_x"), _mean(rows["nuts"],
                                                                     "ess_per_grad_x2")
     best = _best_anchor(rows)
-    for sampler in [k for k in rows if k != "baseline_commit"]:
+    for sampler in rows:
       r = rows[sampler]
       ratio = (f"{_mean(r, 'ess_per_grad_x') / nuts_x:.2f} / "
                f"{_mean(r, 'ess_per_grad_x2') / nuts_x2:.2f}")
@@ -495,15 +533,21 @@ def report(results: dict, suite: str, commit: str, settings: dict) -> list[str]:
           f"{max(row['sd_error'] for row in r):.3f} | "
           f"{sum(row['warned'] for row in r)}/{len(r)} | "
           f"{sum(row['silently_wrong'] for row in r)}/{len(r)} | {_headline_cells(r, best)}")
-  reused = {}
+  return lines + ["", "Rows measured at other commits (the anchors' reused with "
+                   "`--reuse-baselines` or joined with `--merge`, same settings, seeds and "
+                   "starts): " + _commits(results, commit) + "."]
+
+
+def _commits(results: dict, commit: str) -> str:
+  """Which rows were measured at a commit other than ``commit`` (none: "none")."""
+  where = {}
   for name, rows in results.items():
-    if "baseline_commit" in rows:
-      reused.setdefault(rows["baseline_commit"], []).append(name)
-  for baseline_commit, names in reused.items():
-    lines += ["", f"NUTS's and ChEES's rows of {', '.join(names)}: measured at `{baseline_commit}` "
-              "with the same settings, seeds and starts (`--reuse-baselines`); their ESS per "
-              "second comes from that process."]
-  return lines
+    for sampler, r in rows.items():
+      for row in r:
+        if row.get("commit", commit) != commit:
+          where.setdefault(row["commit"], set()).add(f"{name}/{sampler}")
+  return "; ".join(f"`{c}`: {', '.join(sorted(names))}" for c, names in sorted(where.items())
+                   ) or "none"
 
 
 def _worst(errors) -> str:
@@ -536,7 +580,7 @@ def _headline_report(results: dict, suite: str, commit: str, settings: dict) -> 
     best = _best_anchor(rows)
     nuts = (_mean(rows["nuts"], "min_bulk_ess_per_grad")
             if rows.get("nuts") and _measured(rows["nuts"]) else None)
-    for sampler in [k for k in rows if k != "baseline_commit"]:
+    for sampler in rows:
       r = rows[sampler]
       if not _measured(r):  # rows measured before the headline
         continue
@@ -600,33 +644,24 @@ def main(argv=None):
   if path.exists():
     stored = json.loads(path.read_text())
     if {k: v for k, v in stored.get("settings", {}).items() if k != "seeds"} == settings:
-      results = stored["results"]
+      results = with_row_commits(stored["results"], stored.get("commit"))
   for other in args.merge:
     stored = json.loads(other.read_text())
     if {k: v for k, v in stored["settings"].items() if k != "seeds"} != settings:
       raise ValueError(f"{other} was run with {stored['settings']}, not {settings}")
-    for name, rows in stored["results"].items():
-      for sampler_rows in rows.values():
-        for row in sampler_rows if isinstance(sampler_rows, list) else ():
-          row.setdefault("commit", stored.get("commit"))
+    for name, rows in with_row_commits(stored["results"], stored.get("commit")).items():
       results[name] = merge_rows(results.get(name, {}), rows)
-  previous = dict(results)
-  previous_commit = json.loads(path.read_text()).get("commit") if path.exists() else None
+  previous = {name: {k: [dict(row, seed=_seed_of(r, i)) for i, row in enumerate(r)]
+                     for k, r in rows.items()} for name, rows in results.items()}
   seeds = range(args.first_seed, args.first_seed + args.seeds)
   for seed, problem in tqdm([(s, p) for s in seeds for p in chosen],
                             desc=f"l2hmc_default {args.suite}"):
     reused = previous.get(problem.name) if args.reuse_baselines else None
-    if reused is not None:
-      reused = {k: [dict(row, seed=_seed_of(v, i)) for i, row in enumerate(v)
-                    if _seed_of(v, i) == seed]
-                for k, v in reused.items() if k != "baseline_commit"}
     rows = run_target(problem, [seed], args.num_steps, args.nuts_warmup,
                       args.chees_warmup, args.samples, baselines=reused, samplers=samplers)
     for sampler_rows in rows.values():
       for row in sampler_rows:
         row.setdefault("commit", commit)
-    if reused is not None:
-      rows["baseline_commit"] = previous[problem.name].get("baseline_commit", previous_commit)
     results[problem.name] = merge_rows(results.get(problem.name, {}), rows)
     _write(args.out, stem, results, args.suite, commit, settings, args.quick)
   if args.merge:
@@ -637,8 +672,8 @@ def main(argv=None):
 def _write(out: pathlib.Path, stem: str, results: dict, suite: str, commit: str,
            settings: dict, quick: bool):
   """The results file and its report, ``seeds`` the most seeds of any row."""
-  counts = {len(r) for rows in results.values() for k, r in rows.items()
-            if k != "baseline_commit"}
+  results = ordered(results, suite)
+  counts = {len(r) for rows in results.values() for r in rows.values()}
   file_settings = dict(settings, seeds=max(counts, default=0))
   (out / f"{stem}.json").write_text(json.dumps(dict(commit=commit, settings=file_settings,
                                                     quick=quick, results=results), indent=1))

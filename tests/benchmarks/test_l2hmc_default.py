@@ -55,3 +55,35 @@ def test_merge_rows_keeps_the_other_seeds_and_replaces_a_rerun_seed():
   merged = l2hmc_default.merge_rows(earlier, later)
   assert [(row["seed"], row["value"]) for row in merged["nuts"]] == [(0, 0), (1, 5)]
   assert [(row["seed"], row["value"]) for row in merged["l2hmc"]] == [(0, 10), (2, 12)]
+
+
+def test_reused_anchor_rows_are_taken_per_seed_and_a_missing_seed_is_run(monkeypatch):
+  problem = l2hmc_default.Problem("gaussian", lambda x: -0.5 * jnp.sum(x**2),
+                                  lambda key, chains: jnp.zeros((chains, 2)), None, {}, {})
+  ran = []
+  monkeypatch.setattr(l2hmc_default.sampler_baselines, "anchor",
+                      lambda name, *args: ran.append(name) or name)
+  monkeypatch.setattr(l2hmc_default, "score", lambda problem, run: dict(value=run))
+  stored = {"nuts": [dict(value="stored", seed=0)], "chees": [dict(value="stored", seed=0)]}
+  rows = l2hmc_default.run_target(problem, [0], 10, 10, 10, 10, baselines=stored,
+                                  samplers=("nuts", "chees"))
+  assert not ran and rows["nuts"] == [dict(value="stored", seed=0)]
+  rows = l2hmc_default.run_target(problem, [1], 10, 10, 10, 10, baselines=stored,
+                                  samplers=("nuts", "chees"))
+  assert ran == ["nuts", "chees"]
+  assert rows["nuts"] == [dict(value="nuts", seed=1)]
+
+
+def test_rows_carry_their_commits_and_reports_list_the_suite_in_order():
+  legacy = {"b_target": {"l2hmc": [dict(v=1)], "nuts": [dict(v=2, commit="old")],
+                         "chees": [dict(v=3)], "baseline_commit": "base"}}
+  rows = l2hmc_default.with_row_commits(legacy, "file")["b_target"]
+  assert "baseline_commit" not in rows
+  assert [rows[k][0]["commit"] for k in ("l2hmc", "nuts", "chees")] == ["file", "old", "base"]
+  names = l2hmc_default.suite_names("eight")
+  results = {names[2]: {"nuts": [], "l2hmc": []}, "extra": {}, names[0]: {}}
+  ordered = l2hmc_default.ordered(results, "eight")
+  assert list(ordered) == [names[0], names[2], "extra"]
+  assert list(ordered[names[2]]) == ["l2hmc", "nuts"]
+  assert l2hmc_default._commits({"t": {"nuts": [dict(commit="x")], "l2hmc": [dict(commit="y")]}},
+                                "y") == "`x`: t/nuts"

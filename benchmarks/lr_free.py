@@ -901,6 +901,12 @@ DESIGNS = {
                                                 "b1": 0.0}), True),
     "the default from 1e-3, its trace read off the average": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None}), True),
+    # the library's overfitting gate around the default from 1e-3 (the gate's design above ran
+    # around the former default, from 1e-6): a validation loss at every step
+    "the default from 1e-3, held once validation trends up (overfitting_gate)": (
+        lambda: metaoptax.overfitting_gate(metaoptax.adamw(
+            weight_decay=WEIGHT_DECAY, **{**NEW_DEFAULT, "init_step_size": 1e-3})), True,
+        dict(needs_validation_loss=True)),
     # generalization without validation data (issue 60): the weight decay kept at the climbed
     # step size while the meta-gradient anneals alpha (the held step size generalizes better
     # on the MLPs and the CNN, the annealing is needed on the character model)

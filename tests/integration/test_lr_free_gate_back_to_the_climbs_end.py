@@ -1,6 +1,7 @@
-"""``benchmarks/lr_free.py``'s design "the default from 1e-3, held once validation trends up,
-never lowered" (``_gate_never_lowering``): ``metaoptax.overfitting_gate`` that, when it
-closes, holds the larger of the climb's end and the step size it closes at."""
+"""``benchmarks/lr_free.py``'s design "the default from 1e-3, held once validation trends up
+(overfitting_gate)" (``_gate_back_to_the_climbs_end``): the gate as it was when that design
+ran, which took the step size back to the climb's end when it closed, where the library's
+gate holds the larger of the climb's end and the step size it closes at."""
 
 import jax
 import jax.numpy as jnp
@@ -27,10 +28,10 @@ def _log_alpha(state):
 
 @pytest.mark.system  # compiles the gate and the design (~6 s)
 @pytest.mark.parametrize("offset", [-np.log(4.0), np.log(4.0)])
-def test_it_holds_the_larger_of_the_climbs_end_and_the_step_size_it_closes_at(offset):
+def test_it_holds_the_climbs_end_where_the_library_holds_the_larger(offset):
   gate = metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=lr_free.WEIGHT_DECAY,
                                                     **SETTINGS))
-  design = lr_free._gate_never_lowering(**SETTINGS)
+  design = lr_free._gate_back_to_the_climbs_end(**SETTINGS)
   steps = {}
   for name, opt in (("gate", gate), ("design", design)):
     @jax.jit
@@ -56,7 +57,7 @@ def test_it_holds_the_larger_of_the_climbs_end_and_the_step_size_it_closes_at(of
   _, gated = steps["gate"](w, state, key)
   w1, designed = steps["design"](w, state, key)
   assert bool(gated.held) and bool(designed.held)
-  np.testing.assert_allclose(_log_alpha(gated), now + offset, rtol=1e-6)  # the climb's end
-  np.testing.assert_allclose(_log_alpha(designed), max(now, now + offset), rtol=1e-6)
+  np.testing.assert_allclose(_log_alpha(gated), max(now, now + offset), rtol=1e-6)
+  np.testing.assert_allclose(_log_alpha(designed), now + offset, rtol=1e-6)  # the climb's end
   _, designed = steps["design"](w1, designed, jax.random.key(1001))
-  np.testing.assert_allclose(_log_alpha(designed), max(now, now + offset), rtol=1e-6)  # held
+  np.testing.assert_allclose(_log_alpha(designed), now + offset, rtol=1e-6)  # held

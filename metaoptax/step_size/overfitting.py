@@ -16,9 +16,10 @@ a fast one (``decay`` :math:`\rho = 0.98`, ~50 steps) and a slow one
 (``trend_decay`` :math:`\rho = 0.995`, ~200 steps). From the step after the climb's
 end, once the fast average has stayed above the slow one by more than ``margin``
 (relative) for ``patience`` consecutive steps, the validation loss trends up: the
-network overfits. The log step sizes then go back to where the climb ended and are
-held there for the rest of the run. Until then the optimizer is unchanged, bit for
-bit. A non-finite ``validation_loss`` leaves both averages as they are (pass
+network overfits. Each log step size then goes back to where the climb ended, or stays
+where it is if that is higher, and is held there for the rest of the run: the gate stops
+the annealing and never lowers :math:`\alpha` (a climb can end low, and the meta-gradient
+raise :math:`\alpha` after it). Until then the optimizer is unchanged, bit for bit. A non-finite ``validation_loss`` leaves both averages as they are (pass
 ``jnp.nan`` on steps without an evaluation).
 
 The trend (fast against slow) and not the lowest value so far: noise biases a
@@ -61,7 +62,8 @@ class OverfittingGateState(NamedTuple):
     slow_weight: its bias correction.
     above: int32 scalar, the consecutive steps the fast average has been above the margin.
     held: bool scalar: the trend rose, and the step sizes are held from then on.
-    climbed: the log step sizes where the climb ended.
+    climbed: the log step sizes where the climb ended; from the gate's closing on, the
+      held ones (the larger of those and the step sizes it closed at).
   """
 
   inner: optax.OptState
@@ -93,7 +95,8 @@ def _with_meta_state(state: Any, meta: MetaOptimizeState) -> Any:
 def overfitting_gate(optimizer: optax.GradientTransformation, decay: float = 0.98,
                      trend_decay: float = 0.995, margin: float = 0.01,
                      patience: int = 100) -> optax.GradientTransformationExtraArgs:
-  r"""Holds the step sizes where the climb ended once the validation loss trends up.
+  r"""Holds the step sizes where the climb ended, or where they are if higher, once the
+  validation loss trends up.
 
   Args:
     optimizer: a meta-optimized optimizer with a climb: :func:`metaoptax.adamw`,
@@ -156,6 +159,7 @@ def overfitting_gate(optimizer: optax.GradientTransformation, decay: float = 0.9
     if validation_loss.shape:
       raise ValueError(f"overfitting_gate: validation_loss must be a scalar, got shape "
                        f"{validation_loss.shape}.")
+    (before,) = tree_utils.instances_of(state.inner, MetaOptimizeState)
     updates, inner_state = inner.update(updates, state.inner, params, **extra_args)
     (meta,) = tree_utils.instances_of(inner_state, MetaOptimizeState)
     climb = _the_climb(meta, "overfitting_gate")
@@ -170,6 +174,10 @@ def overfitting_gate(optimizer: optax.GradientTransformation, decay: float = 0.9
               > bias_corrected(slow_average, slow_weight) * (1 + margin))
     above = jnp.where(after_climb & rising, state.above + 1, 0).astype(jnp.int32)
     held = state.held | (above >= patience)
+    # closing: the climb's end, or the step sizes of this step if higher (never lowered)
+    closing = held & ~state.held
+    climbed = jax.tree.map(lambda c, b: jnp.where(closing, jnp.maximum(c, b), c), climbed,
+                           before.meta_params.step_size)
     beta = jax.tree.map(lambda b, c: jnp.where(held, c, b), beta, climbed)
     meta = meta._replace(meta_params=meta.meta_params._replace(step_size=beta))
     return updates, OverfittingGateState(

@@ -44,9 +44,11 @@ def _mlp_loss(params, batch):
   return jnp.mean((h @ params["w2"] + params["b2"] - y) ** 2)
 
 
-def _batches(num=60, size=32):
+def _batches(num=60, size=32, seed=0):
+  """Minibatches of one regression; ``seed`` draws other inputs of the same function."""
   rng = np.random.default_rng(0)
   w = rng.normal(size=(4, 1))
+  rng = rng if seed == 0 else np.random.default_rng(seed)
   for _ in range(num):
     x = rng.normal(size=(size, 4)).astype(np.float32)
     yield jnp.asarray(x), jnp.asarray(np.sin(x @ w).astype(np.float32))
@@ -58,6 +60,8 @@ USER_SUPPLIED = {
     "loss": lambda: _mlp_loss,
     "batch": lambda: next(_batches(1)),
     "batches": _batches,
+    # minibatches of a validation split: the same function at other inputs
+    "val_batches": lambda: _batches(seed=1),
 }
 
 

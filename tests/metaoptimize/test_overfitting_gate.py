@@ -1,6 +1,6 @@
 """``metaoptax.overfitting_gate``: the wrapped optimizer (to rtol 1e-6) until the validation
 loss trends up (against the float64 oracle of ``tests/conftest.py``), then the step sizes
-of the climb's end, held; bad input raises at construction or at ``init``/``update``."""
+of the climb's end, or the current ones where higher, held; bad input raises at construction or at ``init``/``update``."""
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +9,7 @@ import optax
 import pytest
 
 import metaoptax
+from metaoptax._src import tree_utils
 from tests.conftest import climb_end_step
 from tests.conftest import first_validation_rise
 from tests.conftest import run_with_validation_losses
@@ -121,3 +122,42 @@ def test_an_optimizer_without_a_climb_or_a_validation_loss_raises():
     opt.update({"w": jnp.ones(3)}, state, params)
   with pytest.raises(ValueError, match="scalar"):
     opt.update({"w": jnp.ones(3)}, state, params, validation_loss=jnp.ones(2))
+
+
+def _gate_log_alpha(state):
+  (meta,) = tree_utils.instances_of(state.inner, metaoptax.MetaOptimizeState)
+  return float(jnp.mean(meta.meta_params.step_size))
+
+
+@pytest.mark.system  # compiles the gate once, 150 steps (~5 s)
+@pytest.mark.parametrize("offset", [-np.log(4.0), np.log(4.0)])
+def test_closing_holds_the_larger_of_the_climbs_end_and_the_current_step_size(offset):
+  """A climb can end low and the meta-gradient raise alpha after it: closing never lowers it.
+  The state is set so that the next update closes the gate, with the climb's end a factor 4
+  below (then the current step size is held) or above (then the climb's end) alpha now."""
+  opt = metaoptax.overfitting_gate(metaoptax.adamw(weight_decay=0.1))
+
+  @jax.jit
+  def step(w, state, key):
+    x = jax.random.normal(key, (16, 5))
+    grads = jax.grad(lambda v: jnp.mean((x @ (v["w"] - jnp.arange(1.0, 6.0))) ** 2))(w)
+    updates, state = opt.update(grads, state, w, validation_loss=jnp.float32(1.0))
+    return optax.apply_updates(w, updates), state
+
+  w = {"w": jnp.zeros(5)}
+  state = opt.init(w)
+  for i in range(150):  # a flat validation loss: the climb ends and the gate stays open
+    w, state = step(w, state, jax.random.key(i))
+  (climb,) = tree_utils.instances_of(state.inner, metaoptax.ClimbState)
+  assert not bool(climb.climbing) and not bool(state.held)
+  now = _gate_log_alpha(state)
+  state = state._replace(climbed=jnp.full_like(state.climbed, now + offset),
+                         above=jnp.int32(99), fast_average=jnp.float32(2.0),
+                         fast_weight=jnp.float32(1.0), slow_average=jnp.float32(1.0),
+                         slow_weight=jnp.float32(1.0))
+  w, state = step(w, state, jax.random.key(1000))
+  assert bool(state.held)
+  np.testing.assert_allclose(_gate_log_alpha(state), max(now, now + offset), rtol=1e-6)
+  for i in range(3):  # held
+    w, state = step(w, state, jax.random.key(1001 + i))
+    np.testing.assert_allclose(_gate_log_alpha(state), max(now, now + offset), rtol=1e-6)

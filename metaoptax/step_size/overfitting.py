@@ -19,8 +19,9 @@ end, once the fast average has stayed above the slow one by more than ``margin``
 network overfits. Each log step size then goes back to where the climb ended, or stays
 where it is if that is higher, and is held there for the rest of the run: the gate stops
 the annealing and never lowers :math:`\alpha` (a climb can end low, and the meta-gradient
-raise :math:`\alpha` after it). Until then the optimizer is unchanged, bit for bit. A non-finite ``validation_loss`` leaves both averages as they are (pass
-``jnp.nan`` on steps without an evaluation).
+raise :math:`\alpha` after it). Until then the optimizer is unchanged, bit for bit. A
+non-finite ``validation_loss`` leaves both averages as they are (pass ``jnp.nan`` on steps
+without an evaluation).
 
 The trend (fast against slow) and not the lowest value so far: noise biases a
 running minimum low, and on the character model a gate against it closed on two

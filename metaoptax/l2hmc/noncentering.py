@@ -18,8 +18,11 @@ In the whitening's coordinates :math:`z = (x - m)/\sigma`, some coordinates are 
   s_i = -\tfrac12\log\big(e^{-2(a_i + A_i z)} + \kappa_i\big), \qquad
   c_i = b_i + B_i z + \rho_i\,(b'_i + B'_i z), \quad \rho_i = \kappa_i e^{2 s_i},
 
-with :math:`A, B, B'` nonzero only on parent columns (:math:`A` on the *drivers* among
-them). The local precision :math:`e^{-2 s_i}` is a part that the drivers scale plus a floor
+with :math:`A, B, B'` nonzero only on parent columns: :math:`A` on the *drivers* among
+them, :math:`B, B'` on the others (a member's centre moves with its scale's drivers only
+through :math:`\rho_i`, as a conjugate member's does; a weight on them would run off
+linearly beyond the draws, where the scale saturates). The local precision
+:math:`e^{-2 s_i}` is a part that the drivers scale plus a floor
 :math:`\kappa_i` (a centered hierarchy's member: :math:`1/\tau^2` from the prior,
 :math:`1/\sigma_j^2` from its data), and the centre moves from the prior's
 (:math:`b + Bz`, where the scale is small) to the data's (where the floor holds the
@@ -98,13 +101,14 @@ class NonCentering(NamedTuple):
     scale: ``(dim,)``, :math:`\sigma > 0`, the whitening's scale.
     driven: ``(dim,)`` bool, :math:`\mathcal D`.
     shift: ``(dim,)``, :math:`b` (0 off :math:`\mathcal D`).
-    shift_weights: ``(dim, dim)``, :math:`B`, nonzero only at (driven row, parent column).
+    shift_weights: ``(dim, dim)``, :math:`B`, nonzero only at (driven row, parent column
+      other than the row's drivers).
     log_scale: ``(dim,)``, :math:`a` (0 off :math:`\mathcal D`).
     scale_weights: ``(dim, dim)``, :math:`A`, nonzero only at (driven row, driver column).
     precision_floor: ``(dim,)``, :math:`\kappa \ge 0` (0 off :math:`\mathcal D`).
     far_shift: ``(dim,)``, :math:`b'` (0 off :math:`\mathcal D`).
-    far_shift_weights: ``(dim, dim)``, :math:`B'`, nonzero only at (driven row, parent
-      column).
+    far_shift_weights: ``(dim, dim)``, :math:`B'`, nonzero only at (driven row, parent column
+      other than the row's drivers).
   """
 
   location: jax.Array
@@ -385,8 +389,8 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
         gradients: jax.Array | None = None, curvatures: jax.Array | None = None,
         num_rounds: int = FIT_ROUNDS, ridge: float = RIDGE) -> FitResult:
   r"""The transport that fits ``draws`` ``(n, dim)`` (module docstring): each driven
-  coordinate a Gaussian given the parents, :math:`B, B'` on every parent, :math:`A` on
-  ``edges`` (from :func:`structure`).
+  coordinate a Gaussian given the parents, :math:`B, B'` on every parent but the row's
+  ``edges``, :math:`A` on ``edges`` (from :func:`structure`).
 
   With the local Gaussians (:func:`local_gaussian`: ``gradients`` and ``curvatures`` at
   ``positions``, ``(m, dim)`` each; the points where the curvature is positive):
@@ -422,7 +426,11 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
   n, dim = z.shape
   ones = lambda count: jnp.ones((count, 1), z.dtype)
   design = jnp.concatenate([ones(n), jnp.where(driven, 0.0, z)], axis=1)
-  shift_columns = jnp.concatenate([jnp.ones(1, bool), ~driven])
+  # a driven coordinate's centre rests on the parents other than its scale's drivers: a
+  # hierarchy's member moves with its location (mu), and with its scale (tau) only through
+  # rho, the prior's share of its precision (exact for a conjugate member)
+  shift_columns = jnp.concatenate([jnp.ones((dim, 1), bool), ~driven[None, :] & ~edges],
+                                  axis=1)
   scale_columns = jnp.concatenate([jnp.ones((dim, 1), bool), edges], axis=1)
   eye = jnp.eye(dim + 1, dtype=z.dtype)
 
@@ -453,25 +461,26 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     s_at = jnp.clip(at_design @ log_scale.T, -MAX_LOG_SCALE, MAX_LOG_SCALE)
     s_at = s_at - 0.5 * jnp.log1p(floor * jnp.exp(2.0 * s_at))
     rho = floor * jnp.exp(2.0 * s_at)  # (m, dim)
-    both = jnp.concatenate([shift_columns, shift_columns])
     big_eye = jnp.eye(2 * (dim + 1), dtype=z.dtype)
 
-    def centre_row(w, r, t):
+    def centre_row(columns, w, r, t):
+      both = jnp.concatenate([columns, columns])
       x = jnp.concatenate([at_design, r[:, None] * at_design], axis=1) * both
       count = jnp.maximum(jnp.sum(w > 0), 1)
       penalty = jnp.where(both, ridge * count, 1.0) * big_eye
       penalty = penalty.at[0, 0].set(1e-9 * count)
       return jnp.linalg.solve(x.T @ (x * w[:, None]) + penalty, x.T @ (w * t))
 
-    coefficients = jax.vmap(centre_row, in_axes=(1, 1, 1))(precision, rho, centres)
+    coefficients = jax.vmap(centre_row, in_axes=(0, 1, 1, 1))(shift_columns, precision, rho,
+                                                              centres)
     shift, far = coefficients[:, :dim + 1], coefficients[:, dim + 1:]
   else:
     floor = jnp.zeros(dim, z.dtype)
     far = jnp.zeros((dim, dim + 1), z.dtype)
     s = jnp.zeros_like(z)
     for _ in range(num_rounds):
-      shift = jax.vmap(lambda w, t: solve(design, shift_columns, w, t), in_axes=1)(
-          jnp.exp(-2 * s), z)
+      shift = jax.vmap(lambda c, w, t: solve(design, c, w, t), in_axes=(0, 1, 1))(
+          shift_columns, jnp.exp(-2 * s), z)
       log_abs = 0.5 * jnp.log((z - design @ shift.T) ** 2 + 1e-12) + LOG_CHI2_SHIFT
       log_scale = jax.vmap(lambda c, t: solve(design, c, jnp.ones(n, z.dtype), t),
                            in_axes=(0, 1))(scale_columns, log_abs)

@@ -202,8 +202,9 @@ class AdaptationInfo(NamedTuple):
     messages: the warnings issued, one string each (empty where converged).
     num_gradient_evaluations: per chain, the gradients of the warm-ups (a Hessian counted as
       ``dim`` gradients), the screens, the training and the check.
-    warmup: the warm-up's :class:`metaoptax.l2hmc.WarmupResult` (the second one where a screen
-      chose local step sizes or the reflection).
+    warmup: the warm-up's :class:`metaoptax.l2hmc.WarmupResult` (the diagonal one where it
+      replaced the dense one; the second one where a screen chose local step sizes or the
+      reflection).
     training: the training's :class:`metaoptax.l2hmc.TrainingResult`.
     config: the sampler's :class:`metaoptax.l2hmc.L2HMCConfig` (``dim`` filled, ``num_steps``
       chosen, and what the screens chose: ``local_step_sizes`` with ``scale_move``, or

@@ -116,6 +116,12 @@ class WarmupResult(NamedTuple):
       half), each ``dim`` forward-over-reverse products.
     num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
       every chain.
+    widest_variance: with the diagonal metric, the largest eigenvalue of the chains'
+      correlation matrix over the final window's second half: the variance, in the whitened
+      coordinates, of the widest direction the diagonal whitening leaves (1 where the
+      coordinates are uncorrelated); ``None`` with the dense and low-rank metrics (they
+      whiten the correlations), or without the window's covariance (above
+      ``MOMENTS_MAX_DIM`` coordinates).
   """
 
   step_size: jax.Array
@@ -129,6 +135,7 @@ class WarmupResult(NamedTuple):
   burn_in_rhat: jax.Array | None = None
   num_hessian_evaluations: jax.Array | None = None
   num_divergent: jax.Array | None = None
+  widest_variance: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -256,6 +263,14 @@ def _low_rank(key, positions, gradients, scale):
                        eigenvalues=jnp.ones_like(fitted.eigenvalues))
   confirmed = jnp.any(fitted.eigenvalues != 1.0)
   return jax.tree.map(lambda a, b: jnp.where(confirmed, a, b), fitted, diagonal)
+
+
+def _widest_variance(covariance):
+  """The largest eigenvalue of the correlation matrix of ``covariance`` (``(dim, dim)``): the
+  variance of the widest direction of the coordinates each scaled to unit variance."""
+  scale = jnp.sqrt(jnp.maximum(jnp.diag(covariance), jnp.finfo(covariance.dtype).tiny))
+  correlation = covariance / jnp.outer(scale, scale)
+  return jnp.linalg.eigvalsh(0.5 * (correlation + correlation.T))[-1]
 
 
 def _quarter_sums(t, length, half, x, logdensity, quarters, anchor):
@@ -513,8 +528,11 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
   divergent = divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-   rhat, _, _, final_divergent, _) = window(keys[2], states, log_h, whitening, lengths[2],
-                        curvature=slopes == "curvature")
+   rhat, covariance, _, final_divergent, _) = window(keys[2], states, log_h, whitening,
+                                                     lengths[2], curvature=slopes == "curvature")
+  widest = None
+  if metric == "diagonal" and covariance is not None:
+    widest = _widest_variance(covariance)
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
   if kept is not None:  # whitened positions and log local scales (halved log variances)
@@ -527,4 +545,4 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
                       (count + 1) * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
-                      divergent + final_divergent)
+                      divergent + final_divergent, widest)

@@ -20,6 +20,18 @@ included) and Hessians (``dim`` gradient-sized products each), the screens', the
 (two proposals per iteration with ``TrainingConfig.aux_weight``) and the check's. A run's
 total cost per chain is that plus ``l2hmc.gradient_evaluations(info.config)`` per draw.
 
+Up to ``training.DENSE_MAX_DIM`` coordinates the warm-up's metric is dense
+(``TrainingConfig(metric="auto")``): its burn-in moves each chain with its own Newton
+metric, the inverse of its Hessian at the window's start. Where the curvature changes by
+orders of magnitude over a window's travel (a 2PL item-response model, whose discriminations
+are the exponential of a product of coordinates), those metrics fail to bring the chains
+together, and a dense covariance of chains that disagree whitens badly. So where the dense
+warm-up's chains do not agree at its end (the largest split :math:`\hat R` of its final
+window at least the warm-up's ``CONVERGED_RHAT``), ``run`` warms up again from the same
+starts with the diagonal metric, and keeps that warm-up, with the diagonal metric for the
+rest of the run, where its chains agree better (:func:`_retry_diagonal`). Its gradients
+are counted.
+
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
 step size per coordinate cannot suit it everywhere. ``run`` screens for that after the
 warm-up: each chain's Hessian diagonal (:func:`metaoptax.l2hmc.local_step_sizes.scales_vary`).
@@ -119,14 +131,15 @@ import optax
 from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress
 from metaoptax.l2hmc import local_step_sizes, noncentering
-from metaoptax.l2hmc.adaptation import WarmupResult, midpoint
+from metaoptax.l2hmc.adaptation import CONVERGED_RHAT, WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, acceptance_probability,
                                    gradient_evaluations, l2hmc, sample_chains)
 from metaoptax.l2hmc.targets import Target
-from metaoptax.l2hmc.training import TrainingConfig, TrainingResult, _initial_state, train
+from metaoptax.l2hmc.training import (TrainingConfig, TrainingResult, _initial_state, _metric,
+                                      train)
 
 __all__ = ("Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt")
 
@@ -189,8 +202,9 @@ class AdaptationInfo(NamedTuple):
     messages: the warnings issued, one string each (empty where converged).
     num_gradient_evaluations: per chain, the gradients of the warm-ups (a Hessian counted as
       ``dim`` gradients), the screens, the training and the check.
-    warmup: the warm-up's :class:`metaoptax.l2hmc.WarmupResult` (the second one where a screen
-      chose local step sizes or the reflection).
+    warmup: the warm-up's :class:`metaoptax.l2hmc.WarmupResult` (the diagonal one where it
+      replaced the dense one; the second one where a screen chose local step sizes or the
+      reflection).
     training: the training's :class:`metaoptax.l2hmc.TrainingResult`.
     config: the sampler's :class:`metaoptax.l2hmc.L2HMCConfig` (``dim`` filled, ``num_steps``
       chosen, and what the screens chose: ``local_step_sizes`` with ``scale_move``, or
@@ -369,6 +383,15 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("warm-up", cost.transitions - num_warmup, cost.transitions,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
+    if _metric(run_config, run_training) == "dense" and not _agree(found):
+      report("warm-up, diagonal")
+      diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
+                                          run_training, optimizer, flat, found,
+                                          choose_num_steps)
+      cost += retried
+      report("warm-up, diagonal", retried.transitions, retried.transitions)
+      if diagonal is not None:
+        state, found, run_config, run_training = diagonal
     reflected = None
     if choose_reflection and not config.reflection and not config.local_step_sizes:
       report("screen for modes")
@@ -435,6 +458,30 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     return (states, sampler), info
 
   return Adaptation(run)
+
+
+def _agree(found: WarmupResult) -> bool:
+  """Whether a warm-up's chains agree at its end: the largest split R-hat of its final
+  window (every coordinate and log p) below ``CONVERGED_RHAT``, the test its burn-in ends
+  on."""
+  return bool(jnp.max(found.rhat) < CONVERGED_RHAT)
+
+
+def _retry_diagonal(rng_key, target: Target, config: L2HMCConfig, training: TrainingConfig,
+                    optimizer, positions, found: WarmupResult, choose_num_steps: bool):
+  """The dense warm-up's fallback (module docstring) where its chains, ``found``, do not
+  agree: a warm-up with the diagonal metric from the same starts ``positions``.
+  ``(chosen, cost)``, ``chosen`` its ``(state, found, config, training)`` (``training``
+  with ``metric="diagonal"``, for the screens and the training after it) where its chains
+  agree better (a smaller largest split R-hat of the final window), else ``None``;
+  ``cost`` what it cost (a :class:`_Cost`)."""
+  training = training._replace(metric="diagonal")
+  state, diagonal, diagonal_config = _initial_state(rng_key, target, config, training,
+                                                    optimizer, positions, choose_num_steps)
+  cost = _warmup_cost(diagonal, config.num_steps, config.dim)
+  if not float(jnp.max(diagonal.rhat)) < float(jnp.max(found.rhat)):
+    return None, cost
+  return (state, diagonal, diagonal_config, training), cost
 
 
 def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,

@@ -605,7 +605,9 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if choose_num_steps:
-      config = config._replace(num_steps=trajectory_length.num_steps_for(step_size))
+      widest = 1.0 if found.widest_variance is None else found.widest_variance
+      config = config._replace(num_steps=trajectory_length.num_steps_for(
+          step_size, widest_variance=widest))
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
                                                     config.integrator)

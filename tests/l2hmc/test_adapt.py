@@ -128,11 +128,15 @@ def test_chains_that_cannot_agree_warn():
   logdensity_fn = lambda x: _two_modes(x, sd_high=0.2)
   positions = jax.random.normal(jax.random.key(0), (8, 3)) + jnp.repeat(
       jnp.array([30.0, -30.0]), 4)[:, None]
+  reports = []
   with pytest.warns(l2hmc.ConvergenceWarning, match="not converged"):
-    _, info = l2hmc.adapt(logdensity_fn, progress=None).run(jax.random.key(1), positions,
-                                                            num_steps=100)
+    _, info = l2hmc.adapt(logdensity_fn, progress=reports.append).run(
+        jax.random.key(1), positions, num_steps=100)
   assert not info.converged and info.rhat > 2.0 and info.messages
   assert not info.config.reflection
+  # the dense warm-up's chains disagree: a diagonal warm-up from the same starts follows it
+  phases = [r.label.removeprefix("L2HMC adapt: ") for r in reports]
+  assert phases[:4] == ["warm-up"] * 2 + ["warm-up, diagonal"] * 2
 
 
 @pytest.mark.system  # two adaptations (~30 s); test_reflection.py covers the move in the default tier
@@ -190,6 +194,22 @@ def test_the_warm_up_finds_a_typical_set_far_from_the_starts_before_the_whitenin
   np.testing.assert_allclose(found.whitening.location, mean, atol=0.25 * sd)
   np.testing.assert_allclose(found.whitening.scale, sd, rtol=0.3)
   assert int(found.num_transitions) >= 200
+
+
+@pytest.mark.parametrize("dim, rho", [(2, 0.9), (4, 0.6)])
+def test_the_diagonal_warm_up_measures_the_widest_whitened_direction(dim, rho):
+  """An equicorrelated Gaussian: its correlation matrix's largest eigenvalue is 1 + (dim - 1)
+  rho (the closed form; 32 chains x 60 draws, autocorrelated: within 15 %). The dense
+  metric whitens the correlations: no measure."""
+  covariance = (1 - rho) * np.eye(dim) + rho * np.ones((dim, dim))
+  precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
+  logdensity_fn = lambda x: -0.5 * x @ precision @ x
+  positions = jax.random.normal(jax.random.key(0), (32, dim))
+  run = jax.jit(lambda k, x, metric: l2hmc.warmup(k, logdensity_fn, x, num_iterations=300,
+                                                  metric=metric), static_argnums=2)
+  found = run(jax.random.key(1), positions, "diagonal")
+  np.testing.assert_allclose(float(found.widest_variance), 1 + (dim - 1) * rho, rtol=0.15)
+  assert run(jax.random.key(1), positions, "dense").widest_variance is None
 
 
 @pytest.mark.system  # an adaptation (~8 s)
@@ -396,11 +416,12 @@ def test_a_log_density_that_is_nan_on_part_of_the_posterior_warns_of_divergent_p
   warned = [str(w.message) for w in caught if w.category is l2hmc.ConvergenceWarning]
   assert any(re.match(r"\d+ of the check's 320 proposals .* diverged", m) for m in warned)
   assert warned == list(info.messages)
-  # the count adds the warm-up's, the training's and the check's (no screen warmed up again)
+  # the count adds the warm-ups', the training's and the check's: the dense warm-up's chains
+  # (8, 80 transitions) do not agree, so a diagonal warm-up follows it, and both count
   warmup, training = int(info.warmup.num_divergent), info.training.num_divergent
   check = round(info.divergent_rate * 40 * 8)  # 20 % of 200 transitions, 8 chains
   assert warmup > 0 and training > 0 and check > 0
-  assert info.num_divergent == warmup + training + check
+  assert info.num_divergent > warmup + training + check
   assert "divergent" in repr(info) and "warning:" in repr(info)
 
 

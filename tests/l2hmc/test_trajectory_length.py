@@ -63,3 +63,19 @@ def test_the_rule_s_trajectory_correlates_z_as_a_jittered_quarter_period_rotatio
   np.testing.assert_allclose(np.corrcoef(before, after)[0, 1], oracle_z, atol=0.03)
   np.testing.assert_allclose(np.corrcoef(before**2, after**2)[0, 1], oracle_z2, atol=0.03)
   assert abs(oracle_z) < 0.3 and oracle_z2 < 0.3
+
+
+@pytest.mark.parametrize("step_size, widest_variance, expected", [
+    (0.4, 4.0, 8), (0.2, 2.25, 12), (0.5, 9.0, 10), (0.1, 4.0, 16)])
+def test_the_widest_direction_lengthens_the_trajectory_by_its_sd(step_size, widest_variance,
+                                                                 expected):
+  """K reaches the quarter period of the widest whitened direction, sd sqrt(lambda)."""
+  k = trajectory_length.num_steps_for(step_size, widest_variance=widest_variance)
+  assert k == expected
+  length = math.sqrt(widest_variance) * math.pi / 2
+  assert k == trajectory_length.MAX_NUM_STEPS or (k - 1) * step_size < length <= k * step_size
+
+
+@pytest.mark.parametrize("widest_variance", [1.0, 0.5, 0.0, float("nan"), float("inf")])
+def test_a_widest_variance_below_one_or_not_finite_leaves_the_quarter_period(widest_variance):
+  assert trajectory_length.num_steps_for(0.4, widest_variance=widest_variance) == 4

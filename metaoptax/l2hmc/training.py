@@ -604,8 +604,9 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
                            config.jitter)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
-    if choose_num_steps:
-      config = config._replace(num_steps=trajectory_length.num_steps_for(step_size))
+    if choose_num_steps:  # a quarter period of the widest whitened coordinate, where measured
+      spread = 1.0 if found.whitened_spread is None else max(float(found.whitened_spread), 1.0)
+      config = config._replace(num_steps=trajectory_length.num_steps_for(step_size / spread))
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
                                                     config.integrator)

@@ -13,7 +13,11 @@ leaves :math:`z^2` where it was. So the sampler takes
 
   K = \min\big(\lceil \tfrac{\pi/2}{h} \rceil,\; K_\text{max}\big)
 
-steps: the fewest whose trajectory reaches the quarter period. Where the posterior is near Gaussian after whitening, :math:`h` is near 1 and
+steps: the fewest whose trajectory reaches the quarter period. Where a coordinate stays
+wider than 1 after the whitening (the diagonal-plus-low-rank metric's warm-up measures the
+largest whitened standard deviation :math:`s`, ``WarmupResult.whitened_spread``), its
+quarter period is :math:`s\,\pi/2`, and ``num_steps_for(h / s)`` reaches it (``adapt``
+then divides the jitter by :math:`s`). Where the posterior is near Gaussian after whitening, :math:`h` is near 1 and
 :math:`K` is a few steps; where its curvature varies, the acceptance target makes
 :math:`h` small and the trajectory keeps its length with more steps. Training then
 adapts each step's sizes (the jittered trajectory's length varies around

@@ -69,7 +69,7 @@ from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, make_masks
 from metaoptax.l2hmc.kernel import build_kernel, init
 from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
 from metaoptax.l2hmc.low_rank import fisher_low_rank
-from metaoptax.l2hmc.whitening import Whitening, dense_whitening
+from metaoptax.l2hmc.whitening import Whitening, dense_whitening, to_whitened
 
 __all__ = ("WarmupResult", "warmup")
 
@@ -122,6 +122,11 @@ class WarmupResult(NamedTuple):
       coordinates are uncorrelated); ``None`` with the dense and low-rank metrics (they
       whiten the correlations), or without the window's covariance (above
       ``MOMENTS_MAX_DIM`` coordinates).
+    whitened_spread: with ``metric="low_rank"``, the largest standard deviation of a
+      whitened coordinate :math:`z_i` over the final window's second half (over every
+      chain's kept draws): 1 where the whitening is complete, more along a direction the
+      low-rank fit left long (the sampler's trajectory covers its quarter period,
+      :func:`metaoptax.l2hmc.trajectory_length.num_steps_for`); ``None`` otherwise.
   """
 
   step_size: jax.Array
@@ -136,6 +141,7 @@ class WarmupResult(NamedTuple):
   num_hessian_evaluations: jax.Array | None = None
   num_divergent: jax.Array | None = None
   widest_variance: jax.Array | None = None
+  whitened_spread: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -528,11 +534,16 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
   divergent = divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-   rhat, covariance, _, final_divergent, _) = window(keys[2], states, log_h, whitening,
-                                                     lengths[2], curvature=slopes == "curvature")
+   rhat, covariance, _, final_divergent, final_draws) = window(
+       keys[2], states, log_h, whitening, lengths[2], curvature=slopes == "curvature",
+       keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   widest = None
   if metric == "diagonal" and covariance is not None:
     widest = _widest_variance(covariance)
+  spread = None
+  if metric == "low_rank":  # the widest whitened coordinate: what the fit left uncorrected
+    spread = jnp.max(jnp.std(to_whitened(whitening._replace(location=mean), final_draws[0]),
+                             axis=(0, 1)))
   states = _restart_stuck(keys[5], states, chain_acceptance)
   samples = None
   if kept is not None:  # whitened positions and log local scales (halved log variances)
@@ -545,4 +556,4 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
                       count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
                       (count + 1) * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
-                      divergent + final_divergent, widest)
+                      divergent + final_divergent, widest, spread)

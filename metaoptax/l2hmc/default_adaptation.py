@@ -12,7 +12,9 @@ trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per t
 (``WARMUP_NUM_STEPS`` where ``adapt`` is given no ``config``): it only has to find the
 typical set, the scales and a step size, and short trajectories do that for fewer gradients.
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
-the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`).
+the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
+widest whitened coordinate where the low-rank metric leaves one wider than 1
+(``WarmupResult.whitened_spread``).
 
 Every gradient of the adaptation is counted, per chain, in
 ``info.num_gradient_evaluations``: the warm-ups' transitions (their repeated burn-in windows

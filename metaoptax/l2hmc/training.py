@@ -575,8 +575,11 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
   without a warm-up) and the configuration. With ``choose_num_steps`` (and a warm-up),
   the warm-up runs with ``config.num_steps`` leapfrog steps, and the sampler's number of
   steps then follows from the warm-up's step size
-  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`); the configuration returned
-  has it."""
+  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), divided, where the warm-up
+  measured one above 1, by its ``whitened_spread`` :math:`s` (the quarter period of the
+  widest whitened coordinate), and the sampler's ``jitter`` divided by :math:`s` (a unit
+  coordinate's phase then varies as much as over a unit quarter period, a trajectory
+  :math:`s` times as long); the configuration returned has both."""
   _check_training(training)
   config = _with_dim(target, config)
   optimizer = optimizer or default_optimizer()
@@ -604,10 +607,12 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
                            config.jitter)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
-    if choose_num_steps:
+    if choose_num_steps:  # a quarter period of the widest whitened direction, where measured
       widest = 1.0 if found.widest_variance is None else found.widest_variance
+      spread = 1.0 if found.whitened_spread is None else max(float(found.whitened_spread), 1.0)
+      # the jitter spreads a unit coordinate's phase by as much as on a unit quarter period
       config = config._replace(num_steps=trajectory_length.num_steps_for(
-          step_size, widest_variance=widest))
+          step_size / spread, widest_variance=widest), jitter=config.jitter / spread)
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
                                                     config.integrator)

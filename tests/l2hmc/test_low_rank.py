@@ -160,3 +160,39 @@ def test_the_low_rank_metric_gets_more_burn_in_windows():
   for bad in (0, True, 2.0):
     with pytest.raises(ValueError, match="burn_in_windows must be None or an int"):
       training_module._check_training(l2hmc.TrainingConfig(burn_in_windows=bad))
+
+
+def test_the_trajectory_covers_the_widest_whitened_coordinate():
+  """Where the low-rank fit leaves a coordinate long in the whitened units (a mixture's
+  coordinate: its gradients' spread within a mode, its draws' across the modes), the warm-up
+  measures that coordinate's sd (``whitened_spread``) and the sampler's K covers its quarter
+  period, not that of a unit sd."""
+  precision = jnp.linalg.inv(jnp.asarray([[1.0, 0.95], [0.95, 1.0]]))
+
+  def logdensity_fn(x):  # x0: modes at +-2 of sd 0.5 (sd 2.06); x1 N(0, 1); x2, x3 correlated
+    modes = jnp.stack([-0.5 * ((x[0] - 2.0) / 0.5) ** 2, -0.5 * ((x[0] + 2.0) / 0.5) ** 2])
+    return jax.nn.logsumexp(modes) - 0.5 * x[1] ** 2 - 0.5 * x[2:] @ precision @ x[2:]
+
+  target = l2hmc.Target("mixture", 4, logdensity_fn)
+  positions = jnp.concatenate([jnp.full((16, 1), 2.0), jnp.full((16, 1), -2.0)])
+  positions = jnp.concatenate([positions, jax.random.normal(jax.random.key(0), (32, 3))], 1)
+  training = l2hmc.TrainingConfig(metric="low_rank", warmup_iterations=200)
+  _, found, config = training_module._initial_state(
+      jax.random.key(1), target, l2hmc.L2HMCConfig(num_steps=5), training, None, positions,
+      choose_num_steps=True)
+  # the correlated pair confirms a low-rank fit, whose diagonal is the Fisher scale; half the
+  # chains in each mode: the draws' sd of x0 is 2.06, its Fisher scale sqrt(2.06 / 2) (the
+  # gradients' sd within a mode, 0.5 / 0.25), so its whitened sd is ~2
+  assert np.any(np.asarray(found.whitening.eigenvalues) != 1.0)
+  assert 1.5 < float(found.whitened_spread) < 3.0
+  quarter = l2hmc.trajectory_length.num_steps_for
+  assert config.num_steps == quarter(float(found.step_size) / float(found.whitened_spread))
+  assert config.num_steps > quarter(float(found.step_size))
+  # the jitter spreads a unit coordinate's phase over the longer trajectory as the default does
+  np.testing.assert_allclose(config.jitter, 0.5 / float(found.whitened_spread), rtol=1e-6)
+  # elsewhere (diagonal, dense) the warm-up does not measure it, and K is a unit quarter period
+  _, found, config = training_module._initial_state(
+      jax.random.key(1), target, l2hmc.L2HMCConfig(num_steps=5),
+      training._replace(metric="dense"), None, positions, choose_num_steps=True)
+  assert found.whitened_spread is None
+  assert config.num_steps == quarter(float(found.step_size)) and config.jitter == 0.5

@@ -162,6 +162,7 @@ def test_the_low_rank_metric_gets_more_burn_in_windows():
       training_module._check_training(l2hmc.TrainingConfig(burn_in_windows=bad))
 
 
+@pytest.mark.system  # two warm-ups of a 4-d target (~30 s)
 def test_the_trajectory_covers_the_widest_whitened_coordinate():
   """Where the low-rank fit leaves a coordinate long in the whitened units (a mixture's
   coordinate: its gradients' spread within a mode, its draws' across the modes), the warm-up

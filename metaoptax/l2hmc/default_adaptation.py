@@ -28,8 +28,9 @@ metric, the inverse of its Hessian at the window's start. Where the curvature ch
 orders of magnitude over a window's travel (a 2PL item-response model, whose discriminations
 are the exponential of a product of coordinates), those metrics fail to bring the chains
 together, and a dense covariance of chains that disagree whitens badly. So where the dense
-warm-up's chains do not agree at its end (the largest split :math:`\hat R` of its final
-window at least the warm-up's ``CONVERGED_RHAT``), ``run`` warms up again from the same
+warm-up's chains do not agree on :math:`\log p` at its end (its split :math:`\hat R` over
+the final window at least the warm-up's ``CONVERGED_RHAT``; chains in separate modes of
+equal density agree on it, and no metric joins them), ``run`` warms up again from the same
 starts with the diagonal metric, and keeps that warm-up, with the diagonal metric for the
 rest of the run, where its chains agree better (:func:`_retry_diagonal`). Its gradients
 are counted.
@@ -385,7 +386,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("warm-up", cost.transitions - num_warmup, cost.transitions,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
-    if _metric(run_config, run_training) == "dense" and not _agree(found):
+    if _metric(run_config, run_training) == "dense" and not _agree_on_log_density(found):
       report("warm-up, diagonal")
       diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
                                           run_training, optimizer, flat, found,
@@ -462,11 +463,12 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
   return Adaptation(run)
 
 
-def _agree(found: WarmupResult) -> bool:
-  """Whether a warm-up's chains agree at its end: the largest split R-hat of its final
-  window (every coordinate and log p) below ``CONVERGED_RHAT``, the test its burn-in ends
-  on."""
-  return bool(jnp.max(found.rhat) < CONVERGED_RHAT)
+def _agree_on_log_density(found: WarmupResult) -> bool:
+  """Whether a warm-up's chains agree on :math:`\log p` at its end: its split R-hat over the
+  final window below ``CONVERGED_RHAT``, the test the burn-in ends on. Chains in separate
+  modes of equal density (a mixture's) agree on it where their coordinates do not, and no
+  metric joins them; chains that have not all reached the typical set disagree on it."""
+  return bool(found.rhat[-1] < CONVERGED_RHAT)
 
 
 def _retry_diagonal(rng_key, target: Target, config: L2HMCConfig, training: TrainingConfig,

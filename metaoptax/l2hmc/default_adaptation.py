@@ -29,8 +29,9 @@ together, and a dense covariance of chains that disagree whitens badly. So where
 warm-up's chains do not agree at its end (the largest split :math:`\hat R` of its final
 window at least the warm-up's ``CONVERGED_RHAT``), ``run`` warms up again from the same
 starts with the diagonal metric, and keeps that warm-up, with the diagonal metric for the
-rest of the run, where its chains agree better (:func:`_retry_diagonal`). Its gradients
-are counted.
+rest of the run, where its chains agree better (:func:`_retry_diagonal`); the correlations
+that whitening leaves set the trajectory's length (the quarter period of the widest whitened
+direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted.
 
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
 step size per coordinate cannot suit it everywhere. ``run`` screens for that after the

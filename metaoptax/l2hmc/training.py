@@ -605,7 +605,11 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if choose_num_steps:
-      widest = 1.0 if found.widest_variance is None else found.widest_variance
+      # the widest whitened direction where the diagonal metric is asked for (adapt's
+      # fallback from the dense one): the per-coordinate moves' warm-ups keep the quarter period
+      widest = 1.0
+      if training.metric == "diagonal" and found.widest_variance is not None:
+        widest = found.widest_variance
       config = config._replace(num_steps=trajectory_length.num_steps_for(
           step_size, widest_variance=widest))
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period

@@ -32,8 +32,9 @@ warm-up's chains do not agree on :math:`\log p` at its end (its split :math:`\ha
 the final window at least the warm-up's ``CONVERGED_RHAT``; chains in separate modes of
 equal density agree on it, and no metric joins them), ``run`` warms up again from the same
 starts with the diagonal metric, and keeps that warm-up, with the diagonal metric for the
-rest of the run, where its chains agree better (:func:`_retry_diagonal`). Its gradients
-are counted.
+rest of the run, where its chains agree better (:func:`_retry_diagonal`); the correlations
+that whitening leaves set the trajectory's length (the quarter period of the widest whitened
+direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted.
 
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
 step size per coordinate cannot suit it everywhere. ``run`` screens for that after the

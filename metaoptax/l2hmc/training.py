@@ -607,8 +607,12 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
                            config.jitter)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
-    if choose_num_steps:  # a quarter period of the widest whitened direction, where measured
-      widest = 1.0 if found.widest_variance is None else found.widest_variance
+    if choose_num_steps:
+      # the widest whitened direction where the diagonal metric is asked for (adapt's
+      # fallback from the dense one): the per-coordinate moves' warm-ups keep the quarter period
+      widest = 1.0
+      if training.metric == "diagonal" and found.widest_variance is not None:
+        widest = found.widest_variance
       spread = 1.0 if found.whitened_spread is None else max(float(found.whitened_spread), 1.0)
       # the jitter spreads a unit coordinate's phase by as much as on a unit quarter period
       config = config._replace(num_steps=trajectory_length.num_steps_for(

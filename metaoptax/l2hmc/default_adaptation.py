@@ -465,7 +465,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
 
 
 def _agree_on_log_density(found: WarmupResult) -> bool:
-  """Whether a warm-up's chains agree on :math:`\log p` at its end: its split R-hat over the
+  r"""Whether a warm-up's chains agree on :math:`\log p` at its end: its split R-hat over the
   final window below ``CONVERGED_RHAT``, the test the burn-in ends on. Chains in separate
   modes of equal density (a mixture's) agree on it where their coordinates do not, and no
   metric joins them; chains that have not all reached the typical set disagree on it."""

@@ -154,7 +154,7 @@ class NumPyroL2HMC(MCMCKernel):
     >>> def model():
     ...   numpyro.sample("loc", dist.Normal(1.0, 2.0))
     >>> kernel = l2hmc.NumPyroL2HMC(model, progress=None)
-    >>> mcmc = MCMC(kernel, num_warmup=200, num_samples=100, num_chains=8,
+    >>> mcmc = MCMC(kernel, num_warmup=400, num_samples=100, num_chains=8,
     ...             chain_method="vectorized", progress_bar=False)
     >>> mcmc.run(jax.random.key(0))
     >>> mcmc.get_samples()["loc"].shape, kernel.adaptation_info.converged

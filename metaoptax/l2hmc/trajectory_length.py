@@ -49,7 +49,7 @@ MAX_NUM_STEPS = 16
 
 def num_steps_for(step_size: float, max_num_steps: int = MAX_NUM_STEPS,
                   widest_variance: float = 1.0) -> int:
-  """The leapfrog steps of a quarter period at ``step_size`` (module docstring).
+  r"""The leapfrog steps of a quarter period at ``step_size`` (module docstring).
 
   Args:
     step_size: the step size in whitened units (the warm-up's :math:`h`).

@@ -196,6 +196,7 @@ def test_the_warm_up_finds_a_typical_set_far_from_the_starts_before_the_whitenin
   assert int(found.num_transitions) >= 200
 
 
+@pytest.mark.system  # a diagonal warm-up each (~9 s)
 @pytest.mark.parametrize("dim, rho", [(2, 0.9), (4, 0.6)])
 def test_the_diagonal_warm_up_measures_the_widest_whitened_direction(dim, rho):
   """An equicorrelated Gaussian: its correlation matrix's largest eigenvalue is 1 + (dim - 1)
@@ -397,6 +398,7 @@ def test_the_finite_fraction_of_many_finite_draws_is_exactly_one():
   assert info.finite == 1.0 - 1.0 / draws.size
 
 
+@pytest.mark.system  # two warm-ups, the training and the check (~16 s)
 def test_a_log_density_that_is_nan_on_part_of_the_posterior_warns_of_divergent_proposals(
     capsys):
   """The issue's case: a 3-d standard normal whose log density is NaN where x0 > 1.5 (7 % of

@@ -207,6 +207,7 @@ def test_latent_is_kept_only_where_it_measures_better():
   assert not better(found(1.01), config(4), found(1.01), config(4))  # no gain
 
 
+@pytest.mark.system  # a float64 fit of 2,048 draws (~25 s)
 def test_a_conjugate_members_centre_rests_on_its_location_and_not_its_scale():
   """A centered hierarchy with Gaussian members (mu, log tau, theta_1..3; theta_i ~ N(mu,
   tau), y_i ~ N(theta_i, sigma_i)): each theta_i's local Gaussian is exact, its centre

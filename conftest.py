@@ -17,7 +17,9 @@ optimization instead. The subprocess tests pass ``XLA_FLAGS`` on to their worker
 The doctests of the pages in ``docs/`` train samplers and learned optimizers as a
 reader would (each a few XLA compilations of a whole training step): they are in the
 ``system`` tier with the multi-process tests and the Sphinx build, which CI runs right
-after the README's test command (:func:`pytest_collection_modifyitems`).
+after the README's test command (:func:`pytest_collection_modifyitems`). So does ``adapt``'s
+docstring example (:data:`SYSTEM_DOCTESTS`, about 45 s of CPU: the sampler's whole default
+adaptation); the default tier tests the same calls on smaller targets.
 """
 
 import os
@@ -38,9 +40,13 @@ if not FULL_OPTIMIZATION:
 
 _DOCS = pathlib.Path(__file__).resolve().parent / "docs"
 
+#: Docstring examples in the ``system`` tier: ``l2hmc.adapt``'s whole default on a target.
+SYSTEM_DOCTESTS = ("metaoptax.l2hmc.default_adaptation.adapt",)
+
 
 def pytest_collection_modifyitems(items):
-  """The doctests of ``docs/*.md`` join the ``system`` tier (``-m system``)."""
+  """The doctests of ``docs/*.md`` and :data:`SYSTEM_DOCTESTS` join the ``system`` tier
+  (``-m system``)."""
   for item in items:
-    if pathlib.Path(item.path).parent == _DOCS:
+    if pathlib.Path(item.path).parent == _DOCS or item.name in SYSTEM_DOCTESTS:
       item.add_marker(pytest.mark.system)

@@ -383,7 +383,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("warm-up", 0)
     state, found, run_config = _initial_state(
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
-    cost = _warmup_cost(found, config.num_steps, dim)
+    cost = _warmup_cost(found, dim)
     report("warm-up", cost.transitions - num_warmup, cost.transitions,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
@@ -483,7 +483,7 @@ def _retry_diagonal(rng_key, target: Target, config: L2HMCConfig, training: Trai
   training = training._replace(metric="diagonal")
   state, diagonal, diagonal_config = _initial_state(rng_key, target, config, training,
                                                     optimizer, positions, choose_num_steps)
-  cost = _warmup_cost(diagonal, config.num_steps, config.dim)
+  cost = _warmup_cost(diagonal, config.dim)
   if not float(jnp.max(diagonal.rhat)) < float(jnp.max(found.rhat)):
     return None, cost
   return (state, diagonal, diagonal_config, training), cost
@@ -506,7 +506,7 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
                                      warmup_iterations=_screen_warmup(training))
   state, found, local_config = _initial_state(rng_key, target, local_config, local_training,
                                               optimizer, positions, choose_num_steps)
-  cost += _warmup_cost(found, config.num_steps, config.dim)
+  cost += _warmup_cost(found, config.dim)
   if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
     return None, cost
   return (state, found, local_config, local_training), cost
@@ -548,7 +548,7 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   starts = jax.jit(jax.vmap(functools.partial(noncentering.inverse, transport)))(chains)
   latent_state, latent_found, latent_config = _initial_state(
       k_warmup, latent, config, training, optimizer, starts, choose_num_steps)
-  cost += _warmup_cost(latent_found, config.num_steps, config.dim)
+  cost += _warmup_cost(latent_found, config.dim)
   if not _latent_is_better(found, sampler_config, latent_found, latent_config):
     return None, cost
   return (latent_state, latent_found, latent_config, latent, transport), cost
@@ -598,7 +598,7 @@ def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,
   training = training._replace(warmup_iterations=_screen_warmup(training))
   state, found, reflect_config = _initial_state(rng_key, target, reflect_config, training,
                                                 optimizer, found.positions, choose_num_steps)
-  cost += _warmup_cost(found, config.num_steps, config.dim)
+  cost += _warmup_cost(found, config.dim)
   return (state, found, reflect_config), cost
 
 
@@ -630,11 +630,10 @@ class _Cost(NamedTuple):
     return _Cost(*(a + b for a, b in zip(self, other)))
 
 
-def _warmup_cost(found: WarmupResult, num_steps: int, dim: int) -> _Cost:
-  """A warm-up's cost: per chain, its transitions and their gradients (``num_steps``
-  leapfrog steps each, and its Hessians of ``dim`` gradient-sized products each), and its
-  divergent proposals."""
-  return _Cost(int(found.num_transitions) * num_steps + int(found.num_hessian_evaluations) * dim,
+def _warmup_cost(found: WarmupResult, dim: int) -> _Cost:
+  """A warm-up's cost: per chain, its transitions and their gradients (their leapfrog steps,
+  and its Hessians of ``dim`` gradient-sized products each), and its divergent proposals."""
+  return _Cost(int(found.num_leapfrog_steps) + int(found.num_hessian_evaluations) * dim,
                int(found.num_transitions), int(found.num_divergent))
 
 

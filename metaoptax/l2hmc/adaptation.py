@@ -128,8 +128,8 @@ class WarmupResult(NamedTuple):
       low-rank fit left long (the sampler's trajectory covers its quarter period,
       :func:`metaoptax.l2hmc.trajectory_length.num_steps_for`); ``None`` otherwise.
     num_leapfrog_steps: int, per chain, the leapfrog steps (gradients) of the warm-up's
-      transitions: ``num_steps`` per burn-in transition, ``scale_num_steps`` per transition
-      of windows 2 and 3 (its Hessians are ``num_hessian_evaluations``).
+      transitions: ``num_steps`` per transition, ``scale_num_steps`` per transition of
+      window 2 (its Hessians are ``num_hessian_evaluations``).
   """
 
   step_size: jax.Array
@@ -436,12 +436,15 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     jitter: the warm-up's transitions multiply :math:`h` by
       :math:`u \sim \mathcal U(1 - j, 1 + j)` (``L2HMCConfig.jitter``): a fixed
       trajectory whose length is near a whole period of a coordinate returns it to its start.
-    scale_num_steps: the leapfrog steps per transition of windows 2 and 3 (``None``:
-      ``num_steps``). The burn-in travels, the later windows only draw from chains that have
-      arrived: a trajectory of a quarter period decorrelates their draws, and where the
-      burn-in's step size makes that shorter than ``num_steps``, fewer steps draw as well
-      for fewer gradients (:func:`metaoptax.l2hmc.adapt` chooses it so, between
-      :func:`burn_in` and :func:`settle`, the two parts of this function).
+    scale_num_steps: the leapfrog steps per transition of window 2 (``None``:
+      ``num_steps``). The burn-in travels; window 2 only draws, from chains that have
+      arrived, the spread that the whitening is fitted to: a trajectory of a quarter period
+      decorrelates its draws, and where the burn-in's step size makes that shorter than
+      ``num_steps``, fewer steps draw as well for fewer gradients
+      (:func:`metaoptax.l2hmc.adapt` chooses it so, between :func:`burn_in` and
+      :func:`settle`, the two parts of this function). Window 3 keeps ``num_steps``: the
+      step size it adapts is the sampler's start, and at a shorter trajectory it comes out
+      smaller.
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
@@ -463,8 +466,8 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   burnt = burn_in(rng_key, logdensity_fn, positions, num_steps=num_steps,
                   init_step_size=init_step_size, max_burn_in_windows=max_burn_in_windows,
                   converged_rhat=converged_rhat, **options)
-  return settle(rng_key, logdensity_fn, burnt, num_steps=scale_num_steps or num_steps,
-                location=location, **options)
+  return settle(rng_key, logdensity_fn, burnt, num_steps=num_steps,
+                scale_num_steps=scale_num_steps, location=location, **options)
 
 
 def _check_arguments(positions, *, num_iterations, target_acceptance, init_step_size, slopes,
@@ -623,15 +626,19 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
            num_steps: int = 10, num_iterations: int = 300, target_acceptance: float = 0.8,
            adaptation_rate: float = 1.0, slopes: str = "squares", scales: str = "pooled",
            location: str = "mean", jitter: float = 0.5,
-           metric: str = "diagonal") -> WarmupResult:
-  """The warm-up's windows 2 and 3 (module docstring) from the chains :func:`burn_in` left,
-  ``num_steps`` leapfrog steps per transition (the burn-in's or fewer: the chains have
-  arrived, and the windows need draws, not travel); :func:`warmup`'s other arguments, the
-  same ``rng_key`` as the burn-in's. Jit-able with the numbers static."""
+           metric: str = "diagonal", scale_num_steps: int | None = None) -> WarmupResult:
+  """The warm-up's windows 2 and 3 (module docstring) from the chains :func:`burn_in` left:
+  window 2 with ``scale_num_steps`` leapfrog steps per transition (``None``: ``num_steps``),
+  window 3 with ``num_steps``; :func:`warmup`'s other arguments, the same ``rng_key`` as
+  the burn-in's. Jit-able with the numbers static."""
   states, log_h, whitening, count = burnt.states, burnt.log_h, burnt.whitening, burnt.num_windows
   dim = states.position.shape[1]
+  scale_num_steps = scale_num_steps or num_steps
+  moments = _moments(metric, slopes, dim)
   window = _windows(logdensity_fn, dim, num_steps, jitter, target_acceptance,
-                    adaptation_rate, _moments(metric, slopes, dim))
+                    adaptation_rate, moments)
+  scale_window = _windows(logdensity_fn, dim, scale_num_steps, jitter, target_acceptance,
+                          adaptation_rate, moments)
   lengths = _lengths(num_iterations)
   keys = jax.random.split(rng_key, 6)
 
@@ -646,8 +653,8 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
     return _diagonal(scale)
 
   # the whitening from chains that found the typical set: one window, then the final one
-  found = window(keys[1], states, log_h,
-                 _travel_whitening(logdensity_fn, metric, states, whitening), lengths[1],
+  found = scale_window(keys[1], states, log_h,
+                       _travel_whitening(logdensity_fn, metric, states, whitening), lengths[1],
                  keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   states = _restart_stuck(keys[4], found[0], found[7])
   scale, log_h, whitening = _rescaled(found, scales), found[5], whitening_of(found)
@@ -669,11 +676,11 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
     samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))
   # the slopes in the units of the whitening that h was adapted with (window 2's scale)
   centre = mean if location == "mean" else midpoint
-  settling = lengths[1] + lengths[2]
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, None if fitted is None else _whitened(fitted, scale),
-                      samples, rhat, count * lengths[0] + settling, burnt.rhat,
+                      samples, rhat, count * lengths[0] + lengths[1] + lengths[2], burnt.rhat,
                       (count + 1) * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
                       divergent + final_divergent, widest, spread,
-                      burnt.num_leapfrog_steps + settling * num_steps)
+                      burnt.num_leapfrog_steps + lengths[1] * scale_num_steps
+                      + lengths[2] * num_steps)

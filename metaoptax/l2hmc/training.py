@@ -536,11 +536,13 @@ def _jitted_burn_in(logdensity_fn: Callable, num_steps: int, num_iterations: int
 
 @functools.cache
 def _jitted_settle(logdensity_fn: Callable, num_steps: int, num_iterations: int, slopes: str,
-                   scales: str, location: str, metric: str, jitter: float) -> Callable:
+                   scales: str, location: str, metric: str, jitter: float,
+                   scale_num_steps: int) -> Callable:
   """The jitted :func:`metaoptax.l2hmc.adaptation.settle` of one target and configuration."""
   return jax.jit(lambda burnt, key: settle(
       key, logdensity_fn, burnt, num_steps=num_steps, num_iterations=num_iterations,
-      slopes=slopes, scales=scales, location=location, metric=metric, jitter=jitter))
+      slopes=slopes, scales=scales, location=location, metric=metric, jitter=jitter,
+      scale_num_steps=scale_num_steps))
 
 
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
@@ -550,8 +552,8 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    jitter: float = 0.5, shorten: bool = False) -> Callable:
   """The jitted warm-up (:func:`metaoptax.l2hmc.warmup`) of one target and configuration,
   ``(positions, key) -> WarmupResult``, its burn-in and its later windows jitted apart. With
-  ``shorten``, the later windows make the fewer leapfrog steps of a quarter period at the
-  burn-in's step size (:func:`settle_num_steps`), where that is fewer than ``num_steps``."""
+  ``shorten``, window 2 makes the fewer leapfrog steps of a quarter period at the burn-in's
+  step size (:func:`settle_num_steps`), where that is fewer than ``num_steps``."""
 
   def run(positions, key):
     _check_arguments(jnp.asarray(positions), num_iterations=num_iterations,
@@ -560,21 +562,21 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                      max_burn_in_windows=max_burn_in_windows, converged_rhat=CONVERGED_RHAT)
     burnt = _jitted_burn_in(logdensity_fn, num_steps, num_iterations, init_step_size, slopes,
                             scales, metric, max_burn_in_windows, jitter)(positions, key)
-    settling = settle_num_steps(burnt, num_steps) if shorten else num_steps
-    return _jitted_settle(logdensity_fn, settling, num_iterations, slopes, scales, location,
-                          metric, jitter)(burnt, key)
+    scale_num_steps = settle_num_steps(burnt, num_steps) if shorten else num_steps
+    return _jitted_settle(logdensity_fn, num_steps, num_iterations, slopes, scales, location,
+                          metric, jitter, scale_num_steps)(burnt, key)
 
   return run
 
 
 def settle_num_steps(burnt: BurnIn, num_steps: int) -> int:
-  """The leapfrog steps per transition of the warm-up's windows after the burn-in
-  (:func:`metaoptax.l2hmc.adaptation.settle`) where ``adapt`` chooses them: a quarter period of the
-  widest whitened direction at the burn-in's last step size
+  """The leapfrog steps per transition of the warm-up's window 2 (``scale_num_steps`` of
+  :func:`metaoptax.l2hmc.adaptation.settle`) where ``adapt`` chooses them: a quarter period
+  of the widest whitened direction at the burn-in's last step size
   (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`, as the sampler's are chosen
   after the warm-up), at most the burn-in's ``num_steps``. The chains have arrived; a quarter
-  period decorrelates their draws, and the burn-in's long trajectories, made for travel,
-  would cost more gradients for no better draws."""
+  period decorrelates the draws the whitening is fitted to, and the burn-in's long
+  trajectories, made for travel, would cost more gradients for no better draws."""
   return min(num_steps, trajectory_length.num_steps_for(
       float(jnp.exp(burnt.log_h)), widest_variance=float(burnt.widest_variance)))
 

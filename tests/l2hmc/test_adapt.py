@@ -73,20 +73,20 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
 
 def _gradients(info, num_steps, dim):
   """The gradients per chain of a run whose screens chose nothing (a Gaussian): the warm-up's
-  burn-in transitions of ``WARMUP_NUM_STEPS`` leapfrog steps, its later windows' of at most
-  as many (``num_leapfrog_steps`` holds a whole number of steps for each), and its
+  transitions of ``WARMUP_NUM_STEPS`` leapfrog steps, window 2's of at most as many
+  (``num_leapfrog_steps`` holds a whole number of steps for each), and its
   Hessians, the local scales' screen's Hessian diagonal (``dim`` products), the training's and
   the check's transitions with the sampler's K."""
   defaults = l2hmc.default_adaptation
   warmup, training = (int(num_steps * share) for share in defaults.SHARES[:2])
   found = info.warmup
   assert int(found.num_transitions) >= warmup
-  settling = warmup - int(warmup * l2hmc.adaptation.WINDOWS[0])
-  burning = int(found.num_transitions) - settling
-  settle_steps, rest = divmod(int(found.num_leapfrog_steps)
-                              - burning * defaults.WARMUP_NUM_STEPS, settling)
-  assert rest == 0 and 1 <= settle_steps <= defaults.WARMUP_NUM_STEPS
-  return (burning * defaults.WARMUP_NUM_STEPS + settling * settle_steps
+  window_2 = int(warmup * l2hmc.adaptation.WINDOWS[1])
+  others = int(found.num_transitions) - window_2
+  scale_steps, rest = divmod(int(found.num_leapfrog_steps)
+                             - others * defaults.WARMUP_NUM_STEPS, window_2)
+  assert rest == 0 and 1 <= scale_steps <= defaults.WARMUP_NUM_STEPS
+  return (others * defaults.WARMUP_NUM_STEPS + window_2 * scale_steps
           + int(found.num_hessian_evaluations) * dim + dim
           + (num_steps - warmup) * info.config.num_steps)
 

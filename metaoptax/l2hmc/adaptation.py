@@ -17,7 +17,9 @@ point. HMC chains (the networks off) run in three windows:
    uncentred predictors), one step size then moves every chain;
 2. :math:`\varepsilon = h\,\hat\sigma` with :math:`\hat\sigma` the per-coordinate
    standard deviation of the chains over the second half of the last burn-in window (dense:
-   the chains' Newton metrics again);
+   the chains' Newton metrics again), with ``scale_num_steps`` leapfrog steps per transition
+   (the burn-in's by default; fewer suffice for draws from chains that have arrived:
+   :func:`burn_in` and :func:`settle` split the warm-up there);
 3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2 (dense:
    the Cholesky factor of the chains' covariance there, :func:`_dense`; low rank: the
    diagonal-plus-low-rank fit of the draws and gradients there, :func:`_low_rank`).

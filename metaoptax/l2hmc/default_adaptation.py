@@ -10,7 +10,10 @@ between a warm-up (:func:`metaoptax.l2hmc.warmup`: the chains find the typical s
 whitening and step sizes), the training (:func:`metaoptax.l2hmc.train`) and a check with the
 trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per transition
 (``WARMUP_NUM_STEPS`` where ``adapt`` is given no ``config``): it only has to find the
-typical set, the scales and a step size, and short trajectories do that for fewer gradients.
+typical set, the scales and a step size, and short trajectories do that for fewer gradients;
+its second window, whose draws the whitening is fitted to, makes fewer where a quarter period
+at the burn-in's step size takes fewer
+(:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`, at most the burn-in's).
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
 the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
 widest whitened coordinate where the low-rank metric leaves one wider than 1

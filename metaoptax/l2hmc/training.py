@@ -526,8 +526,8 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 def _jitted_burn_in(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                     init_step_size: float, slopes: str, scales: str, metric: str,
                     max_burn_in_windows: int, jitter: float) -> Callable:
-  """The jitted :func:`metaoptax.l2hmc.adaptation.burn_in` of one target and configuration (runs from
-  other seeds reuse its compilation)."""
+  """The jitted :func:`metaoptax.l2hmc.adaptation.burn_in` of one target and configuration
+  (runs from other seeds reuse its compilation)."""
   return jax.jit(lambda positions, key: burn_in(
       key, logdensity_fn, positions, num_steps=num_steps, num_iterations=num_iterations,
       init_step_size=init_step_size, slopes=slopes, scales=scales, metric=metric,
@@ -553,7 +553,7 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
   """The jitted warm-up (:func:`metaoptax.l2hmc.warmup`) of one target and configuration,
   ``(positions, key) -> WarmupResult``, its burn-in and its later windows jitted apart. With
   ``shorten``, window 2 makes the fewer leapfrog steps of a quarter period at the burn-in's
-  step size (:func:`settle_num_steps`), where that is fewer than ``num_steps``."""
+  step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``."""
 
   def run(positions, key):
     _check_arguments(jnp.asarray(positions), num_iterations=num_iterations,
@@ -562,14 +562,14 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                      max_burn_in_windows=max_burn_in_windows, converged_rhat=CONVERGED_RHAT)
     burnt = _jitted_burn_in(logdensity_fn, num_steps, num_iterations, init_step_size, slopes,
                             scales, metric, max_burn_in_windows, jitter)(positions, key)
-    scale_num_steps = settle_num_steps(burnt, num_steps) if shorten else num_steps
+    scale_num_steps = _settle_num_steps(burnt, num_steps) if shorten else num_steps
     return _jitted_settle(logdensity_fn, num_steps, num_iterations, slopes, scales, location,
                           metric, jitter, scale_num_steps)(burnt, key)
 
   return run
 
 
-def settle_num_steps(burnt: BurnIn, num_steps: int) -> int:
+def _settle_num_steps(burnt: BurnIn, num_steps: int) -> int:
   """The leapfrog steps per transition of the warm-up's window 2 (``scale_num_steps`` of
   :func:`metaoptax.l2hmc.adaptation.settle`) where ``adapt`` chooses them: a quarter period
   of the widest whitened direction at the burn-in's last step size

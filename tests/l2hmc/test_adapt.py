@@ -268,7 +268,7 @@ def test_window_2_counts_its_own_leapfrog_steps_and_the_default_changes_nothing(
 def test_window_2_steps_are_the_burn_ins_quarter_period_at_most_its_k(log_h, widest, expected):
   burnt = l2hmc.adaptation.BurnIn(None, jnp.float32(log_h), None, 1, 1.0, 0, 0,
                                   jnp.float32(widest))
-  assert l2hmc.training.settle_num_steps(burnt, 5) == expected
+  assert l2hmc.training._settle_num_steps(burnt, 5) == expected
 
 
 def test_adapt_draws_window_2_at_the_burn_ins_quarter_period(adapted):

@@ -17,7 +17,9 @@ point. HMC chains (the networks off) run in three windows:
    uncentred predictors), one step size then moves every chain;
 2. :math:`\varepsilon = h\,\hat\sigma` with :math:`\hat\sigma` the per-coordinate
    standard deviation of the chains over the second half of the last burn-in window (dense:
-   the chains' Newton metrics again);
+   the chains' Newton metrics again), with ``scale_num_steps`` leapfrog steps per transition
+   (the burn-in's by default; fewer suffice for draws from chains that have arrived:
+   :func:`burn_in` and :func:`settle` split the warm-up there);
 3. the same with :math:`\hat\sigma` re-estimated over the second half of window 2 (dense:
    the Cholesky factor of the chains' covariance there, :func:`_dense`; low rank: the
    diagonal-plus-low-rank fit of the draws and gradients there, :func:`_low_rank`).
@@ -60,7 +62,7 @@ itself, 0 for a symmetric one) set to 0.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,7 +73,7 @@ from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
 from metaoptax.l2hmc.low_rank import fisher_low_rank
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening, to_whitened
 
-__all__ = ("WarmupResult", "warmup")
+__all__ = ("BurnIn", "WarmupResult", "burn_in", "settle", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)
@@ -127,6 +129,9 @@ class WarmupResult(NamedTuple):
       chain's kept draws): 1 where the whitening is complete, more along a direction the
       low-rank fit left long (the sampler's trajectory covers its quarter period,
       :func:`metaoptax.l2hmc.trajectory_length.num_steps_for`); ``None`` otherwise.
+    num_leapfrog_steps: int, per chain, the leapfrog steps (gradients) of the warm-up's
+      transitions: ``num_steps`` per transition, ``scale_num_steps`` per transition of
+      window 2 (its Hessians are ``num_hessian_evaluations``).
   """
 
   step_size: jax.Array
@@ -142,6 +147,7 @@ class WarmupResult(NamedTuple):
   num_divergent: jax.Array | None = None
   widest_variance: jax.Array | None = None
   whitened_spread: jax.Array | None = None
+  num_leapfrog_steps: jax.Array | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -383,7 +389,7 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
            slopes: str = "squares", scales: str = "pooled",
            location: str = "mean", max_burn_in_windows: int = 4,
            converged_rhat: float = CONVERGED_RHAT, jitter: float = 0.5,
-           metric: str = "diagonal") -> WarmupResult:
+           metric: str = "diagonal", scale_num_steps: int | None = None) -> WarmupResult:
   r"""Per-coordinate step sizes and burnt-in chains for an L2HMC sampler (module docstring).
 
   Args:
@@ -432,6 +438,15 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     jitter: the warm-up's transitions multiply :math:`h` by
       :math:`u \sim \mathcal U(1 - j, 1 + j)` (``L2HMCConfig.jitter``): a fixed
       trajectory whose length is near a whole period of a coordinate returns it to its start.
+    scale_num_steps: the leapfrog steps per transition of window 2 (``None``:
+      ``num_steps``). The burn-in travels; window 2 only draws, from chains that have
+      arrived, the spread that the whitening is fitted to: a trajectory of a quarter period
+      decorrelates its draws, and where the burn-in's step size makes that shorter than
+      ``num_steps``, fewer steps draw as well for fewer gradients
+      (:func:`metaoptax.l2hmc.adapt` chooses it so, between :func:`burn_in` and
+      :func:`settle`, the two parts of this function). Window 3 keeps ``num_steps``: the
+      step size it adapts is the sampler's start, and at a shorter trajectory it comes out
+      smaller.
 
   Returns:
     A :class:`WarmupResult`: ``init_params(key, config, step_size=result.step_size)``
@@ -442,6 +457,25 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   Jit-able with the numbers static.
   """
   positions = jnp.asarray(positions)
+  _check_arguments(positions, num_iterations=num_iterations,
+                  target_acceptance=target_acceptance, init_step_size=init_step_size,
+                  slopes=slopes, scales=scales, location=location, metric=metric,
+                  max_burn_in_windows=max_burn_in_windows, converged_rhat=converged_rhat,
+                  scale_num_steps=scale_num_steps)
+  options = dict(num_iterations=num_iterations, target_acceptance=target_acceptance,
+                 adaptation_rate=adaptation_rate, slopes=slopes, scales=scales, metric=metric,
+                 jitter=jitter)
+  burnt = burn_in(rng_key, logdensity_fn, positions, num_steps=num_steps,
+                  init_step_size=init_step_size, max_burn_in_windows=max_burn_in_windows,
+                  converged_rhat=converged_rhat, **options)
+  return settle(rng_key, logdensity_fn, burnt, num_steps=num_steps,
+                scale_num_steps=scale_num_steps, location=location, **options)
+
+
+def _check_arguments(positions, *, num_iterations, target_acceptance, init_step_size, slopes,
+                    scales, location, metric, max_burn_in_windows, converged_rhat,
+                    scale_num_steps=None) -> None:
+  """Raises ``ValueError`` for :func:`warmup`'s arguments out of range, naming the culprit."""
   if positions.ndim != 2:
     raise ValueError(f"positions must be (chains, dim), got shape {positions.shape}.")
   if positions.shape[0] < 2:
@@ -467,72 +501,166 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
     raise ValueError(f"max_burn_in_windows must be an int >= 1, got {max_burn_in_windows!r}.")
   if not converged_rhat > 1.0:
     raise ValueError(f"converged_rhat must be > 1, got {converged_rhat}.")
-  dim = positions.shape[1]
+  if scale_num_steps is not None and not (isinstance(scale_num_steps, int)
+                                          and not isinstance(scale_num_steps, bool)
+                                          and scale_num_steps >= 1):
+    raise ValueError(f"scale_num_steps must be None or an int >= 1, got {scale_num_steps!r}.")
+
+
+class BurnIn(NamedTuple):
+  r"""The chains after :func:`burn_in`, the warm-up's first part, for :func:`settle`.
+
+  Attributes:
+    states: the chains' HMC states ``(chains, ...)``.
+    log_h: :math:`\log h`, the step size's log at the burn-in's end.
+    whitening: the diagonal whitening of the last burn-in window's spread.
+    num_windows: int, the burn-in windows made.
+    rhat: the largest split R-hat of the last burn-in window.
+    num_divergent: int, the burn-in's divergent proposals, over every chain.
+    num_leapfrog_steps: int, per chain, the leapfrog steps (gradients) of its transitions.
+    widest_variance: the largest eigenvalue of the chains' correlation matrix over the last
+      window's second half (as :attr:`WarmupResult.widest_variance`; 1 without its
+      covariance, above ``MOMENTS_MAX_DIM`` coordinates with the diagonal metric).
+  """
+
+  states: Any
+  log_h: jax.Array
+  whitening: Whitening
+  num_windows: jax.Array
+  rhat: jax.Array
+  num_divergent: jax.Array
+  num_leapfrog_steps: jax.Array
+  widest_variance: jax.Array
+
+
+def _lengths(num_iterations: int) -> list[int]:
+  """The transitions of the burn-in window, window 2 and the final window."""
+  lengths = [int(num_iterations * w) for w in WINDOWS[:2]]
+  return lengths + [num_iterations - sum(lengths)]
+
+
+def _windows(logdensity_fn, dim, num_steps, jitter, target_acceptance, adaptation_rate,
+             moments):
+  """``window(key, states, log_h, whitening, length, curvature, keep_draws)``: :func:`_window`
+  with ``num_steps`` leapfrog steps per transition."""
   config = L2HMCConfig(dim=dim, num_steps=num_steps, use_networks=False,
                        step_sizes="shared", per_coordinate=False, jitter=jitter)
   kernel = build_kernel(config)
   masks = make_masks(jax.random.key(0), config)
-  lengths = [int(num_iterations * w) for w in WINDOWS[:2]]
-  lengths.append(num_iterations - sum(lengths))
-  states = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
-  log_h = jnp.log(jnp.asarray(init_step_size, positions.dtype))
-  scale = jnp.ones(dim, positions.dtype)
-  keys = jax.random.split(rng_key, 6)
-
-  moments = metric == "dense" or slopes == "curvature" or dim <= MOMENTS_MAX_DIM
 
   def window(key, states, log_h, whitening, length, curvature=False, keep_draws=0):
     return _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
                    target_acceptance, adaptation_rate, dim, curvature=curvature,
                    moments=moments, keep_draws=keep_draws)
 
-  def diagonal(scale):
-    return Whitening(jnp.zeros_like(scale), scale)
+  return window
 
-  def rescaled(found):
-    return jnp.sqrt(found[3] if scales == "pooled" else found[4])
 
-  def whitening_of(found):
-    """The whitening that a window's statistics give (location 0: the leapfrog's moves do
-    not depend on it)."""
-    scale = rescaled(found)
-    if metric == "dense":
-      return _dense(jnp.zeros_like(scale), found[12], found[3], found[13])
-    if metric == "low_rank":
-      return _low_rank(jax.random.fold_in(keys[1], 1), *found[15], scale)
-    return diagonal(scale)
+def _moments(metric: str, slopes: str, dim: int) -> bool:
+  """Whether the windows accumulate ``dim x dim`` second moments (``MOMENTS_MAX_DIM``)."""
+  return metric == "dense" or slopes == "curvature" or dim <= MOMENTS_MAX_DIM
+
+
+def _rescaled(found, scales: str):
+  """A window's standard deviations: pooled over the chains, or within them (``scales``)."""
+  return jnp.sqrt(found[3] if scales == "pooled" else found[4])
+
+
+def _diagonal(scale):
+  return Whitening(jnp.zeros_like(scale), scale)
+
+
+def _travel_whitening(logdensity_fn, metric, states, whitening):
+  """The burn-in's and window 2's whitening: dense, each chain's own Newton metric at its
+  position (the local scales and correlations, wherever the chain is); else ``whitening``."""
+  if metric == "dense":
+    return jax.vmap(lambda x: _newton_whitening(logdensity_fn, x))(states.position)
+  return whitening
+
+
+def burn_in(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
+            num_steps: int = 10, num_iterations: int = 300, init_step_size: float = 0.1,
+            target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
+            slopes: str = "squares", scales: str = "pooled", max_burn_in_windows: int = 4,
+            converged_rhat: float = CONVERGED_RHAT, jitter: float = 0.5,
+            metric: str = "diagonal") -> BurnIn:
+  """The warm-up's burn-in (window 1 of the module docstring, repeated while the chains
+  disagree), :func:`warmup`'s arguments (checked there): :func:`settle` continues from it.
+  Jit-able with the numbers static."""
+  positions = jnp.asarray(positions)
+  dim = positions.shape[1]
+  window = _windows(logdensity_fn, dim, num_steps, jitter, target_acceptance,
+                    adaptation_rate, _moments(metric, slopes, dim))
+  length = _lengths(num_iterations)[0]
+  states = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
+  log_h = jnp.log(jnp.asarray(init_step_size, positions.dtype))
+  keys = jax.random.split(rng_key, 6)
 
   # burn-in: the chains travel to the typical set; it repeats until the chains agree (split
   # R-hat) or max_burn_in_windows are made. Diagonal: the scale re-estimated after each
   # window (a spread between chains in transit gives long steps along their way). Dense:
   # each chain moves with its own Newton metric, from its Hessian at the window's start
-  # (the local scales and correlations, wherever the chain is)
-  def travel_whitening(states, whitening):
-    if metric == "dense":
-      return jax.vmap(lambda x: _newton_whitening(logdensity_fn, x))(states.position)
-    return whitening
-
-  def burn_in(carry):
-    states, log_h, whitening, count, _, divergent = carry
+  def one(carry):
+    states, log_h, whitening, count, _, divergent, _ = carry
     key = jax.random.fold_in(keys[0], count)
-    found = window(key, states, log_h, travel_whitening(states, whitening), lengths[0])
+    found = window(key, states, log_h,
+                   _travel_whitening(logdensity_fn, metric, states, whitening), length)
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
-    return (states, found[5], diagonal(rescaled(found)), count + 1, jnp.max(found[11]),
-            divergent + found[14])
+    widest = jnp.ones((), positions.dtype)
+    if metric == "diagonal" and found[12] is not None:
+      widest = _widest_variance(found[12])
+    return (states, found[5], _diagonal(_rescaled(found, scales)), count + 1,
+            jnp.max(found[11]), divergent + found[14], widest)
 
   def travelling(carry):
     return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
 
   inf = jnp.asarray(jnp.inf, positions.dtype)
   zero = jnp.zeros((), jnp.int32)
-  states, log_h, whitening, count, burn_in_rhat, divergent = jax.lax.while_loop(
-      travelling, burn_in, burn_in((states, log_h, diagonal(scale), zero, inf, zero)))
+  states, log_h, whitening, count, rhat, divergent, widest = jax.lax.while_loop(
+      travelling, one, one((states, log_h, _diagonal(jnp.ones(dim, positions.dtype)), zero,
+                            inf, zero, jnp.ones((), positions.dtype))))
+  return BurnIn(states, log_h, whitening, count, rhat, divergent, count * length * num_steps,
+                widest)
+
+
+def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
+           num_steps: int = 10, num_iterations: int = 300, target_acceptance: float = 0.8,
+           adaptation_rate: float = 1.0, slopes: str = "squares", scales: str = "pooled",
+           location: str = "mean", jitter: float = 0.5,
+           metric: str = "diagonal", scale_num_steps: int | None = None) -> WarmupResult:
+  """The warm-up's windows 2 and 3 (module docstring) from the chains :func:`burn_in` left:
+  window 2 with ``scale_num_steps`` leapfrog steps per transition (``None``: ``num_steps``),
+  window 3 with ``num_steps``; :func:`warmup`'s other arguments, the same ``rng_key`` as
+  the burn-in's. Jit-able with the numbers static."""
+  states, log_h, whitening, count = burnt.states, burnt.log_h, burnt.whitening, burnt.num_windows
+  dim = states.position.shape[1]
+  scale_num_steps = scale_num_steps or num_steps
+  moments = _moments(metric, slopes, dim)
+  window = _windows(logdensity_fn, dim, num_steps, jitter, target_acceptance,
+                    adaptation_rate, moments)
+  scale_window = _windows(logdensity_fn, dim, scale_num_steps, jitter, target_acceptance,
+                          adaptation_rate, moments)
+  lengths = _lengths(num_iterations)
+  keys = jax.random.split(rng_key, 6)
+
+  def whitening_of(found):
+    """The whitening that a window's statistics give (location 0: the leapfrog's moves do
+    not depend on it)."""
+    scale = _rescaled(found, scales)
+    if metric == "dense":
+      return _dense(jnp.zeros_like(scale), found[12], found[3], found[13])
+    if metric == "low_rank":
+      return _low_rank(jax.random.fold_in(keys[1], 1), *found[15], scale)
+    return _diagonal(scale)
+
   # the whitening from chains that found the typical set: one window, then the final one
-  found = window(keys[1], states, log_h, travel_whitening(states, whitening), lengths[1],
+  found = scale_window(keys[1], states, log_h,
+                       _travel_whitening(logdensity_fn, metric, states, whitening), lengths[1],
                  keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   states = _restart_stuck(keys[4], found[0], found[7])
-  scale, log_h, whitening = rescaled(found), found[5], whitening_of(found)
-  divergent = divergent + found[14]
+  scale, log_h, whitening = _rescaled(found, scales), found[5], whitening_of(found)
+  divergent = burnt.num_divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
    rhat, covariance, _, final_divergent, final_draws) = window(
        keys[2], states, log_h, whitening, lengths[2], curvature=slopes == "curvature",
@@ -552,8 +680,9 @@ def warmup(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *,
   centre = mean if location == "mean" else midpoint
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, None if fitted is None else _whitened(fitted, scale),
-                      samples, rhat,
-                      count * lengths[0] + lengths[1] + lengths[2], burn_in_rhat,
+                      samples, rhat, count * lengths[0] + lengths[1] + lengths[2], burnt.rhat,
                       (count + 1) * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
-                      divergent + final_divergent, widest, spread)
+                      divergent + final_divergent, widest, spread,
+                      burnt.num_leapfrog_steps + lengths[1] * scale_num_steps
+                      + lengths[2] * num_steps)

@@ -10,7 +10,10 @@ between a warm-up (:func:`metaoptax.l2hmc.warmup`: the chains find the typical s
 whitening and step sizes), the training (:func:`metaoptax.l2hmc.train`) and a check with the
 trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per transition
 (``WARMUP_NUM_STEPS`` where ``adapt`` is given no ``config``): it only has to find the
-typical set, the scales and a step size, and short trajectories do that for fewer gradients.
+typical set, the scales and a step size, and short trajectories do that for fewer gradients;
+its second window, whose draws the whitening is fitted to, makes fewer where a quarter period
+at the burn-in's step size takes fewer
+(:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`, at most the burn-in's).
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
 the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
 widest whitened coordinate where the low-rank metric leaves one wider than 1
@@ -383,7 +386,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("warm-up", 0)
     state, found, run_config = _initial_state(
         k_init, target, run_config, run_training, optimizer, flat, choose_num_steps)
-    cost = _warmup_cost(found, config.num_steps, dim)
+    cost = _warmup_cost(found, dim)
     report("warm-up", cost.transitions - num_warmup, cost.transitions,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
@@ -483,7 +486,7 @@ def _retry_diagonal(rng_key, target: Target, config: L2HMCConfig, training: Trai
   training = training._replace(metric="diagonal")
   state, diagonal, diagonal_config = _initial_state(rng_key, target, config, training,
                                                     optimizer, positions, choose_num_steps)
-  cost = _warmup_cost(diagonal, config.num_steps, config.dim)
+  cost = _warmup_cost(diagonal, config.dim)
   if not float(jnp.max(diagonal.rhat)) < float(jnp.max(found.rhat)):
     return None, cost
   return (state, diagonal, diagonal_config, training), cost
@@ -506,7 +509,7 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
                                      warmup_iterations=_screen_warmup(training))
   state, found, local_config = _initial_state(rng_key, target, local_config, local_training,
                                               optimizer, positions, choose_num_steps)
-  cost += _warmup_cost(found, config.num_steps, config.dim)
+  cost += _warmup_cost(found, config.dim)
   if not bool(jnp.any(state.params.local.exponent != 0)):  # keep_if_varying switched it off
     return None, cost
   return (state, found, local_config, local_training), cost
@@ -548,7 +551,7 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   starts = jax.jit(jax.vmap(functools.partial(noncentering.inverse, transport)))(chains)
   latent_state, latent_found, latent_config = _initial_state(
       k_warmup, latent, config, training, optimizer, starts, choose_num_steps)
-  cost += _warmup_cost(latent_found, config.num_steps, config.dim)
+  cost += _warmup_cost(latent_found, config.dim)
   if not _latent_is_better(found, sampler_config, latent_found, latent_config):
     return None, cost
   return (latent_state, latent_found, latent_config, latent, transport), cost
@@ -598,7 +601,7 @@ def _screen_reflection(rng_key, target: Target, config: L2HMCConfig,
   training = training._replace(warmup_iterations=_screen_warmup(training))
   state, found, reflect_config = _initial_state(rng_key, target, reflect_config, training,
                                                 optimizer, found.positions, choose_num_steps)
-  cost += _warmup_cost(found, config.num_steps, config.dim)
+  cost += _warmup_cost(found, config.dim)
   return (state, found, reflect_config), cost
 
 
@@ -630,11 +633,10 @@ class _Cost(NamedTuple):
     return _Cost(*(a + b for a, b in zip(self, other)))
 
 
-def _warmup_cost(found: WarmupResult, num_steps: int, dim: int) -> _Cost:
-  """A warm-up's cost: per chain, its transitions and their gradients (``num_steps``
-  leapfrog steps each, and its Hessians of ``dim`` gradient-sized products each), and its
-  divergent proposals."""
-  return _Cost(int(found.num_transitions) * num_steps + int(found.num_hessian_evaluations) * dim,
+def _warmup_cost(found: WarmupResult, dim: int) -> _Cost:
+  """A warm-up's cost: per chain, its transitions and their gradients (their leapfrog steps,
+  and its Hessians of ``dim`` gradient-sized products each), and its divergent proposals."""
+  return _Cost(int(found.num_leapfrog_steps) + int(found.num_hessian_evaluations) * dim,
                int(found.num_transitions), int(found.num_divergent))
 
 

@@ -59,7 +59,8 @@ from metaoptax._src.data_parallel import (DataParallel, data_parallel, hashable_
 from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes, trajectory_length
-from metaoptax.l2hmc.adaptation import SLOPES, warmup
+from metaoptax.l2hmc.adaptation import (CONVERGED_RHAT, SLOPES, BurnIn, _check_arguments,
+                                        burn_in, settle)
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, draw_step_scale, init,
@@ -522,20 +523,62 @@ def _tempered(logdensity_fn: Callable, temperature, differentiate_force: bool) -
 
 
 @functools.cache
+def _jitted_burn_in(logdensity_fn: Callable, num_steps: int, num_iterations: int,
+                    init_step_size: float, slopes: str, scales: str, metric: str,
+                    max_burn_in_windows: int, jitter: float) -> Callable:
+  """The jitted :func:`metaoptax.l2hmc.adaptation.burn_in` of one target and configuration
+  (runs from other seeds reuse its compilation)."""
+  return jax.jit(lambda positions, key: burn_in(
+      key, logdensity_fn, positions, num_steps=num_steps, num_iterations=num_iterations,
+      init_step_size=init_step_size, slopes=slopes, scales=scales, metric=metric,
+      max_burn_in_windows=max_burn_in_windows, jitter=jitter))
+
+
+@functools.cache
+def _jitted_settle(logdensity_fn: Callable, num_steps: int, num_iterations: int, slopes: str,
+                   scales: str, location: str, metric: str, jitter: float,
+                   scale_num_steps: int) -> Callable:
+  """The jitted :func:`metaoptax.l2hmc.adaptation.settle` of one target and configuration."""
+  return jax.jit(lambda burnt, key: settle(
+      key, logdensity_fn, burnt, num_steps=num_steps, num_iterations=num_iterations,
+      slopes=slopes, scales=scales, location=location, metric=metric, jitter=jitter,
+      scale_num_steps=scale_num_steps))
+
+
 def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    init_step_size: float, slopes: str = "squares",
                    scales: str = "pooled", location: str = "mean",
                    metric: str = "diagonal", max_burn_in_windows: int = 4,
-                   jitter: float = 0.5) -> Callable:
-  """The jitted warm-up of one target and configuration (runs from other seeds reuse its
-  compilation)."""
-  return jax.jit(lambda positions, key: warmup(key, logdensity_fn, positions, num_steps=num_steps,
-                                              num_iterations=num_iterations,
-                                              init_step_size=init_step_size, slopes=slopes,
-                                              scales=scales, location=location,
-                                              metric=metric,
-                                              max_burn_in_windows=max_burn_in_windows,
-                                              jitter=jitter))
+                   jitter: float = 0.5, shorten: bool = False) -> Callable:
+  """The jitted warm-up (:func:`metaoptax.l2hmc.warmup`) of one target and configuration,
+  ``(positions, key) -> WarmupResult``, its burn-in and its later windows jitted apart. With
+  ``shorten``, window 2 makes the fewer leapfrog steps of a quarter period at the burn-in's
+  step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``."""
+
+  def run(positions, key):
+    _check_arguments(jnp.asarray(positions), num_iterations=num_iterations,
+                     target_acceptance=0.8, init_step_size=init_step_size, slopes=slopes,
+                     scales=scales, location=location, metric=metric,
+                     max_burn_in_windows=max_burn_in_windows, converged_rhat=CONVERGED_RHAT)
+    burnt = _jitted_burn_in(logdensity_fn, num_steps, num_iterations, init_step_size, slopes,
+                            scales, metric, max_burn_in_windows, jitter)(positions, key)
+    scale_num_steps = _settle_num_steps(burnt, num_steps) if shorten else num_steps
+    return _jitted_settle(logdensity_fn, num_steps, num_iterations, slopes, scales, location,
+                          metric, jitter, scale_num_steps)(burnt, key)
+
+  return run
+
+
+def _settle_num_steps(burnt: BurnIn, num_steps: int) -> int:
+  """The leapfrog steps per transition of the warm-up's window 2 (``scale_num_steps`` of
+  :func:`metaoptax.l2hmc.adaptation.settle`) where ``adapt`` chooses them: a quarter period
+  of the widest whitened direction at the burn-in's last step size
+  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`, as the sampler's are chosen
+  after the warm-up), at most the burn-in's ``num_steps``. The chains have arrived; a quarter
+  period decorrelates the draws the whitening is fitted to, and the burn-in's long
+  trajectories, made for travel, would cost more gradients for no better draws."""
+  return min(num_steps, trajectory_length.num_steps_for(
+      float(jnp.exp(burnt.log_h)), widest_variance=float(burnt.widest_variance)))
 
 
 def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(),
@@ -604,7 +647,9 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
                            slopes, "within" if config.reflection else "pooled",
                            "midpoint" if config.reflection else "mean",
                            _metric(config, training), _burn_in_windows(config, training),
-                           config.jitter)(positions, k_warmup)
+                           config.jitter,
+                           shorten=choose_num_steps and _metric(config, training) != "low_rank"
+                           )(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if choose_num_steps:

@@ -73,14 +73,20 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
 
 def _gradients(info, num_steps, dim):
   """The gradients per chain of a run whose screens chose nothing (a Gaussian): the warm-up's
-  transitions of ``WARMUP_NUM_STEPS`` leapfrog steps and its Hessians, the local scales'
-  screen's Hessian diagonal (``dim`` products), the training's and the check's transitions
-  with the sampler's K."""
+  transitions of ``WARMUP_NUM_STEPS`` leapfrog steps, window 2's of at most as many
+  (``num_leapfrog_steps`` holds a whole number of steps for each), and its
+  Hessians, the local scales' screen's Hessian diagonal (``dim`` products), the training's and
+  the check's transitions with the sampler's K."""
   defaults = l2hmc.default_adaptation
   warmup, training = (int(num_steps * share) for share in defaults.SHARES[:2])
   found = info.warmup
   assert int(found.num_transitions) >= warmup
-  return (int(found.num_transitions) * defaults.WARMUP_NUM_STEPS
+  window_2 = int(warmup * l2hmc.adaptation.WINDOWS[1])
+  others = int(found.num_transitions) - window_2
+  scale_steps, rest = divmod(int(found.num_leapfrog_steps)
+                             - others * defaults.WARMUP_NUM_STEPS, window_2)
+  assert rest == 0 and 1 <= scale_steps <= defaults.WARMUP_NUM_STEPS
+  return (others * defaults.WARMUP_NUM_STEPS + window_2 * scale_steps
           + int(found.num_hessian_evaluations) * dim + dim
           + (num_steps - warmup) * info.config.num_steps)
 
@@ -224,6 +230,54 @@ def test_the_burn_in_repeats_until_the_chains_agree():
   assert int(once.num_transitions) == 100
   assert int(repeated.num_transitions) > 100
   assert float(repeated.burn_in_rhat) < float(once.burn_in_rhat)
+
+
+def test_window_2_counts_its_own_leapfrog_steps_and_the_default_changes_nothing():
+  """``warmup(scale_num_steps=k)`` runs window 2 with ``k`` leapfrog steps per transition and
+  counts them (burn-in and window 3 with ``num_steps``); ``k = num_steps`` is the default,
+  bit for bit, and ``burn_in`` then ``settle`` makes ``warmup``'s transitions."""
+  logdensity_fn = lambda x: -0.5 * jnp.sum(x**2)
+  positions = jax.random.normal(jax.random.key(0), (8, 3))
+  run = jax.jit(lambda k, x, n: l2hmc.warmup(k, logdensity_fn, x, num_steps=5,
+                                             num_iterations=40, scale_num_steps=n),
+                static_argnums=2)
+  default, same, short = (run(jax.random.key(1), positions, n) for n in (None, 5, 2))
+  lengths = l2hmc.adaptation._lengths(40)  # 10, 14, 16
+  burn_in = int(default.num_transitions) - lengths[1] - lengths[2]
+  assert int(default.num_leapfrog_steps) == int(default.num_transitions) * 5
+  assert int(short.num_leapfrog_steps) == (burn_in + lengths[2]) * 5 + lengths[1] * 2
+  for a, b in zip(jax.tree.leaves(default), jax.tree.leaves(same)):
+    np.testing.assert_array_equal(a, b)
+  burnt = l2hmc.adaptation.burn_in(jax.random.key(1), logdensity_fn, positions, num_steps=5,
+                                   num_iterations=40)
+  parts = l2hmc.adaptation.settle(jax.random.key(1), logdensity_fn, burnt, num_steps=5,
+                                  num_iterations=40, scale_num_steps=2)
+  # the same transitions (float32 chaos apart: jitted whole or in parts, the rounding differs)
+  assert int(parts.num_transitions) == int(short.num_transitions)
+  assert int(parts.num_leapfrog_steps) == int(short.num_leapfrog_steps)
+  np.testing.assert_allclose(parts.step_size, short.step_size, rtol=0.1)
+  with pytest.raises(ValueError, match="scale_num_steps"):
+    l2hmc.warmup(jax.random.key(1), logdensity_fn, positions, scale_num_steps=0)
+
+
+@pytest.mark.parametrize("log_h, widest, expected", [
+    (np.log(0.9), 1.0, 2),  # ceil((pi / 2) / 0.9)
+    (np.log(0.9), 4.0, 4),  # ceil(2 (pi / 2) / 0.9): the widest direction's quarter period
+    (np.log(0.2), 1.0, 5),  # ceil((pi / 2) / 0.2) = 8, capped at the burn-in's 5
+])
+def test_window_2_steps_are_the_burn_ins_quarter_period_at_most_its_k(log_h, widest, expected):
+  burnt = l2hmc.adaptation.BurnIn(None, jnp.float32(log_h), None, 1, 1.0, 0, 0,
+                                  jnp.float32(widest))
+  assert l2hmc.training._settle_num_steps(burnt, 5) == expected
+
+
+def test_adapt_draws_window_2_at_the_burn_ins_quarter_period(adapted):
+  """A standard normal's burn-in step size is near 1: window 2 makes fewer leapfrog steps
+  than the warm-up's other transitions (removing adapt's rule makes them equal)."""
+  _, info = adapted
+  found = info.warmup
+  assert int(found.num_leapfrog_steps) < (int(found.num_transitions)
+                                         * l2hmc.default_adaptation.WARMUP_NUM_STEPS)
 
 
 @pytest.mark.parametrize("bad, match", [

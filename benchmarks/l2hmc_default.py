@@ -29,11 +29,12 @@ window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
   check R-hat, ESS and divergences only), against NUTS with a diagonal and nutpie's
   low-rank metric.
 * **multi-scale** posteriors (``--suite multiscale``): the funnel and the centered eight
-  schools of the eight, and two of this script's own definitions, a horseshoe regression
-  (``horseshoe_regression``: 103 coordinates) and a centered stochastic volatility model
+  schools of the eight, and three of this script's own definitions, a horseshoe regression
+  non-centered as users write it (``horseshoe``: 103 coordinates), the same centered
+  (``horseshoe_centered``: fifty funnels) and a centered stochastic volatility model
   (``stochastic_volatility_centered``: 103), all on the unconstrained scale, with controls
   that need no non-centering (the non-centered schools, the breast-cancer regression, the
-  50-d ill-conditioned and the correlated Gaussian); the two new ones have no reference
+  50-d ill-conditioned and the correlated Gaussian); the three new ones have no reference
   moments (their moments' errors are NaN: R-hat, ESS and divergences judge them). NUTS
   (diagonal) is the anchor here.
 
@@ -105,8 +106,9 @@ SAMPLERS_TUNINGFORK = ("l2hmc", "nuts", "nuts_dense", "nuts_low_rank", "chees_di
 SAMPLERS_SCALE = ("l2hmc", "nuts", "nuts_low_rank")
 #: The multi-scale suite's: the default against NUTS with a diagonal metric.
 SAMPLERS_MULTISCALE = ("l2hmc", "nuts")
-MULTISCALE = ("funnel", "schools_centered", "horseshoe", "schools_noncentered", "logistic",
-              "ill_conditioned", "correlated", "stochastic_volatility_centered")
+MULTISCALE = ("funnel", "schools_centered", "horseshoe", "horseshoe_centered",
+              "schools_noncentered", "logistic", "ill_conditioned", "correlated",
+              "stochastic_volatility_centered")
 EIGHT = ("funnel", "schools_centered", "schools_noncentered", "logistic", "mixture",
          "correlated", "rough_well", "ill_conditioned")
 CHAINS = 32
@@ -163,29 +165,59 @@ def _multilevel_problem() -> Problem:
   return Problem("multilevel_regression", target.logdensity_fn, starts, lambda x: x, None, None)
 
 
-def horseshoe_regression(num_data: int = 100, num_features: int = 50):
-  r"""A regression with a horseshoe prior, on the unconstrained scale: ``(alpha, log sigma,
-  log tau, log lambda_1..p, beta_1..p)``, :math:`y \sim \mathcal N(\alpha + X\beta,
-  \sigma^2)`, :math:`\beta_j \sim \mathcal N(0, \tau^2\lambda_j^2)` (centered),
-  :math:`\tau, \lambda_j \sim` half-Cauchy(0, 1), :math:`\sigma \sim` half-normal(0, 1),
-  :math:`\alpha \sim \mathcal N(0, 5^2)`; synthetic data (fixed seed): standard normal
-  :math:`X`, five nonzero coefficients of 50, noise sd 0.5. A log density of a flat vector
-  and its dimension."""
+def _horseshoe_data(num_data: int, num_features: int):
+  """The horseshoe regressions' synthetic data (fixed seed): standard normal features, five
+  nonzero coefficients (3, -2.5, 2, -1.5, 1) of ``num_features``, noise sd 0.5."""
   k_x, k_noise = jax.random.split(jax.random.key(20261128))
   features = jax.random.normal(k_x, (num_data, num_features))
   truth = jnp.zeros(num_features).at[:5].set(jnp.array([3.0, -2.5, 2.0, -1.5, 1.0]))
-  y = features @ truth + 0.5 * jax.random.normal(k_noise, (num_data,))
+  return features, features @ truth + 0.5 * jax.random.normal(k_noise, (num_data,))
+
+
+def _log_half_cauchy(log_x):
+  """The log density of ``exp(log_x) ~ half-Cauchy(0, 1)`` with its Jacobian (softplus:
+  finite for any finite ``log_x``)."""
+  return jnp.log(2.0 / jnp.pi) - jax.nn.softplus(2.0 * log_x) + log_x
+
+
+def horseshoe_regression(num_data: int = 100, num_features: int = 50):
+  r"""A regression with a horseshoe prior, non-centered as users write it (the Stan user
+  guide's, numpyro's example, Piironen and Vehtari 2017), on the unconstrained scale:
+  ``(alpha, log sigma, log tau, log lambda_1..p, z_1..p)``, :math:`\beta_j = \tau\lambda_j
+  z_j`, :math:`z_j \sim \mathcal N(0, 1)`, :math:`y \sim \mathcal N(\alpha + X\beta,
+  \sigma^2)`, :math:`\tau, \lambda_j \sim` half-Cauchy(0, 1), :math:`\sigma \sim`
+  half-normal(0, 1), :math:`\alpha \sim \mathcal N(0, 5^2)`; data: ``_horseshoe_data``.
+  A log density of a flat vector and its dimension."""
+  features, y = _horseshoe_data(num_data, num_features)
   norm = jax.scipy.stats.norm
 
-  def half_cauchy(log_x):  # log density of exp(log_x) ~ half-Cauchy(0, 1), with its Jacobian
-    return jnp.log(2.0 / jnp.pi) - jnp.log1p(jnp.exp(2.0 * log_x)) + log_x
+  def logdensity_fn(theta):
+    alpha, log_sigma, log_tau = theta[0], theta[1], theta[2]
+    log_lambda, z = theta[3:3 + num_features], theta[3 + num_features:]
+    sigma = jnp.exp(log_sigma)
+    beta = z * jnp.exp(log_tau + log_lambda)
+    prior = (norm.logpdf(alpha, scale=5.0) + norm.logpdf(sigma) + log_sigma
+             + _log_half_cauchy(log_tau) + jnp.sum(_log_half_cauchy(log_lambda))
+             + jnp.sum(norm.logpdf(z)))
+    return prior + jnp.sum(norm.logpdf(y, alpha + features @ beta, sigma))
+
+  return logdensity_fn, 3 + 2 * num_features
+
+
+def horseshoe_regression_centered(num_data: int = 100, num_features: int = 50):
+  r""":func:`horseshoe_regression` centered: ``(alpha, log sigma, log tau, log
+  lambda_1..p, beta_1..p)``, :math:`\beta_j \sim \mathcal N(0, \tau^2\lambda_j^2)`: each
+  null coefficient and its scales form a funnel (the learned non-centering's test). A log
+  density of a flat vector and its dimension."""
+  features, y = _horseshoe_data(num_data, num_features)
+  norm = jax.scipy.stats.norm
 
   def logdensity_fn(theta):
     alpha, log_sigma, log_tau = theta[0], theta[1], theta[2]
     log_lambda, beta = theta[3:3 + num_features], theta[3 + num_features:]
     sigma = jnp.exp(log_sigma)
     prior = (norm.logpdf(alpha, scale=5.0) + norm.logpdf(sigma) + log_sigma
-             + half_cauchy(log_tau) + jnp.sum(half_cauchy(log_lambda))
+             + _log_half_cauchy(log_tau) + jnp.sum(_log_half_cauchy(log_lambda))
              + jnp.sum(norm.logpdf(beta, scale=jnp.exp(log_tau + log_lambda))))
     return prior + jnp.sum(norm.logpdf(y, alpha + features @ beta, sigma))
 
@@ -259,7 +291,7 @@ def _problem(suite: str, name: str) -> Problem:
             else _tuningfork_problem(name))
   if suite.startswith("tuningfork"):
     return _tuningfork_problem(name)
-  own = {"horseshoe": horseshoe_regression,
+  own = {"horseshoe": horseshoe_regression, "horseshoe_centered": horseshoe_regression_centered,
          "stochastic_volatility_centered": stochastic_volatility}
   if suite == "multiscale" and name in own:
     return _own_problem(name, own[name])

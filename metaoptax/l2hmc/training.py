@@ -613,10 +613,13 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
       widest = 1.0
       if training.metric == "diagonal" and found.widest_variance is not None:
         widest = found.widest_variance
-      spread = 1.0 if found.whitened_spread is None else max(float(found.whitened_spread), 1.0)
-      # the jitter spreads a unit coordinate's phase by as much as on a unit quarter period
-      config = config._replace(num_steps=trajectory_length.num_steps_for(
-          step_size / spread, widest_variance=widest), jitter=config.jitter / spread)
+      if found.whitened_spread is None:
+        config = config._replace(num_steps=trajectory_length.num_steps_for(
+            step_size, widest_variance=widest))
+      else:  # from the widest coordinate's quarter period, the one that mixes z^2 best
+        num_steps, jitter = trajectory_length.num_steps_for_spread(
+            float(step_size), float(found.whitened_spread), config.jitter)
+        config = config._replace(num_steps=num_steps, jitter=jitter)
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
                                                     config.integrator)

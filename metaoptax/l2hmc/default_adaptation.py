@@ -14,7 +14,8 @@ typical set, the scales and a step size, and short trajectories do that for fewe
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
 the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
 widest whitened coordinate where the low-rank metric leaves one wider than 1
-(``WarmupResult.whitened_spread``).
+(``WarmupResult.whitened_spread``), lengthened where that would move the unit coordinates'
+squares poorly (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for_spread`).
 
 Every gradient of the adaptation is counted, per chain, in
 ``info.num_gradient_evaluations``: the warm-ups' transitions (their repeated burn-in windows

@@ -575,11 +575,11 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
   without a warm-up) and the configuration. With ``choose_num_steps`` (and a warm-up),
   the warm-up runs with ``config.num_steps`` leapfrog steps, and the sampler's number of
   steps then follows from the warm-up's step size
-  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), divided, where the warm-up
-  measured one above 1, by its ``whitened_spread`` :math:`s` (the quarter period of the
-  widest whitened coordinate), and the sampler's ``jitter`` divided by :math:`s` (a unit
-  coordinate's phase then varies as much as over a unit quarter period, a trajectory
-  :math:`s` times as long); the configuration returned has both."""
+  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), or, where the warm-up measured
+  a ``whitened_spread`` :math:`s` (low rank), from the widest whitened coordinate's quarter
+  period, the steps and jitter of
+  :func:`metaoptax.l2hmc.trajectory_length.num_steps_for_spread` (the most effective draws
+  of a unit coordinate's square per gradient); the configuration returned has both."""
   _check_training(training)
   config = _with_dim(target, config)
   optimizer = optimizer or default_optimizer()

@@ -26,8 +26,9 @@ variance :math:`\lambda` (the largest eigenvalue of the coordinates' correlation
 with :math:`\lambda = 1` where the whitening fits the correlations (dense, low rank). Where
 a coordinate stays wider than 1 after a diagonal-plus-low-rank whitening (its warm-up
 measures the largest whitened standard deviation :math:`s`, ``WarmupResult.whitened_spread``),
-its quarter period is :math:`s\,\pi/2`, and ``num_steps_for(h / s)`` reaches it (``adapt``
-then divides the jitter by :math:`s`). Where the posterior is near Gaussian after whitening,
+its quarter period is :math:`s\,\pi/2`, and ``num_steps_for(h / s)`` reaches it (the
+sampler then takes :func:`num_steps_for_spread`'s :math:`K`, below, at least that). Where
+the posterior is near Gaussian after whitening,
 :math:`h` is near 1 and
 :math:`K` is a few steps; where its curvature varies, the acceptance target makes
 :math:`h` small and the trajectory keeps its length with more steps. Training then

@@ -296,8 +296,8 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 def _propose(config, params, masks, logdensity_fn, state, momentum, direction,
              whitening=None, tuning_noise=None, step_scale=None):
-  """:func:`propose`'s ``(proposed_state, acceptance, log_det)``, and the momentum at the
-  trajectory's end."""
+  """:func:`propose`'s ``(proposed_state, acceptance, log_det)``, the momentum at the
+  trajectory's end and the log acceptance ratio :math:`H - H' + \log|\det J|`."""
   position, grad = state.position, state.logdensity_grad
   if whitening is not None:
     position, grad = (to_whitened(whitening, position),
@@ -328,7 +328,8 @@ def _propose(config, params, masks, logdensity_fn, state, momentum, direction,
   energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2) + tuning_before
   energy_after = -logdensity + 0.5 * jnp.sum(v**2) + tuning_after
   acceptance = acceptance_probability(energy_before, energy_after, log_det)
-  return L2HMCState(x, logdensity, grad), acceptance, log_det, v
+  return (L2HMCState(x, logdensity, grad), acceptance, log_det, v,
+          energy_before - energy_after + log_det)
 
 
 def refined(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array, factor: int):
@@ -387,16 +388,17 @@ def retried_acceptance(config: L2HMCConfig, params: L2HMCParams, masks: jax.Arra
   """
   fine_config, fine_params, fine_masks = refined(config, params, masks,
                                                  config.retry_divergent)
-  proposal, acceptance, log_det, v = _propose(fine_config, fine_params, fine_masks,
-                                              logdensity_fn, state, momentum, direction,
-                                              whitening, None, step_scale)
-  ghost, ghost_acceptance, ghost_log_det, _ = _propose(
+  proposal, _, _, v, log_ratio = _propose(fine_config, fine_params, fine_masks,
+                                          logdensity_fn, state, momentum, direction,
+                                          whitening, None, step_scale)
+  ghost, ghost_acceptance, ghost_log_det, _, _ = _propose(
       config, params, masks, logdensity_fn, proposal, v, -direction, whitening, None,
       step_scale)
   ghost_failed = failed(ghost_acceptance) | is_divergent(ghost, ghost_log_det)
-  # min(1, pi(eta)/pi(xi)) is `acceptance` (0 where the refined trajectory diverged)
-  ratio = (1.0 - ghost_acceptance) / (1.0 - first_acceptance)
-  acceptance = jnp.where(ghost_failed, jnp.minimum(acceptance * ratio, 1.0), 0.0)
+  # log pi(eta)/pi(xi) is the refined trajectory's log ratio (not finite where it diverged)
+  log_ratio = log_ratio + jnp.log1p(-ghost_acceptance) - jnp.log1p(-first_acceptance)
+  acceptance = jnp.where(ghost_failed & jnp.isfinite(log_ratio),
+                         jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
   return proposal, acceptance, ghost_failed
 
 

@@ -359,13 +359,15 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
     jax.block_until_ready(states)
   adaptation_seconds = time.perf_counter() - start
   run = lambda k, s: _sample_chains_and_divergences(k, sampler, s, num_samples)
-  (draws, acceptance, divergent), seconds = _sampler_metrics.compiled_and_timed(
+  (draws, acceptance, divergent, used), seconds = _sampler_metrics.compiled_and_timed(
       run, k_run, states)
   grads = l2hmc.gradient_evaluations(info.config)
+  # the retries of divergent trajectories included (L2HMCInfo.num_gradient_evaluations)
+  sampling_grads = float(np.mean(np.sum(np.asarray(used, np.float64), axis=0)))
   warmup_grads = float(np.mean(info.num_gradient_evaluations))
   found = dict(draws=np.asarray(draws), grads_per_transition=float(grads),
                warmup_grads=warmup_grads, seconds=seconds,
-               total_grads_per_chain=warmup_grads + float(grads) * num_samples,
+               total_grads_per_chain=warmup_grads + sampling_grads,
                divergences=int(np.sum(divergent)), adaptation_seconds=adaptation_seconds,
                acceptance=float(np.mean(acceptance)), warned=bool(caught),
                adaptation_rhat=info.rhat, messages=list(info.messages),
@@ -382,13 +384,15 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
 
 
 def _sample_chains_and_divergences(key, sampler, states, num_samples: int):
-  """``l2hmc.sample_chains``'s draws and acceptance, and ``info.is_divergent`` of every
-  transition ``(num_samples, chains)`` (the gate counts them as NUTS's divergences)."""
+  """``l2hmc.sample_chains``'s draws and acceptance, and ``info.is_divergent`` and
+  ``info.num_gradient_evaluations`` of every transition ``(num_samples, chains)`` (the gate
+  counts the first as NUTS's divergences)."""
   chains = jax.tree.leaves(states.position)[0].shape[0]
 
   def one(states, key):
     states, info = jax.vmap(sampler.step)(jax.random.split(key, chains), states)
-    return states, (states.position, info.acceptance_rate, info.is_divergent)
+    return states, (states.position, info.acceptance_rate, info.is_divergent,
+                    info.num_gradient_evaluations)
 
   return jax.lax.scan(one, states, jax.random.split(key, num_samples))[1]
 

@@ -17,7 +17,8 @@ at the burn-in's step size takes fewer
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
 the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
 widest whitened coordinate where the low-rank metric leaves one wider than 1
-(``WarmupResult.whitened_spread``).
+(``WarmupResult.whitened_spread``), lengthened where that would move the unit coordinates'
+squares poorly (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for_spread`).
 
 Every gradient of the adaptation is counted, per chain, in
 ``info.num_gradient_evaluations``: the warm-ups' transitions (their repeated burn-in windows
@@ -70,6 +71,17 @@ Gaussians then find no driver). Its draws, Hessian diagonals and warm-up are cou
 ``LOCAL_MAX_DIM`` coordinates (its Hessian diagonals cost ``dim`` gradients each). The transport is kept only where the second warm-up
 measures it better (:func:`_latent_is_better`: its chains agree, and its trajectory needs
 fewer leapfrog steps); else the sampler is the first warm-up's.
+
+The sampler retries a trajectory that diverges (``L2HMCConfig(retry_divergent=
+RETRY_REFINEMENT)``, where it allows it: networks off, no local step sizes): from the same
+start and momentum, with every step split into ``RETRY_REFINEMENT`` smaller ones, accepted
+by delayed rejection (:func:`metaoptax.l2hmc.kernel.retried_acceptance`), so that a stiff
+corner of the posterior that a step size suited to the bulk throws the chains out of (the
+tail of a stochastic volatility's persistence, where the volatilities below a tiny return
+make the exponential likelihood steep) is still entered and left. It costs nothing where
+no trajectory diverges, and ``RETRY_REFINEMENT + 1`` trajectories' gradients where one does
+(counted in ``info.num_gradient_evaluations`` and each transition's
+``L2HMCInfo.num_gradient_evaluations``).
 
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
 coordinate or of :math:`\log p` over its final window at least ``MODES_RHAT``), no
@@ -177,6 +189,9 @@ LATENT_RHAT = 1.1
 # ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
 NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
+#: the sampler's retry of a divergent trajectory (``L2HMCConfig.retry_divergent``): its steps
+#: split into this many, each as much smaller
+RETRY_REFINEMENT = 4
 
 
 class ConvergenceWarning(UserWarning):
@@ -271,7 +286,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
           choose_num_steps: bool = True,
           choose_local_step_sizes: bool = True,
           choose_reflection: bool = True,
-          choose_noncentering: bool = True) -> Adaptation:
+          choose_noncentering: bool = True,
+          choose_retry: bool = True) -> Adaptation:
   r"""An L2HMC sampler adapted to ``logdensity_fn`` (module docstring).
 
   Args:
@@ -306,6 +322,10 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     choose_noncentering: where the warm-up's chains show coordinates that set others'
       scales, sample in the latent coordinates of a non-centering fitted to them (module
       docstring); ``False``: the target's own coordinates.
+    choose_retry: give the sampler ``L2HMCConfig(retry_divergent=RETRY_REFINEMENT)`` where
+      it allows it (networks off, no local step sizes) and ``config`` has none: a divergent
+      trajectory is retried with smaller steps (module docstring); ``False``: ``config``
+      as it is.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -430,12 +450,15 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for local scales", screened.transitions, screened.transitions)
       if chosen is not None:
         state, found, run_config, run_training = chosen
+    if choose_retry and not (run_config.use_networks or run_config.local_step_sizes
+                             or run_config.retry_divergent):
+      run_config = run_config._replace(retry_divergent=RETRY_REFINEMENT)
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=report.training(),
                    log_every=max(num_training // 10, 1))
     flat_sampler = result.sampler
     report("check")
-    draws, acceptance, states, divergent, diverged_at = _check(
+    draws, acceptance, states, divergent, diverged_at, check_gradients = _check(
         k_check, flat_sampler, result.state.chains, num_check)
     report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
            divergent=int(divergent))
@@ -449,7 +472,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     # each training iteration makes one proposal per chain; with aux_weight one more
     per_iteration = gradients * (2 if run_training.aux_weight else 1)
     info = _diagnose(draws, acceptance, max_rhat, min_acceptance, max_acceptance,
-                     cost.gradients + per_iteration * num_training + gradients * num_check,
+                     cost.gradients + per_iteration * num_training
+                     + int(round(float(check_gradients))),
                      found, result, num_steps, run_config, max_sd_error,
                      int(divergent), cost.divergent + result.num_divergent + int(divergent),
                      max_divergent_rate, diverged_at)
@@ -643,24 +667,27 @@ def _warmup_cost(found: WarmupResult, dim: int) -> _Cost:
 def _check(rng_key, sampler: SamplingAlgorithm, states: L2HMCState, num_check: int):
   """``num_check`` transitions of every chain: ``(draws with log p (num_check, chains,
   dim + 1), acceptance (num_check, chains), last states, divergent proposals (an int),
-  the last of them (dim,), NaN where none)``."""
+  the last of them (dim,), NaN where none, gradients per chain (a float: the retries of
+  divergent trajectories included))``."""
 
   @jax.jit
   def run(rng_key, states):
     def one(carry, key):
-      states, divergent, diverged_at = carry
+      states, divergent, diverged_at, gradients = carry
       keys = jax.random.split(key, states.position.shape[0])
       states, info = jax.vmap(sampler.step)(keys, states)
       drawn = jnp.concatenate([states.position, states.logdensity[:, None]], axis=1)
       diverged_at = jnp.where(jnp.any(info.is_divergent),
                               info.proposal[jnp.argmax(info.is_divergent)], diverged_at)
       divergent = divergent + jnp.sum(info.is_divergent, dtype=jnp.int32)
-      return (states, divergent, diverged_at), (drawn, info.acceptance_rate)
+      gradients = gradients + jnp.mean(info.num_gradient_evaluations.astype(jnp.float32))
+      return (states, divergent, diverged_at, gradients), (drawn, info.acceptance_rate)
 
-    start = (states, jnp.zeros((), jnp.int32), jnp.full_like(states.position[0], jnp.nan))
-    (states, divergent, diverged_at), (draws, acceptance) = jax.lax.scan(
+    start = (states, jnp.zeros((), jnp.int32), jnp.full_like(states.position[0], jnp.nan),
+             jnp.zeros((), jnp.float32))
+    (states, divergent, diverged_at, gradients), (draws, acceptance) = jax.lax.scan(
         one, start, jax.random.split(rng_key, num_check))
-    return draws, acceptance, states, divergent, diverged_at
+    return draws, acceptance, states, divergent, diverged_at, gradients
 
   return run(rng_key, states)
 

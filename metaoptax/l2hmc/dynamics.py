@@ -111,6 +111,11 @@ class L2HMCConfig(NamedTuple):
       :math:`u \sim \mathrm{Uniform}(1 - \mathrm{jitter}, 1 + \mathrm{jitter})`, drawn
       independently of the state (a mixture of exact kernels: still exact), so the
       trajectory's length varies and cannot return to its start on every transition.
+    retry_divergent: ``0``: off; ``r >= 2``: a trajectory that fails (its proposal not
+      finite, or its energy error above ``kernel.RETRY_ENERGY``) is retried once, from the
+      same momentum, direction and jitter, with every
+      step split into ``r`` steps ``r`` times smaller, and accepted by delayed rejection
+      (:mod:`metaoptax.l2hmc.kernel`); networks off and no local step sizes.
   """
 
   dim: int | None = None
@@ -126,6 +131,7 @@ class L2HMCConfig(NamedTuple):
   interweaving: Interweaving | None = None
   integrator: str = "velocity_verlet"
   jitter: float = 0.5
+  retry_divergent: int = 0
 
 
 class L2HMCParams(NamedTuple):
@@ -167,6 +173,10 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError("scale_move must be >= 0, and > 0 only with local_step_sizes=True.")
   if config.interweaving is not None:
     validate_interweaving(config.interweaving, config.dim)
+  if config.retry_divergent and (config.retry_divergent < 2 or config.use_networks
+                                 or config.local_step_sizes):
+    raise ValueError(f"retry_divergent must be 0 or >= 2, got {config.retry_divergent}, and "
+                     "needs use_networks=False and local_step_sizes=False.")
   if config.integrator not in INTEGRATORS:
     raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got "
                      f"{config.integrator!r}.")

@@ -16,6 +16,15 @@ position, :math:`\log p`, gradient or log-Jacobian is not finite is also counted
 (``info.is_divergent``, :func:`is_divergent`), as NUTS counts its divergences: the
 trajectory left the region where the log density is defined (or overflowed), and the
 chains cannot enter it.
+With ``config.retry_divergent`` :math:`= r`, a trajectory that fails (diverges, or has an
+energy error above ``RETRY_ENERGY``) is tried again from the same start, momentum,
+direction and jitter with every step split into :math:`r`
+steps :math:`r` times smaller, and accepted by delayed rejection
+(:func:`retried_acceptance`): where a step size that suits the bulk is too long for a
+stiff corner of the posterior (the tail of a stochastic volatility's persistence), the
+refined trajectory moves where the first one threw the chain out. Vmapped over chains, the
+retry runs only on transitions where some chain's trajectory failed.
+
 With ``config.local_step_sizes`` a transition also draws the step sizes' tuning
 variable :math:`w \mid x` and the ratio gains its conditional densities
 (:mod:`metaoptax.l2hmc.local_step_sizes`).
@@ -62,6 +71,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -78,8 +88,14 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_w
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
            "gradient_evaluations", "logdensity_evaluations", "propose", "is_divergent",
+           "refined", "retried_acceptance", "failed", "RETRY_ENERGY",
            "draw_step_scale", "build_kernel", "l2hmc",
            "sample_chains")
+
+
+#: the energy error above which ``L2HMCConfig.retry_divergent`` retries a trajectory (its
+#: acceptance below exp(-RETRY_ENERGY): a trajectory thrown out, divergent or not)
+RETRY_ENERGY = 10.0
 
 
 class L2HMCState(NamedTuple):
@@ -108,10 +124,13 @@ class L2HMCInfo(NamedTuple):
       (0 for the networks-off leapfrog, which preserves volume).
     proposal: :math:`x'`, the proposed position (accepted or not).
     num_gradient_evaluations: int32, the gradients of :math:`\log p` the transition
-      evaluated (:func:`gradient_evaluations`).
+      evaluated (:func:`gradient_evaluations`, and with ``config.retry_divergent`` :math:`r`,
+      :math:`(r + 1)K` more where it retried a failed trajectory).
     is_divergent: bool, the proposal's position, log p, gradient or log-Jacobian is not
       finite (rejected; :func:`is_divergent`); blackjax's name, whose NUTS also counts
-      energy errors above 1000.
+      energy errors above 1000. With ``config.retry_divergent``, where the retry could
+      not stand in for the divergent trajectory: its proposal diverged too, or its ghost
+      did not diverge (:func:`retried_acceptance`; acceptance 0).
   """
 
   acceptance_rate: jax.Array
@@ -271,6 +290,14 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
     ``(proposed_state, acceptance, log_det)``: an :class:`L2HMCState`, the acceptance
     probability and :math:`\log|\det J|` of the trajectory's map.
   """
+  return _propose(config, params, masks, logdensity_fn, state, momentum, direction,
+                  whitening, tuning_noise, step_scale)[:3]
+
+
+def _propose(config, params, masks, logdensity_fn, state, momentum, direction,
+             whitening=None, tuning_noise=None, step_scale=None):
+  """:func:`propose`'s ``(proposed_state, acceptance, log_det)``, the momentum at the
+  trajectory's end and the log acceptance ratio :math:`H - H' + \log|\det J|`."""
   position, grad = state.position, state.logdensity_grad
   if whitening is not None:
     position, grad = (to_whitened(whitening, position),
@@ -301,7 +328,84 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
   energy_before = -state.logdensity + 0.5 * jnp.sum(momentum**2) + tuning_before
   energy_after = -logdensity + 0.5 * jnp.sum(v**2) + tuning_after
   acceptance = acceptance_probability(energy_before, energy_after, log_det)
-  return L2HMCState(x, logdensity, grad), acceptance, log_det
+  return (L2HMCState(x, logdensity, grad), acceptance, log_det, v,
+          energy_before - energy_after + log_det)
+
+
+def refined(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array, factor: int):
+  """The trajectory of ``config`` and ``params`` with every leapfrog step split into
+  ``factor`` steps ``factor`` times smaller: ``(config, params, masks)`` with ``factor``
+  times the steps (networks off: the masks are unused and repeated)."""
+  def split(log_step_size):
+    repeated = (jnp.repeat(log_step_size, factor, axis=0) if config.step_sizes == "per_step"
+                else log_step_size)
+    return repeated - jnp.log(jnp.asarray(factor, log_step_size.dtype))
+
+  params = params._replace(log_step_size_x=split(params.log_step_size_x),
+                           log_step_size_v=split(params.log_step_size_v))
+  return (config._replace(num_steps=config.num_steps * factor, retry_divergent=0), params,
+          jnp.repeat(masks, factor, axis=0))
+
+
+def retried_acceptance(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
+                       logdensity_fn: Callable, state: L2HMCState, momentum: jax.Array,
+                       direction: jax.Array, first_acceptance: jax.Array,
+                       whitening: Whitening | None = None,
+                       step_scale: jax.Array | None = None):
+  r"""The second stage of a trajectory that failed: the proposal of the refined trajectory
+  (:func:`refined`, ``config.retry_divergent`` times the steps) from the same start, and
+  its delayed-rejection acceptance probability.
+
+  The first stage :math:`\Phi_1` (the trajectory of ``config``) and the second
+  :math:`\Phi_2` (the refined one) are each an involution of :math:`(x, v, d)` that
+  preserves volume (networks off). The second is tried only where the first failed,
+  :math:`D(\xi) = 1`: its acceptance :math:`\alpha_1(\xi)` below
+  :math:`e^{-\text{RETRY\_ENERGY}}` (an energy error above ``RETRY_ENERGY``, or a
+  divergence). Detailed balance of the second stage (Green and Mira 2001; Modi, Barnett
+  and Carpenter 2023), with the trigger in the ratio, gives
+
+  .. math::
+
+    \alpha_2(\xi) = \min\Big(1, \frac{\pi(\eta)\,(1 - \alpha_1(\eta))\,D(\eta)}
+        {\pi(\xi)\,(1 - \alpha_1(\xi))\,D(\xi)}\Big), \qquad \eta = \Phi_2(\xi),
+
+  :math:`\pi` the density of :math:`(x, v)` (:math:`e^{-H}`), and :math:`\alpha_1(\eta)`,
+  :math:`D(\eta)` those of the *ghost* first stage from :math:`\eta` (the trajectory of
+  ``config`` from the refined one's end, direction reversed). It costs
+  ``retry_divergent + 1`` times the trajectory's gradients.
+
+  Args:
+    config, params, masks: the sampler (``config.retry_divergent >= 2``).
+    logdensity_fn: ``x (dim,) -> log p(x)``.
+    state: the transition's start (flat positions).
+    momentum, direction, step_scale: the transition's draws (those of the first stage).
+    first_acceptance: :math:`\alpha_1(\xi)`, the first stage's acceptance probability.
+    whitening: the :class:`Whitening` the leapfrog moves in; ``None``: none.
+
+  Returns:
+    ``(proposed_state, acceptance, ghost_failed)``: ``ghost_failed`` is :math:`D(\eta)`
+    (where it is ``False`` the acceptance is 0).
+  """
+  fine_config, fine_params, fine_masks = refined(config, params, masks,
+                                                 config.retry_divergent)
+  proposal, _, _, v, log_ratio = _propose(fine_config, fine_params, fine_masks,
+                                          logdensity_fn, state, momentum, direction,
+                                          whitening, None, step_scale)
+  ghost, ghost_acceptance, ghost_log_det, _, _ = _propose(
+      config, params, masks, logdensity_fn, proposal, v, -direction, whitening, None,
+      step_scale)
+  ghost_failed = failed(ghost_acceptance) | is_divergent(ghost, ghost_log_det)
+  # log pi(eta)/pi(xi) is the refined trajectory's log ratio (not finite where it diverged)
+  log_ratio = log_ratio + jnp.log1p(-ghost_acceptance) - jnp.log1p(-first_acceptance)
+  acceptance = jnp.where(ghost_failed & jnp.isfinite(log_ratio),
+                         jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
+  return proposal, acceptance, ghost_failed
+
+
+def failed(acceptance: jax.Array) -> jax.Array:
+  r"""Whether a trajectory failed (``config.retry_divergent`` retries it): its acceptance
+  probability below :math:`e^{-\text{RETRY\_ENERGY}}` (0 where it diverged)."""
+  return acceptance < math.exp(-RETRY_ENERGY)
 
 
 def draw_step_scale(rng_key, config: L2HMCConfig, shape=(), dtype=jnp.float32):
@@ -418,9 +522,27 @@ def build_kernel(config: L2HMCConfig):
                                  dtype=state.position.dtype)
     proposal, acceptance, log_det = propose(config, params, masks, logdensity_fn, state,
                                             momentum, direction, whitening, noise, step_scale)
+    divergent = is_divergent(proposal, log_det)
+    used = jnp.asarray(gradients, jnp.int32)
+    if config.retry_divergent:
+      # a loop of at most one pass: vmapped over chains it runs only where one failed
+      def second_stage(carry):
+        _, _, first_acceptance, divergent, used = carry
+        retried, retried_acceptance_, ghost_failed = retried_acceptance(
+            config, params, masks, logdensity_fn, state, momentum, direction,
+            first_acceptance, whitening, step_scale)
+        extra = (config.retry_divergent + 1) * config.num_steps
+        # a divergent first stage stays counted where the retry cannot stand in for it:
+        # its proposal diverged too, or the ghost did not fail (acceptance 0)
+        divergent = divergent & (is_divergent(retried) | ~ghost_failed)
+        return (jnp.zeros((), bool), retried, retried_acceptance_, divergent, used + extra)
+
+      _, proposal, acceptance, divergent, used = jax.lax.while_loop(
+          lambda carry: carry[0], second_stage,
+          (failed(acceptance) | divergent, proposal, acceptance, divergent, used))
     new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
-    info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position,
-                     jnp.asarray(gradients, jnp.int32), is_divergent(proposal, log_det))
+    info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position, used,
+                     divergent)
     return new_state, info
 
   return kernel

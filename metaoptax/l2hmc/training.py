@@ -618,11 +618,11 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
   without a warm-up) and the configuration. With ``choose_num_steps`` (and a warm-up),
   the warm-up runs with ``config.num_steps`` leapfrog steps, and the sampler's number of
   steps then follows from the warm-up's step size
-  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), divided, where the warm-up
-  measured one above 1, by its ``whitened_spread`` :math:`s` (the quarter period of the
-  widest whitened coordinate), and the sampler's ``jitter`` divided by :math:`s` (a unit
-  coordinate's phase then varies as much as over a unit quarter period, a trajectory
-  :math:`s` times as long); the configuration returned has both."""
+  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), or, where the warm-up measured
+  a ``whitened_spread`` :math:`s` (low rank), from the widest whitened coordinate's quarter
+  period, the steps and jitter of
+  :func:`metaoptax.l2hmc.trajectory_length.num_steps_for_spread` (the most effective draws
+  of a unit coordinate's square per gradient); the configuration returned has both."""
   _check_training(training)
   config = _with_dim(target, config)
   optimizer = optimizer or default_optimizer()
@@ -658,10 +658,13 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
       widest = 1.0
       if training.metric == "diagonal" and found.widest_variance is not None:
         widest = found.widest_variance
-      spread = 1.0 if found.whitened_spread is None else max(float(found.whitened_spread), 1.0)
-      # the jitter spreads a unit coordinate's phase by as much as on a unit quarter period
-      config = config._replace(num_steps=trajectory_length.num_steps_for(
-          step_size / spread, widest_variance=widest), jitter=config.jitter / spread)
+      if found.whitened_spread is None:
+        config = config._replace(num_steps=trajectory_length.num_steps_for(
+            step_size, widest_variance=widest))
+      else:  # from the widest coordinate's quarter period, the one that mixes z^2 best
+        num_steps, jitter = trajectory_length.num_steps_for_spread(
+            float(step_size), float(found.whitened_spread), config.jitter)
+        config = config._replace(num_steps=num_steps, jitter=jitter)
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,
                                                     config.integrator)

@@ -102,7 +102,12 @@ def test_the_adaptation_reports_its_gradients_within_the_budget():
     _, info = l2hmc.adapt(lambda x: -0.5 * jnp.sum((x / jnp.array([1.0, 10.0])) ** 2),
                           progress=None).run(jax.random.key(1), positions)
   assert not info.config.local_step_sizes and not info.config.reflection
-  assert info.num_gradient_evaluations == _gradients(info, 1000, 2)
+  # the check's retries of failed trajectories ((r + 1) K gradients each; the jittered
+  # steps near a 2-step quarter period's stability limit fail now and then) come on top,
+  # rare on a Gaussian
+  assert info.config.retry_divergent == l2hmc.default_adaptation.RETRY_REFINEMENT
+  extra = info.num_gradient_evaluations - _gradients(info, 1000, 2)
+  assert 0 <= extra <= 0.02 * 200 * info.config.num_steps * (info.config.retry_divergent + 1)
   assert 1_000 <= info.num_gradient_evaluations <= 8_600
   assert f"{info.num_gradient_evaluations:,} per chain" in str(info)
 

@@ -79,3 +79,54 @@ def test_the_widest_direction_lengthens_the_trajectory_by_its_sd(step_size, wide
 @pytest.mark.parametrize("widest_variance", [1.0, 0.5, 0.0, float("nan"), float("inf")])
 def test_a_widest_variance_below_one_or_not_finite_leaves_the_quarter_period(widest_variance):
   assert trajectory_length.num_steps_for(0.4, widest_variance=widest_variance) == 4
+
+
+@pytest.mark.parametrize("length, jitter", [(1.0, 0.5), (3.4, 0.23), (np.pi, 0.0),
+                                            (4.35, 0.19)])
+def test_square_autocorrelation_is_the_jittered_rotation_s(length, jitter):
+  """Oracle: exact dynamics on N(0, 1), z' = z cos(t u) + v sin(t u), u ~ U(1 - j, 1 + j),
+  sampled (float64, 400,000 triples): the correlation of z'^2 with z^2 within 0.01 (standard
+  error ~0.002); and the closed form against the mean of cos^2(t u) on a fine grid (1e-4)."""
+  rng = np.random.default_rng(0)
+  n = 400_000
+  z, v = rng.standard_normal(n), rng.standard_normal(n)
+  t = length * rng.uniform(1.0 - jitter, 1.0 + jitter, n)
+  moved = z * np.cos(t) + v * np.sin(t)
+  rho = trajectory_length.square_autocorrelation(length, jitter)
+  assert abs(np.corrcoef(moved**2, z**2)[0, 1] - rho) < 0.01
+  u = np.linspace(1.0 - jitter, 1.0 + jitter, 200_001)  # the grid's mean: error ~1e-5
+  assert abs(np.mean(np.cos(length * u) ** 2) - rho) < 1e-4
+  assert 0.0 <= rho <= 1.0
+
+
+def test_num_steps_for_spread_takes_the_best_k_for_unit_squares_from_the_widest_quarter():
+  """At s = 2.15 the widest coordinate's quarter period is near a unit coordinate's half
+  period (rho ~ 0.7): the rule lengthens the trajectory to the K, among those from the
+  widest quarter period to the cap, with the most effective draws of z^2 per gradient
+  (brute force over K with the closed form), with the jitter scaled by K_s / K."""
+  h, s, j = 0.272, 2.15, 0.5
+  shortest = trajectory_length.num_steps_for(h / s)
+  k, jitter = trajectory_length.num_steps_for_spread(h, s, j)
+
+  def per_gradient(k):
+    rho = trajectory_length.square_autocorrelation(k * h, j / s * shortest / k)
+    return (1 - rho) / ((1 + rho) * k)
+
+  candidates = range(shortest, trajectory_length.MAX_NUM_STEPS + 1)
+  assert k == max(candidates, key=per_gradient) and k > shortest
+  np.testing.assert_allclose(jitter, j / s * shortest / k, rtol=1e-12)
+  # unit squares mix at least twice as well per gradient as on the shortest K
+  assert per_gradient(k) > 2 * per_gradient(shortest)
+
+
+@pytest.mark.parametrize("spread", [1.0, 0.5, float("nan")])
+def test_num_steps_for_spread_without_a_wide_coordinate_starts_at_the_unit_quarter(spread):
+  """s <= 1 (or not finite) counts as 1: K starts from the unit quarter period, the jitter
+  at most j (a quarter period's K stays where it mixes unit squares best)."""
+  k, jitter = trajectory_length.num_steps_for_spread(0.4, spread, 0.5)
+  assert k == trajectory_length.num_steps_for(0.4) and jitter == 0.5
+
+
+def test_num_steps_for_spread_past_the_cap_keeps_the_cap_and_the_jitter_over_s():
+  assert trajectory_length.num_steps_for_spread(0.05, 3.0, 0.5) == (
+      trajectory_length.MAX_NUM_STEPS, 0.5 / 3.0)

@@ -296,7 +296,7 @@ def propose(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
 
 def _propose(config, params, masks, logdensity_fn, state, momentum, direction,
              whitening=None, tuning_noise=None, step_scale=None):
-  """:func:`propose`'s ``(proposed_state, acceptance, log_det)``, the momentum at the
+  r""":func:`propose`'s ``(proposed_state, acceptance, log_det)``, the momentum at the
   trajectory's end and the log acceptance ratio :math:`H - H' + \log|\det J|`."""
   position, grad = state.position, state.logdensity_grad
   if whitening is not None:

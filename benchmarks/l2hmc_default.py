@@ -1,15 +1,17 @@
-"""The default sampler, with no per-target argument, against NUTS and ChEES-HMC.
+"""The default sampler, with no per-target argument, against NUTS, ChEES-HMC and MCLMC.
 
 ``metaoptax.l2hmc.adapt(logdensity_fn).run(key, positions, num_steps)`` (the default recipe:
 networks off, per-step and per-coordinate step sizes with a jittered trajectory, the
 warm-up that finds the typical set, training, then a check) against blackjax's NUTS with
-window adaptation on every chain and blackjax's ChEES-HMC set up as its tests do
-(``sampler_baselines.nuts``, ``sampler_baselines.chees_hmc``), from the same starts:
+window adaptation on every chain, blackjax's ChEES-HMC set up as its tests do and the other
+anchors of ``sampler_baselines.ANCHORS`` (each suite's set: ``default_samplers``), from the
+same starts:
 
 * **posteriordb** (``_posteriordb``): the tuning half (``--suite tuning``, what the default
   is chosen on) or the held-out half (``--suite held_out``, run once, at the end), started
   from Stan's inits (uniform(-2, 2) on the unconstrained scale); references: posteriordb's
-  gold-standard means and sds (constrained scale, Stan's names);
+  gold-standard means and sds (constrained scale, Stan's names); every anchor of
+  ``SAMPLERS_TUNINGFORK``, as on tuningfork's classes;
 * **the eight** earlier targets (``--suite eight``: the funnel, eight schools centered and
   non-centered, the breast-cancer regression, the mixture, the correlated Gaussian, the
   rough well, the 50-d ill-conditioned Gaussian), started from a standard normal;
@@ -97,9 +99,10 @@ OUTPUTS = ("l2hmc_default_*.json", "l2hmc_default_*.md")
 OUT = HERE / "out" / "l2hmc_default"  # git-ignored; the committed results: --out results
 SUITES = ("tuning", "held_out", "eight", "tuningfork_tuning", "tuningfork_held_out", "scale",
           "multiscale")
-#: The samplers each suite runs by default (``--samplers`` overrides).
+#: The eight earlier targets' samplers (``--samplers`` overrides; ``default_samplers``).
 SAMPLERS = ("l2hmc", "nuts", "chees")
-#: tuningfork's: the default against the issue's five anchors (ChEES-HMC with a diagonal metric).
+#: posteriordb's and tuningfork's: the default against the issue's five anchors (ChEES-HMC with a
+#: diagonal metric).
 SAMPLERS_TUNINGFORK = ("l2hmc", "nuts", "nuts_dense", "nuts_low_rank", "chees_diag",
                        "mclmc_adjusted")
 #: The scale check's: the default against NUTS with a diagonal and nutpie's low-rank metric.
@@ -635,6 +638,18 @@ def _headline_report(results: dict, suite: str, commit: str, settings: dict) -> 
   return lines
 
 
+def default_samplers(suite: str) -> tuple[str, ...]:
+  """The samplers ``suite`` runs without ``--samplers``: every anchor of
+  ``SAMPLERS_TUNINGFORK`` on posteriordb's and tuningfork's halves, fewer on the others."""
+  if suite == "scale":
+    return SAMPLERS_SCALE
+  if suite == "multiscale":
+    return SAMPLERS_MULTISCALE
+  if suite.startswith("tuningfork") or suite in ("tuning", "held_out"):
+    return SAMPLERS_TUNINGFORK
+  return SAMPLERS
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--suite", choices=SUITES, default="tuning")
@@ -646,7 +661,8 @@ def main(argv=None):
   parser.add_argument("--chees-warmup", type=int, default=500)
   parser.add_argument("--samples", type=int, default=1000)
   parser.add_argument("--samplers", nargs="+", choices=("l2hmc",) + sampler_baselines.ANCHORS,
-                      help="default: l2hmc, nuts, chees; every anchor on tuningfork's suites")
+                      help="default: every anchor on posteriordb's and tuningfork's halves "
+                      "(default_samplers)")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   parser.add_argument("--reuse-baselines", action="store_true",
@@ -660,10 +676,7 @@ def main(argv=None):
   if args.quick:
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
         1, 100, 50, 50, 20)
-  default_samplers = (SAMPLERS_SCALE if args.suite == "scale" else SAMPLERS_MULTISCALE
-                      if args.suite == "multiscale" else SAMPLERS_TUNINGFORK
-                      if args.suite.startswith("tuningfork") else SAMPLERS)
-  samplers = tuple(args.samplers or default_samplers)
+  samplers = tuple(args.samplers or default_samplers(args.suite))
   if "l2hmc" in samplers and "nuts" not in samplers:
     samplers += ("nuts",)  # L2HMC's check at NUTS's gradient budget
   chosen = [p for p in problems(args.suite, args.names) if not args.names or p.name in args.names]

@@ -132,3 +132,29 @@ def test_the_horseshoes_log_densities_match_scipys_and_each_other():
   # softplus keeps the half-Cauchy's gradient finite far out (log1p(exp(2u)) overflows)
   far = jnp.zeros(dim).at[3].set(60.0)
   assert np.all(np.isfinite(jax.grad(noncentered)(far)))
+
+
+def test_posteriordb_halves_run_every_anchor_and_lead_with_the_headline_against_each():
+  for suite in ("tuning", "held_out", "tuningfork_tuning"):
+    assert l2hmc_default.default_samplers(suite) == l2hmc_default.SAMPLERS_TUNINGFORK
+  assert l2hmc_default.default_samplers("scale") == l2hmc_default.SAMPLERS_SCALE
+
+  def row(headline, gate):
+    return dict(min_bulk_ess_per_grad=headline, total_grads_per_chain=1e4, gate=gate,
+                max_rank_rhat=1.001, min_bulk_ess=500.0, divergences=0, warmup_grads=1e3,
+                mean_error=0.01, sd_error=0.01, ess_per_grad_x=0.1, ess_per_grad_x2=0.1,
+                seconds_per_ess_x=1.0, rhat_x=1.001, rhat_x2=1.001, warned=False,
+                silently_wrong=False, seed=0)
+
+  # the best anchor passing the gate is nuts_dense (0.04); chees_diag is faster but fails it
+  headlines = dict(l2hmc=0.08, nuts=0.02, nuts_dense=0.04, nuts_low_rank=0.03,
+                   chees_diag=0.5, mclmc_adjusted=0.01)
+  results = {"arK-arK": {k: [row(v, k != "chees_diag")] for k, v in headlines.items()}}
+  settings = dict(chains=32, num_steps=10, nuts_warmup=10, chees_warmup=10, samples=10, seeds=1)
+  lines = l2hmc_default.report(results, "tuning", "abc", settings)
+  headline_rows = lines[:lines.index("## Details")]
+  cells = {line.split(" | ")[1]: line.split(" | ") for line in headline_rows
+           if line.startswith("| arK-arK")}
+  assert list(cells) == list(l2hmc_default.SAMPLERS_TUNINGFORK)
+  assert cells["l2hmc"][11:13] == ["2.00", "4.00"]  # × best passing anchor, × NUTS (diagonal)
+  assert cells["chees_diag"][3] == "0/1"

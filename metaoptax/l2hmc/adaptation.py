@@ -73,7 +73,7 @@ from metaoptax.l2hmc.local_step_sizes import diagonal_curvature
 from metaoptax.l2hmc.low_rank import fisher_low_rank
 from metaoptax.l2hmc.whitening import Whitening, dense_whitening, to_whitened
 
-__all__ = ("BurnIn", "WarmupResult", "burn_in", "settle", "warmup")
+__all__ = ("WarmupResult", "warmup")
 
 WINDOWS = (0.25, 0.35, 0.4)  # fractions of the warm-up: burn-in, first and final scales
 SLOPES = ("squares", "curvature")  # what the final window's slopes regress (see warmup)

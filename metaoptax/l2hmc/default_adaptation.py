@@ -75,7 +75,7 @@ fewer leapfrog steps); else the sampler is the first warm-up's.
 The sampler retries a trajectory that diverges (``L2HMCConfig(retry_divergent=
 RETRY_REFINEMENT)``, where it allows it: networks off, no local step sizes): from the same
 start and momentum, with every step split into ``RETRY_REFINEMENT`` smaller ones, accepted
-by delayed rejection (:func:`metaoptax.l2hmc.kernel.retried_acceptance`), so that a stiff
+by delayed rejection (``metaoptax.l2hmc.kernel.retried_acceptance``), so that a stiff
 corner of the posterior that a step size suited to the bulk throws the chains out of (the
 tail of a stochastic volatility's persistence, where the volatilities below a tiny return
 make the exponential likelihood steep) is still entered and left. It costs nothing where

@@ -88,7 +88,6 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_w
 
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
            "gradient_evaluations", "logdensity_evaluations", "propose", "is_divergent",
-           "refined", "retried_acceptance", "failed", "RETRY_ENERGY",
            "draw_step_scale", "build_kernel", "l2hmc",
            "sample_chains")
 

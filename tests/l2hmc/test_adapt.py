@@ -237,6 +237,7 @@ def test_the_burn_in_repeats_until_the_chains_agree():
   assert float(repeated.burn_in_rhat) < float(once.burn_in_rhat)
 
 
+@pytest.mark.system  # ~18 s: three warm-ups compiled; adapt's shorter window 2 runs in the default tier
 def test_window_2_counts_its_own_leapfrog_steps_and_the_default_changes_nothing():
   """``warmup(scale_num_steps=k)`` runs window 2 with ``k`` leapfrog steps per transition and
   counts them (burn-in and window 3 with ``num_steps``); ``k = num_steps`` is the default,

@@ -67,6 +67,7 @@ def _meta_gradient(state, grads):
              zip(jax.tree.leaves(metaoptax.sensitivity_trace(state)), jax.tree.leaves(grads)))
 
 
+@pytest.mark.system  # ~14 s: two training runs compiled; the storage's unit tests run in the default tier
 def test_bfloat16_trace_and_average_against_float32():
   x, y = load_digits(return_X_y=True)
   x, y = jnp.asarray(x / 16.0, jnp.float32), jnp.asarray(y)

@@ -288,6 +288,100 @@ def _factored_default():
   return make
 
 
+def _scale_by_adam_without_first_moment(b2: float = 0.999,
+                                        eps: float = 1e-8) -> optax.GradientTransformation:
+  r"""Adam's direction with ``b1 = 0``, :math:`g / (\sqrt{\hat v} + \epsilon)`, with no first
+  moment stored (its first moment is the gradient): an ``optax.ScaleByAdamState`` whose
+  ``mu`` holds one constant scalar per leaf (``1``, Adam's ``(1 - b1) g`` at ``g = 1``,
+  which ``climb_memory`` reads as ``b1 = 0``), so that ``climb_memory`` shortens ``v`` as
+  Adam's; one params-sized buffer. A design of the ablation only."""
+
+  def init(params):
+    return optax.ScaleByAdamState(jnp.zeros([], jnp.int32),
+                                  jax.tree.map(lambda p: jnp.ones([], jnp.float32), params),
+                                  jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+
+  def update(grads, state, params=None):
+    del params
+    count = optax.safe_increment(state.count)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
+    correction = 1 - b2 ** count.astype(jnp.float32)
+    directions = jax.tree.map(lambda g, v: g / (jnp.sqrt(v / correction) + eps), grads, nu)
+    return directions, optax.ScaleByAdamState(count, state.mu, nu)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _meta_optimized_adam_without_first_moment(**kwargs) -> optax.GradientTransformation:
+  """The default from 1e-3 (climb x2, meta 3e-3, gamma = 1, climb_memory = 3, the task's
+  weight decay, at the params it is given) on :func:`_scale_by_adam_without_first_moment`,
+  with no average: state ``v`` and the trace ``h``. ``kwargs`` override its settings."""
+  settings = {**NEW_DEFAULT, "init_step_size": 1e-3, **kwargs}
+  meta = metaoptax.climb(metaoptax.presets.meta_adam(settings["meta_step_size"]),
+                         rate=0.1, backoff=settings["climb_backoff"])
+  return metaoptax.metaoptimize(
+      _scale_by_adam_without_first_moment(), meta, init_step_size=settings["init_step_size"],
+      gamma=settings["gamma"], weight_decay=WEIGHT_DECAY,
+      climb_memory=settings["climb_memory"])
+
+
+def _schedule_free_base(b1: float = 0.9, **kwargs) -> optax.GradientTransformation:
+  r"""Schedule-free's interpolation (Defazio et al. 2024) around the learned step, composed:
+  ``optax.contrib.schedule_free(base, learning_rate=1.0, b1=b1)`` with ``base``
+  :func:`_meta_optimized_adam_without_first_moment`. The user's params are
+  :math:`y = (1 - b_1) z + b_1 x`; the gradient, the weight decay and the meta-gradient
+  :math:`g(y)^\top h` are taken there; the base moves :math:`z` by
+  :math:`-\alpha (d + \kappa y)` and its trace is :math:`h \approx dz/d\log\alpha`;
+  :math:`x` is the uniform average of the :math:`z`'s (``learning_rate=1``: weights
+  :math:`1^2`), read off :math:`(y, z)`, so the state is :math:`z, v, h`: 3 params-sized
+  buffers. Evaluate ``optax.contrib.schedule_free_eval_params``. A design of the ablation
+  only."""
+  return optax.contrib.schedule_free(_meta_optimized_adam_without_first_moment(**kwargs),
+                                     learning_rate=1.0, b1=b1)
+
+
+class ScheduleFreeBaseState(NamedTuple):
+  """State of :func:`_schedule_free_base_weighted`."""
+  weight_sum: jax.Array  # sum of the average's weights so far
+  max_step_size: jax.Array  # the largest learned step size so far
+  count: jax.Array  # steps taken
+  base: optax.OptState  # the meta-optimized base's state
+  z: optax.Params  # the base iterates
+
+
+def _schedule_free_base_weighted(b1: float = 0.9, horizon: float | None = None,
+                                 **kwargs) -> optax.GradientTransformation:
+  r""":func:`_schedule_free_base` with schedule-free's warm-up weights: :math:`z_{t+1}` enters
+  the average with weight :math:`\max_{s \le t} \alpha_s^2` (the learned step size for
+  schedule-free's ``lr``), so that the climb's iterates weigh little; with a ``horizon``
+  :math:`c`, the average's coefficient is at least :math:`1/(c\,t + 1)` (the last fraction
+  :math:`c` of the steps at most). State :math:`z, v, h`. Evaluate
+  :func:`_interpolated_eval`. A design of the ablation only."""
+  base = _meta_optimized_adam_without_first_moment(**kwargs)
+
+  def init(params):
+    return ScheduleFreeBaseState(jnp.zeros([], jnp.float32), jnp.zeros([], jnp.float32),
+                                 jnp.zeros([], jnp.int32), base.init(params),
+                                 jax.tree.map(jnp.copy, params))
+
+  def update(grads, state, params):
+    alpha = jnp.mean(jnp.atleast_1d(metaoptax.step_sizes(state.base)))  # this step's
+    u, base_state = base.update(grads, state.base, params)
+    largest = jnp.maximum(state.max_step_size, alpha)
+    total = state.weight_sum + largest ** 2
+    c = largest ** 2 / total
+    count = state.count + 1
+    if horizon is not None:
+      c = jnp.maximum(c, 1.0 / (horizon * count.astype(jnp.float32) + 1.0))
+    z = jax.tree.map(jnp.add, state.z, u)
+    updates = jax.tree.map(
+        lambda y, z0, z1: b1 * ((1 - c) * (y - (1 - b1) * z0) / b1 + c * z1)
+        + (1 - b1) * z1 - y, params, state.z, z)
+    return updates, ScheduleFreeBaseState(total, largest, count, base_state, z)
+
+  return optax.GradientTransformation(init, update)
+
+
 class ClimbedDecayState(NamedTuple):
   """State of :func:`_decay_at_the_climbed_step_size`."""
   inner: optax.OptState  # the wrapped metaoptax.adamw(weight_decay=0)'s state
@@ -923,6 +1017,14 @@ DESIGNS = {
                                                 "b1": 0.0}), True),
     "the default from 1e-3, its trace read off the average": (
         _design(**{**NEW_DEFAULT, "init_step_size": 1e-3, "gamma": None}), True),
+    # issue 60, item 1: a schedule-free base (Defazio et al. 2024): Adam's first moment
+    # replaced by the interpolation y = (1 - b1) z + b1 x, and the average x read off the
+    # params y and the base iterate z; state z, v and the trace h (3 params-sized buffers)
+    "the default from 1e-3 on a schedule-free base": (
+        _schedule_free_base, lambda s, p: optax.contrib.schedule_free_eval_params(s, p)),
+    # the same with schedule-free's warm-up weights (the climb's iterates weigh little)
+    "the default from 1e-3 on a schedule-free base, weights max alpha^2": (
+        _schedule_free_base_weighted, _interpolated_eval),
     # the overfitting gate around the default from 1e-3 (the gate's design above ran around
     # the former default, from 1e-6): a validation loss at every step. As the library's gate
     # was when it ran: closing, it took alpha back to the climb's end

@@ -64,6 +64,7 @@ sys.path.insert(0, str(HERE))
 
 import _report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import metaoptax  # pylint: disable=g-import-not-at-top,wrong-import-position
+from metaoptax._src.arguments import DEFAULT_STEP_SIZE_BOUNDS  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax._src import tree_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax._src.loss_average import bias_corrected  # pylint: disable=g-import-not-at-top,wrong-import-position
 from metaoptax._src.loss_average import exponential_average  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -389,6 +390,79 @@ def _schedule_free_base_weighted(b1: float = 0.9, horizon: float | None = None,
       base_state = base_state._replace(trace=trace._replace(weights=jax.tree.map(
           lambda h, du, dz: h + du - dz, trace.weights, updates, u)))
     return updates, ScheduleFreeBaseState(total, largest, count, base_state, z)
+
+  return optax.GradientTransformation(init, update)
+
+
+class ScheduleFreeReadTraceState(NamedTuple):
+  """State of :func:`_schedule_free_trace_read_off`: two params-sized buffers."""
+  count: jax.Array  # steps taken
+  adam_count: jax.Array  # the steps the second moment counts (3 at the climb's end)
+  beta: jax.Array  # log of the learned step size
+  meta_state: optax.OptState  # the climb, then Adam on beta
+  nu: optax.Params  # Adam's second moment
+  z: optax.Params  # the base iterates
+
+
+def _schedule_free_trace_read_off(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                                  init_step_size: float = 1e-3, climb_backoff: float = 0.5,
+                                  meta_step_size: float = 3e-3,
+                                  climb_memory: int = 3) -> optax.GradientTransformation:
+  r"""Schedule-free's interpolation around Adam's direction with ``b1 = 0`` and a learned
+  step size whose trace is read off the state: :math:`h = z - x = (z - y)/b_1`, the
+  displacements :math:`\Delta_s` weighted by :math:`s/t` (the uniform average :math:`x`
+  holds :math:`(t - s)/t` of each), so the meta-gradient :math:`g(y)^\top (z - y)/b_1` is
+  the slope of the loss at :math:`y` toward the fast iterate :math:`z`: negative while
+  :math:`z` leads downhill, positive once it overshoots. The climb (from
+  ``init_step_size``, ``climb_backoff``), then Adam on :math:`\log\alpha`
+  (``meta_step_size``), and Adam's second moment counted as ``climb_memory`` steps at the
+  climb's end, as the default. :math:`z_{t+1} = z_t - \alpha(d_t + \kappa y_t)`,
+  :math:`x_{t+1} = x_t + (z_{t+1} - x_t)/(t + 1)`, :math:`y = (1 - b_1) z + b_1 x`. State
+  :math:`z, v`: 2 params-sized buffers (schedule-free AdamW's). Evaluate
+  :func:`_interpolated_eval`. A design of the ablation only (no guard against
+  non-finite gradients)."""
+  meta = metaoptax.climb(metaoptax.presets.meta_adam(meta_step_size), rate=0.1,
+                         backoff=climb_backoff)
+  bounds = tuple(float(np.log(b)) for b in DEFAULT_STEP_SIZE_BOUNDS)
+
+  def meta_params(beta):
+    return metaoptax.MetaParams(beta, {})
+
+  def init(params):
+    beta = jnp.full([], np.log(init_step_size), jnp.float32)
+    return ScheduleFreeReadTraceState(
+        jnp.zeros([], jnp.int32), jnp.zeros([], jnp.int32), beta, meta.init(meta_params(beta)),
+        jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params),
+        jax.tree.map(jnp.copy, params))
+
+  def update(grads, state, params):
+    s = sum(jnp.vdot(g, (z - y) / b1) for g, z, y in zip(
+        jax.tree.leaves(grads), jax.tree.leaves(state.z), jax.tree.leaves(params)))
+    climb, = tree_utils.instances_of(state.meta_state, metaoptax.ClimbState)
+    meta_updates, meta_state = meta.update(meta_params(s), state.meta_state,
+                                           meta_params(state.beta))
+    beta = jnp.clip(state.beta + meta_updates.step_size, *bounds)
+    alpha = jnp.exp(state.beta)
+    # Adam's second moment counted as climb_memory steps once the climb has ended
+    n = state.adam_count.astype(jnp.float32)
+    scale = jnp.where(climb.ended, (1 - b2 ** climb_memory) / (1 - b2 ** jnp.maximum(n, 1.0)),
+                      1.0)
+    adam_count = jnp.where(climb.ended, climb_memory, state.adam_count) + 1
+    nu = jax.tree.map(lambda v, g: scale * b2 * v + (1 - b2) * g * g, state.nu, grads)
+    correction = 1 - b2 ** adam_count.astype(jnp.float32)
+    count = state.count + 1
+    c = 1.0 / count.astype(jnp.float32)
+
+    def leaf(g, v, z, y):
+      delta = -alpha * (g / (jnp.sqrt(v / correction) + eps) + WEIGHT_DECAY * y)
+      z_new = z + delta
+      x = (y - (1 - b1) * z) / b1
+      return z_new, b1 * ((1 - c) * x + c * z_new) + (1 - b1) * z_new - y
+
+    out = jax.tree.map(leaf, grads, nu, state.z, params)
+    z = jax.tree.map(lambda o: o[0], out, is_leaf=lambda o: isinstance(o, tuple))
+    updates = jax.tree.map(lambda o: o[1], out, is_leaf=lambda o: isinstance(o, tuple))
+    return updates, ScheduleFreeReadTraceState(count, adam_count, beta, meta_state, nu, z)
 
   return optax.GradientTransformation(init, update)
 
@@ -1045,6 +1119,18 @@ DESIGNS = {
     "the default from 1e-3 on a schedule-free base, the trace of y": (
         lambda: _schedule_free_base_weighted(weights="uniform", trace_of_y=True),
         _interpolated_eval),
+    # the trace of y with the step size held after the climb (schedule-free's constant
+    # rate), and with the paper's meta step
+    "the default from 1e-3 on a schedule-free base, the trace of y, held": (
+        lambda: _schedule_free_base_weighted(weights="uniform", trace_of_y=True,
+                                             meta_step_size=0.0), _interpolated_eval),
+    "the default from 1e-3 on a schedule-free base, the trace of y, meta 1e-3": (
+        lambda: _schedule_free_base_weighted(weights="uniform", trace_of_y=True,
+                                             meta_step_size=1e-3), _interpolated_eval),
+    # the trace read off the state, h = z - x = (z - y) / b1 (state z, v: 2 buffers)
+    "the default from 1e-3 on a schedule-free base, its trace read off z - y": (
+        _schedule_free_trace_read_off, _interpolated_eval,
+        dict(step_sizes_of=lambda state: jnp.exp(state.beta))),
     # the overfitting gate around the default from 1e-3 (the gate's design above ran around
     # the former default, from 1e-6): a validation loss at every step. As the library's gate
     # was when it ran: closing, it took alpha back to the climb's end

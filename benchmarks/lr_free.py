@@ -87,7 +87,9 @@ OUTPUTS = ("lr_free/lr_free.md", "lr_free/lr_free_*.png",
            "lr_free_bfloat16*/lr_free.json",
            # the state of issue 60 (item 1): the average and Adam's first moment (and the
            # trace) in bfloat16, and the trace read off averages of horizons 0.1, 0.3 and 1,
-           # against the default (--designs ... --out benchmarks/results/lr_free_state_*)
+           # against the default (--designs ... --out benchmarks/results/lr_free_state_*), and
+           # the designs on a schedule-free base, one folder a run
+           # (lr_free_state_schedule_free_base/<run>/lr_free.json)
            "lr_free_state_*/lr_free.json",)
 
 
@@ -1110,9 +1112,9 @@ DESIGNS = {
     # the same with schedule-free's warm-up weights (the climb's iterates weigh little)
     "the default from 1e-3 on a schedule-free base, weights max alpha^2": (
         _schedule_free_base_weighted, _interpolated_eval),
-    # the learned step size there is 10-30x below tuned schedule-free AdamW's rate on
-    # MNIST-1D (0.02 -> 0.008 against 0.1-0.3): the climb ending 10x above the turn, and
-    # the trace of y (the gradient's point) instead of z's
+    # the learned step size there is an order of magnitude below tuned schedule-free AdamW's
+    # rate on MNIST-1D: the climb ending 10x above the turn, and the trace of y (the
+    # gradient's point) instead of z's
     "the default from 1e-3 on a schedule-free base, climb x10": (
         lambda: _schedule_free_base(climb_backoff=0.1),
         lambda s, p: optax.contrib.schedule_free_eval_params(s, p)),

@@ -1139,6 +1139,11 @@ DESIGNS = {
         lambda: _schedule_free_base_weighted(b1=0.95, weights="uniform", trace_of_y=True,
                                              meta_step_size=1e-3),
         lambda s, p: _interpolated_eval(s, p, 0.95)),
+    # and the climb ending 3x above the turn, toward tuned schedule-free AdamW's rate there
+    "the default from 1e-3 on a schedule-free base, the trace of y, meta 1e-3, climb x3": (
+        lambda: _schedule_free_base_weighted(weights="uniform", trace_of_y=True,
+                                             meta_step_size=1e-3, climb_backoff=1 / 3),
+        _interpolated_eval),
     # the trace read off the state, h = z - x = (z - y) / b1 (state z, v: 2 buffers)
     "the default from 1e-3 on a schedule-free base, its trace read off z - y": (
         _schedule_free_trace_read_off, _interpolated_eval,

@@ -361,8 +361,8 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
         k_adapt, positions, num_steps=num_steps)
     jax.block_until_ready(states)
   adaptation_seconds = time.perf_counter() - start
-  run = lambda k, s: _sample_chains_and_divergences(k, sampler, s, num_samples)
-  (draws, acceptance, divergent, used), seconds = _sampler_metrics.compiled_and_timed(
+  run = lambda k, s: l2hmc.sample_chains(k, sampler, s, num_samples)
+  (draws, (acceptance, divergent, used)), seconds = _sampler_metrics.compiled_and_timed(
       run, k_run, states)
   grads = l2hmc.gradient_evaluations(info.config)
   # the retries of divergent trajectories included (L2HMCInfo.num_gradient_evaluations)
@@ -372,7 +372,9 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
                warmup_grads=warmup_grads, seconds=seconds,
                total_grads_per_chain=warmup_grads + sampling_grads,
                divergences=int(np.sum(divergent)), adaptation_seconds=adaptation_seconds,
-               acceptance=float(np.mean(acceptance)), warned=bool(caught),
+               # sample_chains called as the README calls it warns of divergent draws
+               acceptance=float(np.mean(acceptance)),
+               warned=bool(caught) or bool(np.any(divergent)),
                adaptation_rhat=info.rhat, messages=list(info.messages),
                num_steps=info.config.num_steps, divergent=float(info.divergent_rate),
                noncentering=info.noncentering is not None,
@@ -384,20 +386,6 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
         k_budget, states)
     found["at_budget"] = dict(_checks(problem, np.asarray(budget_draws)), draws=count)
   return found
-
-
-def _sample_chains_and_divergences(key, sampler, states, num_samples: int):
-  """``l2hmc.sample_chains``'s draws and acceptance, and ``info.is_divergent`` and
-  ``info.num_gradient_evaluations`` of every transition ``(num_samples, chains)`` (the gate
-  counts the first as NUTS's divergences)."""
-  chains = jax.tree.leaves(states.position)[0].shape[0]
-
-  def one(states, key):
-    states, info = jax.vmap(sampler.step)(jax.random.split(key, chains), states)
-    return states, (states.position, info.acceptance_rate, info.is_divergent,
-                    info.num_gradient_evaluations)
-
-  return jax.lax.scan(one, states, jax.random.split(key, num_samples))[1]
 
 
 def _checks(problem: Problem, draws) -> dict:

@@ -9,15 +9,14 @@ from metaoptax.l2hmc import (diagnostics, ess, integrators, interweaving, local_
                              low_rank, noncentering, posteriors, targets,
                              trajectory_length)
 from metaoptax.l2hmc.adaptation import WarmupResult, warmup
-from metaoptax.l2hmc.default_adaptation import (Adaptation, AdaptationInfo,
-                                                ConvergenceWarning, adapt)
-from metaoptax.l2hmc.diagnostics import split_rhat
+from metaoptax.l2hmc.default_adaptation import Adaptation, AdaptationInfo, adapt
+from metaoptax.l2hmc.diagnostics import ConvergenceWarning, split_rhat
 from metaoptax.l2hmc.dynamics import (L2HMCConfig, L2HMCParams, init_params, leapfrog,
                                       make_masks)
 from metaoptax.l2hmc.kernel import (L2HMCInfo, L2HMCState, SamplingAlgorithm,
                                     acceptance_probability, build_kernel, draw_step_scale,
                                     gradient_evaluations, init, is_divergent, l2hmc,
-                                    logdensity_evaluations, propose, sample_chains)
+                                    logdensity_evaluations, propose, SampleInfo, sample_chains)
 from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.training import (OBJECTIVES, TrainingConfig, TrainingInfo,
                                       TrainingResult, TrainingState, build_training_step,
@@ -31,7 +30,7 @@ __all__ = ("diagnostics", "ess", "integrators", "interweaving", "local_step_size
            "L2HMCConfig", "L2HMCParams", "init_params", "leapfrog", "make_masks",
            "L2HMCInfo", "L2HMCState", "SamplingAlgorithm", "acceptance_probability",
            "build_kernel", "draw_step_scale", "gradient_evaluations", "logdensity_evaluations",
-           "init", "is_divergent", "l2hmc", "propose", "sample_chains", "Target", "OBJECTIVES",
+           "init", "is_divergent", "l2hmc", "propose", "SampleInfo", "sample_chains", "Target", "OBJECTIVES",
            "TrainingConfig", "TrainingInfo", "TrainingResult", "TrainingState",
            "build_training_step", "default_optimizer", "esjd_loss", "init_training",
            "objective_loss", "rotation_step_sizes", "train",

@@ -151,7 +151,7 @@ from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress
 from metaoptax.l2hmc import local_step_sizes, noncentering
 from metaoptax.l2hmc.adaptation import CONVERGED_RHAT, WarmupResult, midpoint
-from metaoptax.l2hmc.diagnostics import split_rhat
+from metaoptax.l2hmc.diagnostics import ConvergenceWarning, split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, acceptance_probability,
@@ -160,7 +160,7 @@ from metaoptax.l2hmc.targets import Target
 from metaoptax.l2hmc.training import (TrainingConfig, TrainingResult, _initial_state, _metric,
                                       train)
 
-__all__ = ("Adaptation", "AdaptationInfo", "ConvergenceWarning", "adapt")
+__all__ = ("Adaptation", "AdaptationInfo", "adapt")
 
 SHARES = (0.4, 0.4, 0.2)  # of num_steps: warm-up, training, check
 #: the warm-up's leapfrog steps per transition where ``adapt`` is given no ``config`` (the
@@ -192,10 +192,6 @@ MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 #: the sampler's retry of a divergent trajectory (``L2HMCConfig.retry_divergent``): its steps
 #: split into this many, each as much smaller
 RETRY_REFINEMENT = 4
-
-
-class ConvergenceWarning(UserWarning):
-  """The chains of :func:`adapt` failed a check: their draws may not be the posterior's."""
 
 
 class AdaptationInfo(NamedTuple):

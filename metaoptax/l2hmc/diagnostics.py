@@ -19,7 +19,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ("split_rhat",)
+__all__ = ("ConvergenceWarning", "split_rhat")
+
+
+class ConvergenceWarning(UserWarning):
+  """The chains failed a check (:func:`metaoptax.l2hmc.adapt`'s, or divergent transitions
+  in :func:`metaoptax.l2hmc.sample_chains`): their draws may not be the posterior's."""
 
 
 def split_rhat(draws: jax.Array) -> jax.Array:

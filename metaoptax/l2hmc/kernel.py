@@ -72,6 +72,7 @@ Usage::
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -81,6 +82,7 @@ import optax
 
 from metaoptax._src import tree_utils
 from metaoptax.l2hmc import interweaving, local_step_sizes
+from metaoptax.l2hmc.diagnostics import ConvergenceWarning
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, leapfrog, validate
 from metaoptax.l2hmc.integrators import INTEGRATORS, Integrator
 from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_whitened,
@@ -89,7 +91,7 @@ from metaoptax.l2hmc.whitening import (Whitening, from_whitened, gradient_from_w
 __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_probability",
            "gradient_evaluations", "logdensity_evaluations", "propose", "is_divergent",
            "draw_step_scale", "build_kernel", "l2hmc",
-           "sample_chains")
+           "SampleInfo", "sample_chains")
 
 
 #: the energy error above which ``L2HMCConfig.retry_divergent`` retries a trajectory (its
@@ -625,9 +627,30 @@ def l2hmc(logdensity_fn: Callable, config: L2HMCConfig, params: L2HMCParams,
   return SamplingAlgorithm(init_fn, step_fn)
 
 
+class SampleInfo(NamedTuple):
+  """What :func:`sample_chains` records of every transition; leaves ``(num_samples, chains)``.
+
+  Attributes:
+    acceptance_rate: the proposal's acceptance probability (:attr:`L2HMCInfo.acceptance_rate`).
+    is_divergent: bool, the proposal diverged (:attr:`L2HMCInfo.is_divergent`; rejected).
+    num_gradient_evaluations: int32, the gradients of :math:`\\log p` the transition
+      evaluated, retries included (:attr:`L2HMCInfo.num_gradient_evaluations`).
+  """
+
+  acceptance_rate: jax.Array
+  is_divergent: jax.Array
+  num_gradient_evaluations: jax.Array
+
+
 def sample_chains(rng_key: jax.Array, sampler: SamplingAlgorithm, states: L2HMCState,
                   num_samples: int):
   """Runs the chains of ``states`` for ``num_samples`` transitions, vmapped over the chains.
+
+  Where a transition's proposal diverged (its log density or gradient not finite), the call
+  warns (:class:`ConvergenceWarning`), as Stan does of NUTS's divergent transitions after its
+  warm-up: the proposal was rejected, so the draws stay valid, but a region the sampler could
+  not step into may be under-sampled. Under ``jax.jit`` the count is not known when the call
+  is traced and nothing warns: read ``info.is_divergent``.
 
   Args:
     rng_key: PRNG key of the run.
@@ -638,16 +661,22 @@ def sample_chains(rng_key: jax.Array, sampler: SamplingAlgorithm, states: L2HMCS
     num_samples: the transitions to run.
 
   Returns:
-    ``(draws, acceptance)``: the positions after each transition, with leaves
-    ``(num_samples, chains, ...)``, and the acceptance probabilities
-    ``(num_samples, chains)``.
+    ``(draws, info)``: the positions after each transition, with leaves
+    ``(num_samples, chains, ...)``, and a :class:`SampleInfo` of every transition.
   """
   num_chains = jax.tree.leaves(states.position)[0].shape[0]
 
   def one(states, key):
     keys = jax.random.split(key, num_chains)
     states, info = jax.vmap(sampler.step)(keys, states)
-    return states, (states.position, info.acceptance_rate)
+    return states, (states.position, SampleInfo(info.acceptance_rate, info.is_divergent,
+                                                info.num_gradient_evaluations))
 
-  _, (draws, acceptance) = jax.lax.scan(one, states, jax.random.split(rng_key, num_samples))
-  return draws, acceptance
+  _, (draws, info) = jax.lax.scan(one, states, jax.random.split(rng_key, num_samples))
+  num_divergent = jnp.sum(info.is_divergent)
+  if not isinstance(num_divergent, jax.core.Tracer) and int(num_divergent):
+    warnings.warn(f"{int(num_divergent)} of the {info.is_divergent.size} transitions' proposals "
+                  "diverged (log p or its gradient not finite; rejected): where the sampler "
+                  "could not step, the draws may under-sample the posterior. "
+                  "info.is_divergent marks them.", ConvergenceWarning, stacklevel=2)
+  return draws, info

@@ -61,9 +61,9 @@ def test_adapt_returns_pytree_states_and_a_sampler_that_samples_the_target(adapt
   # gradients: the warm-up's transitions with WARMUP_NUM_STEPS, the screen's Hessian
   # diagonal, then the training's and the check's transitions with the chosen K
   assert info.num_gradient_evaluations == _gradients(info, 600, 5)
-  draws, acceptance = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
+  draws, info = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
       jax.random.key(2), states)
-  assert draws["w"].shape == (500, 32, 2, 2) and acceptance.shape == (500, 32)
+  assert draws["w"].shape == (500, 32, 2, 2) and info.acceptance_rate.shape == (500, 32)
   # N(0, I) and N(0, 3^2): 16,000 draws, autocorrelated; tolerances ~5 Monte Carlo errors
   np.testing.assert_allclose(np.mean(draws["w"]), 0.0, atol=0.08)
   np.testing.assert_allclose(np.std(draws["w"]), 1.0, rtol=0.08)

@@ -1,6 +1,7 @@
 """L2HMC: reversibility, exact log-determinant, HMC limit, invariance, ESS, training."""
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -137,9 +138,9 @@ def test_random_networks_leave_the_target_invariant():
   sampler = l2hmc.l2hmc(target.logdensity_fn, config, params,
                         l2hmc.make_masks(jax.random.key(1), config))
   start = jax.random.multivariate_normal(jax.random.key(4), jnp.zeros(2), covariance, (500,))
-  samples, acceptance = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 400))(
+  samples, info = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 400))(
       jax.random.key(5), start)
-  assert 0.2 < float(acceptance.mean()) < 1.0
+  assert 0.2 < float(info.acceptance_rate.mean()) < 1.0
   flat = np.asarray(samples).reshape(-1, 2)
   np.testing.assert_allclose(flat.mean(0), 0.0, atol=0.08)
   np.testing.assert_allclose(np.cov(flat.T), covariance, atol=0.12)
@@ -164,6 +165,32 @@ def test_nonfinite_acceptance_is_rejected_and_counted_as_divergent():
     rejected += int(beyond)
   assert rejected > 0
   np.testing.assert_equal(float(l2hmc.acceptance_probability(0.0, jnp.nan, 0.0)), 0.0)
+
+
+def test_sample_chains_records_and_warns_of_divergent_draws():
+  """``sample_chains``' info marks each divergent transition and counts its gradients; an
+  eager call warns where any diverged and not otherwise; under ``jit`` it returns the same
+  info without warning."""
+  config = paper_config(dim=2, num_steps=2)
+  params = l2hmc.init_params(jax.random.key(0), config)
+  masks = l2hmc.make_masks(jax.random.key(1), config)
+  wall = lambda x: jnp.where(x[0] > 0.5, jnp.nan, -0.5 * x @ x)
+  sampler = l2hmc.l2hmc(wall, config, params, masks)
+  states = jax.vmap(sampler.init)(jnp.tile(jnp.array([0.4, 0.0]), (4, 1)))
+  with pytest.warns(l2hmc.ConvergenceWarning, match="diverged"):
+    draws, info = l2hmc.sample_chains(jax.random.key(2), sampler, states, 30)
+  assert isinstance(info, l2hmc.SampleInfo) and info.is_divergent.shape == (30, 4)
+  assert 0 < int(info.is_divergent.sum()) < info.is_divergent.size
+  assert bool(jnp.all(draws[..., 0] <= 0.5))  # every divergent proposal rejected
+  np.testing.assert_array_equal(info.num_gradient_evaluations,
+                                l2hmc.gradient_evaluations(config))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", l2hmc.ConvergenceWarning)
+    jitted = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 30))(
+        jax.random.key(2), states)[1]
+    np.testing.assert_array_equal(jitted.is_divergent, info.is_divergent)
+    smooth = l2hmc.l2hmc(lambda x: -0.5 * x @ x, config, params, masks)
+    l2hmc.sample_chains(jax.random.key(2), smooth, states, 30)  # no divergence, no warning
 
 
 @pytest.mark.parametrize("field, value, diverged", [

@@ -128,10 +128,10 @@ def test_transported_sampler_keeps_the_funnel():
   states = jax.vmap(sampler.init)(draws)
   np.testing.assert_allclose(states.logdensity, jax.vmap(funnel.logdensity_fn)(draws),
                              atol=1e-9)
-  out, acceptance = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 20))(
+  out, info = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 20))(
       jax.random.key(7), states)
   v = out[-1][:, 0]
-  assert float(jnp.mean(acceptance)) > 0.5
+  assert float(jnp.mean(info.acceptance_rate)) > 0.5
   assert abs(float(jnp.mean(v))) < 5 * 3.0 / np.sqrt(1024)
   assert abs(float(jnp.std(v)) - 3.0) < 5 * 3.0 / np.sqrt(2 * 1024)
 

@@ -105,9 +105,9 @@ def test_random_networks_with_whitening_and_per_coordinate_leave_the_target_inva
   sampler = l2hmc.l2hmc(target.logdensity_fn, config, params,
                         l2hmc.make_masks(jax.random.key(1), config), whitening)
   start = target.sample(jax.random.key(4), 500)
-  samples, acceptance = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 400))(
+  samples, info = jax.jit(lambda k, x: l2hmc.sample_chains(k, sampler, jax.vmap(sampler.init)(x), 400))(
       jax.random.key(5), start)
-  assert 0.2 < float(acceptance.mean()) < 1.0
+  assert 0.2 < float(info.acceptance_rate.mean()) < 1.0
   flat = np.asarray(samples).reshape(-1, 2)
   assert np.all(np.abs(flat.mean(0) - [1.0, -3.0]) < 0.1 * np.sqrt([0.04, 25.0]))
   np.testing.assert_allclose(flat.var(0), [0.04, 25.0], rtol=0.15)

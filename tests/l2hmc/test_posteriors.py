@@ -139,6 +139,7 @@ def test_a_sampler_trained_on_one_subsample_runs_on_others():
                                  jax.vmap(sampler.init)(rewarmed.positions), 4)
 
     for whitening in (result.whitening, rewarmed.whitening):
-      draws, acceptance = draws_with(whitening)
+      draws, info = draws_with(whitening)
+      acceptance = info.acceptance_rate
       assert draws.shape == (4, 8, 31) and bool(jnp.all(jnp.isfinite(draws)))
       assert bool(jnp.all((acceptance >= 0) & (acceptance <= 1)))

@@ -59,10 +59,10 @@ def test_a_dense_warm_up_whitens_a_correlated_gaussian_and_the_sampler_keeps_it(
   sampler = l2hmc.l2hmc(target.logdensity_fn, config, params,
                         l2hmc.make_masks(jax.random.key(3), config), found.whitening)
   states = jax.vmap(sampler.init)(found.positions)
-  draws, acceptance = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
+  draws, info = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, 500))(
       jax.random.key(4), states)
   draws = np.asarray(draws).reshape(-1, 2)
-  assert float(jnp.mean(acceptance)) > 0.5
+  assert float(jnp.mean(info.acceptance_rate)) > 0.5
   # 16,000 draws: the covariance within ~5 Monte Carlo errors
   np.testing.assert_allclose(np.cov(draws.T), cov, rtol=0.1, atol=0.05)
 

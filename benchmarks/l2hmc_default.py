@@ -348,11 +348,12 @@ def moments_errors(problem: Problem, draws) -> dict:
 
 
 def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int,
-              budget_grads: float) -> dict:
+              budget_grads: float | None) -> dict:
   """The default's adaptation, ``num_samples`` draws, and, where those draws are off the
   reference (:func:`right`), a second run from the adapted states to ``budget_grads``
   gradients per chain (NUTS's sampling budget; at most ``MAX_BUDGET_DRAWS`` draws), whose
-  R-hat and moments are the acceptance's "at NUTS's gradient budget"."""
+  R-hat and moments are the acceptance's "at NUTS's gradient budget" (``None``: no NUTS row,
+  no second run)."""
   k_adapt, k_run, k_budget = jax.random.split(key, 3)
   start = time.perf_counter()
   with warnings.catch_warnings(record=True) as caught:
@@ -380,7 +381,7 @@ def run_l2hmc(problem: Problem, key, positions, num_steps: int, num_samples: int
                noncentering=info.noncentering is not None,
                local_step_sizes=bool(info.config.local_step_sizes),
                reflection=bool(info.config.reflection))
-  if not right(_checks(problem, found["draws"])):
+  if budget_grads is not None and not right(_checks(problem, found["draws"])):
     count = int(min(max(np.ceil(budget_grads / grads), num_samples), MAX_BUDGET_DRAWS))
     budget_draws, _ = jax.jit(lambda k, s: l2hmc.sample_chains(k, sampler, s, count))(
         k_budget, states)
@@ -450,7 +451,7 @@ def run_target(problem: Problem, seeds, num_steps, num_warmup_nuts, num_warmup_c
             num_samples)), seed=seed))
     if "l2hmc" in samplers:
       budget = (rows["nuts"][index]["grads_per_transition"] * num_samples if "nuts" in rows
-                else np.inf)
+                else None)
       rows["l2hmc"].append(dict(score(problem, run_l2hmc(problem, k_l2hmc, positions,
                                                          num_steps, num_samples, budget)),
                                 seed=seed))
@@ -651,6 +652,10 @@ def main(argv=None):
   parser.add_argument("--samplers", nargs="+", choices=("l2hmc",) + sampler_baselines.ANCHORS,
                       help="default: every anchor on posteriordb's and tuningfork's halves "
                       "(default_samplers)")
+  parser.add_argument("--without-nuts", action="store_true",
+                      help="with --samplers l2hmc: no NUTS run for L2HMC's check at NUTS's "
+                      "gradient budget (its rows then have none; the anchors' rows of other "
+                      "seeds stay)")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--out", type=pathlib.Path, default=OUT)
   parser.add_argument("--reuse-baselines", action="store_true",
@@ -665,7 +670,7 @@ def main(argv=None):
     args.seeds, args.num_steps, args.nuts_warmup, args.chees_warmup, args.samples = (
         1, 100, 50, 50, 20)
   samplers = tuple(args.samplers or default_samplers(args.suite))
-  if "l2hmc" in samplers and "nuts" not in samplers:
+  if "l2hmc" in samplers and "nuts" not in samplers and not args.without_nuts:
     samplers += ("nuts",)  # L2HMC's check at NUTS's gradient budget
   chosen = [p for p in problems(args.suite, args.names) if not args.names or p.name in args.names]
   if args.quick:

@@ -184,10 +184,8 @@ REFLECTION_ACCEPTANCE = 0.5
 MAX_DIVERGENT_RATE = 1e-3
 # the non-centering's screen: the transitions of every chain whose draws fit it
 NONCENTERING_DRAWS = 64
-# the split R-hat below which the latent warm-up's chains agree (adapt's check's max_rhat: its
-# chains start in the typical set, so the warm-up's CONVERGED_RHAT, 1.1, for chains still
-# arriving, is too lax: a poorly fitted transport's latent chains pass it and then diverge)
-LATENT_RHAT = 1.05
+# the split R-hat below which the latent warm-up's chains agree (the warm-up's CONVERGED_RHAT)
+LATENT_RHAT = 1.1
 # ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
 NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
@@ -586,8 +584,8 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
 def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,
                       latent_config: L2HMCConfig) -> bool:
   """The non-centering's test on the two warm-ups' own measurements: the latent one's chains
-  agree (the largest split R-hat of its final window below ``LATENT_RHAT``, the check's
-  test of a converged run: its chains start in the typical set), and its
+  agree (the largest split R-hat of its final window below ``LATENT_RHAT``, the warm-up's own
+  test of chains that found the typical set), and its
   trajectory needs fewer leapfrog steps (a larger step size in whitened units), or as many
   with chains that agree better."""
   rhat, latent_rhat = float(jnp.max(found.rhat)), float(jnp.max(latent_found.rhat))

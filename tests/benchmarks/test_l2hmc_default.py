@@ -4,6 +4,7 @@ NUTS's gradient budget, and only a run off there without a warning is silently w
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import l2hmc_default  # benchmarks/ is on sys.path (tests/conftest.py)
 
@@ -105,6 +106,7 @@ def _scipy_horseshoe_centered(theta, features, y):
           + np.sum(stats.norm.logpdf(y, alpha + features @ beta, sigma)))
 
 
+@pytest.mark.system  # ~6 s of float64 compilation
 def test_the_horseshoes_log_densities_match_scipys_and_each_other():
   """The centered horseshoe against scipy's densities in float64, and the non-centered one
   against the centered through the change of variables beta = z tau lambda: log p_nc(theta)

@@ -238,7 +238,8 @@ def _points(name, dim):
   return points
 
 
-SLOW_ORACLES = ("stochastic_volatility", "lotka_volterra")  # ~12 s each: the system tier
+SLOW_ORACLES = ("stochastic_volatility", "lotka_volterra",  # ~12 s each, and 5-8 s each:
+                "irt_2pl", "horseshoe", "radon", "logistic", "german_credit")  # the system tier
 
 
 @pytest.mark.parametrize("name", [

@@ -173,6 +173,17 @@ class InterpolationState(NamedTuple):
   z: optax.Params  # the base iterates
 
 
+def _average_weight(weight_sum, count, weight, horizon):
+  """``(c, weight_sum + weight, count + 1)``: schedule-free's weight of the new iterate in the
+  average, at least ``1 / (horizon * count + 1)`` where a horizon is given."""
+  total = weight_sum + weight
+  c = weight / total
+  count = count + 1
+  if horizon is not None:
+    c = jnp.maximum(c, 1.0 / (horizon * count.astype(jnp.float32) + 1.0))
+  return c, total, count
+
+
 def _interpolated(b1: float = 0.9, horizon: float | None = None,
                   **kwargs) -> optax.GradientTransformation:
   """Schedule-free's interpolation (Defazio et al. 2024) around a learned step size.
@@ -196,11 +207,7 @@ def _interpolated(b1: float = 0.9, horizon: float | None = None,
   def update(grads, state, params):
     u, base_state = base.update(grads, state.base, params)
     weight = jnp.mean(jnp.atleast_1d(metaoptax.step_sizes(base_state))) ** 2
-    total = state.weight_sum + weight
-    c = weight / total
-    count = state.count + 1
-    if horizon is not None:
-      c = jnp.maximum(c, 1.0 / (horizon * count.astype(jnp.float32) + 1.0))
+    c, total, count = _average_weight(state.weight_sum, state.count, weight, horizon)
     z = jax.tree.map(jnp.add, state.z, u)
     x = jax.tree.map(lambda y, z0, z1: (1 - c) * (y - (1 - b1) * z0) / b1 + c * z1,
                      params, state.z, z)
@@ -378,11 +385,7 @@ def _schedule_free_base_weighted(b1: float = 0.9, horizon: float | None = None,
     u, base_state = base.update(grads, state.base, params)
     largest = jnp.maximum(state.max_step_size, alpha)
     weight = largest ** 2 if weights == "max alpha^2" else jnp.ones([], jnp.float32)
-    total = state.weight_sum + weight
-    c = weight / total
-    count = state.count + 1
-    if horizon is not None:
-      c = jnp.maximum(c, 1.0 / (horizon * count.astype(jnp.float32) + 1.0))
+    c, total, count = _average_weight(state.weight_sum, state.count, weight, horizon)
     z = jax.tree.map(jnp.add, state.z, u)
     updates = jax.tree.map(
         lambda y, z0, z1: b1 * ((1 - c) * (y - (1 - b1) * z0) / b1 + c * z1)

@@ -58,7 +58,8 @@ Where a few coordinates set the scale of others (a funnel, a centered hierarchy,
 horseshoe), ``run`` screens for a non-centering (:mod:`metaoptax.l2hmc.noncentering`) after
 the warm-up: where some coordinate's log square has a slope of at least
 ``noncentering.MIN_SLOPE`` on the position over the warm-up's final window
-(``WarmupResult.log_scale_slopes``, at no extra cost), the chains make
+(``WarmupResult.log_scale_slopes``, at no extra cost; of either warm-up where the diagonal
+one replaced the dense one: :func:`_shows_drivers`), the chains make
 ``NONCENTERING_DRAWS`` more transitions, each chain's local Gaussian (gradient and Hessian
 diagonal) is read at ``NONCENTERING_CURVATURES`` of them, and where those find drivers
 (:func:`metaoptax.l2hmc.noncentering.structure`) the transport they fit replaces the
@@ -406,6 +407,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("warm-up", cost.transitions - num_warmup, cost.transitions,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
+    replaced = ()  # the warm-ups a later one replaced (their slopes still screen)
     if _metric(run_config, run_training) == "dense" and not _agree_on_log_density(found):
       report("warm-up, diagonal")
       diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
@@ -414,6 +416,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       cost += retried
       report("warm-up, diagonal", retried.transitions, retried.transitions)
       if diagonal is not None:
+        replaced = (found,)
         state, found, run_config, run_training = diagonal
     reflected = None
     if choose_reflection and not config.reflection and not config.local_step_sizes:
@@ -431,7 +434,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for a non-centering")
       chosen, screened = _screen_noncentering(
           jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
-          run_training, optimizer, state, found, choose_num_steps)
+          run_training, optimizer, state, found, choose_num_steps, replaced)
       cost += screened
       report("screen for a non-centering", screened.transitions, screened.transitions)
       if chosen is not None:
@@ -537,16 +540,16 @@ def _screen_local_step_sizes(rng_key, target: Target, config: L2HMCConfig,
 
 def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
                          sampler_config: L2HMCConfig, training: TrainingConfig, optimizer,
-                         state, found: WarmupResult, choose_num_steps: bool):
+                         state, found: WarmupResult, choose_num_steps: bool,
+                         replaced: tuple[WarmupResult, ...] = ()):
   """The screen for a non-centering (module docstring) from the warm-up's ``state`` and
   result ``found`` (``sampler_config``: the sampler it chose): ``(chosen, cost)``, ``chosen`` the
   second warm-up's ``(state, found, config, latent target, transport)`` where the
-  warm-up's log-scale slopes find driven coordinates
+  log-scale slopes of ``found`` or of a warm-up it ``replaced`` find driven coordinates
+  (:func:`_shows_drivers`) and the local Gaussians at the screen's draws do too
   (:func:`metaoptax.l2hmc.noncentering.structure`), else ``None``; ``cost`` what the
   draws for the fit and that warm-up cost (a :class:`_Cost`)."""
-  if found.log_scale_slopes is None:
-    return None, _Cost()
-  if not bool(jnp.any(noncentering.structure(found.log_scale_slopes)[0])):
+  if not _shows_drivers((found,) + tuple(replaced)):
     return None, _Cost()
   k_draws, k_warmup = jax.random.split(rng_key)
   sampler = l2hmc(target.logdensity_fn, sampler_config, state.params, state.masks,
@@ -575,6 +578,20 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   if not _latent_is_better(found, sampler_config, latent_found, latent_config):
     return None, cost
   return (latent_state, latent_found, latent_config, latent, transport), cost
+
+
+def _shows_drivers(warmups) -> bool:
+  r"""The non-centering screen's trigger, at no extra cost: whether the log-scale slopes of
+  any of ``warmups`` find a driver (:func:`metaoptax.l2hmc.noncentering.structure`).
+  ``warmups``: the warm-up the run kept, and the dense one where the diagonal fallback
+  replaced it. A coordinate that sets others' scales belongs to the target, not to the
+  metric, and both warm-ups measured it from chains that disagreed on :math:`\log p` at the
+  dense one's end (the fallback's trigger), whose final windows give noisy slopes (a
+  centered hierarchy's chains in and out of its neck); a driver either finds has the local
+  Gaussians read, and the screen's own tests decide."""
+  return any(found.log_scale_slopes is not None
+             and bool(jnp.any(noncentering.structure(found.log_scale_slopes)[0]))
+             for found in warmups)
 
 
 def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,

@@ -8,6 +8,8 @@ errors of the slope at 4,096 draws); a transported sampler leaves exact funnel d
 within 5 standard errors.
 """
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -205,6 +207,39 @@ def test_latent_is_kept_only_where_it_measures_better():
   assert not better(found(1.2), config(16), found(1.5), config(8))  # chains agree less
   assert not better(found(1.5), config(16), found(1.2), config(8))  # nor in the latent
   assert not better(found(1.01), config(4), found(1.01), config(4))  # no gain
+
+
+def test_the_screen_reads_the_slopes_of_the_warm_up_the_diagonal_fallback_replaced(
+    monkeypatch):
+  """Where the diagonal fallback replaced the dense warm-up, a driver in either one's
+  log-scale slopes has the screen read the local Gaussians: here the dense warm-up's
+  strongest slope is just above ``MIN_SLOPE`` and the diagonal one's just below, as on a
+  centered hierarchy whose chains disagree in both. In neither, the screen costs nothing."""
+  from metaoptax.l2hmc import default_adaptation
+  min_slope = noncentering.MIN_SLOPE
+  driver = lambda slope: jnp.zeros((3, 3)).at[0, 1:].set(slope)  # 0 sets 1's and 2's scale
+  found = lambda slopes: l2hmc.WarmupResult(None, None, None, None, log_scale_slopes=slopes)
+  dense, diagonal = found(driver(1.15 * min_slope)), found(driver(0.9 * min_slope))
+  shows = default_adaptation._shows_drivers
+  assert shows((dense,)) and not shows((diagonal,))
+  assert shows((diagonal, dense))
+  assert not shows((diagonal, found(None)))
+
+  class PastTheTrigger(Exception):
+    pass
+
+  def sampler(*args):
+    raise PastTheTrigger
+
+  monkeypatch.setattr(default_adaptation, "l2hmc", sampler)  # the screen's first step
+  target = l2hmc.targets.Target("three", 3, lambda x: -0.5 * jnp.sum(x**2))
+  state = types.SimpleNamespace(params=None, masks=None, whitening=None, chains=None)
+  screen = lambda *replaced: default_adaptation._screen_noncentering(
+      jax.random.key(0), target, l2hmc.L2HMCConfig(dim=3), l2hmc.L2HMCConfig(dim=3), None,
+      None, state, diagonal, True, replaced)
+  assert screen() == (None, default_adaptation._Cost())
+  with pytest.raises(PastTheTrigger):
+    screen(dense)
 
 
 @pytest.mark.system  # a float64 fit of 2,048 draws (~25 s)

@@ -62,13 +62,16 @@ from __future__ import annotations
 
 import math
 
-__all__ = ("MAX_NUM_STEPS", "QUARTER_PERIOD", "num_steps_for", "num_steps_for_spread",
+__all__ = ("LONG_MAX_NUM_STEPS", "MAX_NUM_STEPS", "QUARTER_PERIOD", "num_steps_for", "num_steps_for_spread",
            "square_autocorrelation")
 
 #: The trajectory's length in whitened units: a quarter period of a standard normal.
 QUARTER_PERIOD = 0.5 * math.pi
 #: The most leapfrog steps the rule gives.
 MAX_NUM_STEPS = 16
+#: The most where the warm-up's chains disagree at a step size whose quarter period needs more
+#: than ``MAX_NUM_STEPS`` (``metaoptax.l2hmc.adapt``'s warm-up then lengthens its trajectories).
+LONG_MAX_NUM_STEPS = 128
 
 
 def num_steps_for(step_size: float, max_num_steps: int = MAX_NUM_STEPS,

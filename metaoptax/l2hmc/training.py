@@ -698,7 +698,7 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
         widest = found.widest_variance
       # the cap: longer where the warm-up lengthened its trajectories (_lengthened_num_steps)
       cap = trajectory_length.MAX_NUM_STEPS
-      if int(found.num_steps) > cap:
+      if found.num_steps is not None and int(found.num_steps) > config.num_steps:
         cap = trajectory_length.LONG_MAX_NUM_STEPS
       if found.whitened_spread is None:
         config = config._replace(num_steps=trajectory_length.num_steps_for(

@@ -323,6 +323,32 @@ def test_lengthen_burn_in_continues_the_burn_in_and_adds_its_counts():
     np.testing.assert_allclose(jnp.mean(burnt.states.position, 0), 30.0, atol=0.25)
 
 
+@pytest.mark.system  # warm-ups at several K compiled (~1 min)
+@pytest.mark.parametrize("rho, lengthened", [(0.9995, True), (0.0, False)])
+def test_a_warm_up_that_lengthens_its_burn_in_raises_the_sampler_s_cap(rho, lengthened):
+  """A 2-d Gaussian of correlation 0.9995 under the diagonal metric: the step size follows
+  the narrow direction (sd 0.02), five steps random-walk along the long one, the burn-in's
+  chains stay apart, and it lengthens; the sampler's K then exceeds MAX_NUM_STEPS (the quarter
+  period of the widest whitened direction). Uncorrelated, nothing changes: K <= 16."""
+  covariance = np.array([[1.0, rho], [rho, 1.0]])
+  precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
+  target = l2hmc.Target("correlated", 2, lambda x: -0.5 * x @ precision @ x)
+  training = l2hmc.training.TrainingConfig(num_chains=16, warmup_iterations=200,
+                                           metric="diagonal")
+  _, found, config = l2hmc.training._initial_state(
+      jax.random.key(0), target, l2hmc.L2HMCConfig(dim=2, num_steps=5), training, None,
+      jax.random.normal(jax.random.key(1), (16, 2)), True)
+  cap = l2hmc.trajectory_length.MAX_NUM_STEPS
+  if lengthened:
+    assert 5 < int(found.num_steps) <= l2hmc.trajectory_length.LONG_MAX_NUM_STEPS
+    assert cap < config.num_steps <= l2hmc.trajectory_length.LONG_MAX_NUM_STEPS
+    assert config.num_steps == l2hmc.trajectory_length.num_steps_for(
+        found.step_size, l2hmc.trajectory_length.LONG_MAX_NUM_STEPS,
+        widest_variance=found.widest_variance)
+  else:
+    assert int(found.num_steps) == 5 and config.num_steps <= cap
+
+
 def test_adapt_draws_window_2_at_the_burn_ins_quarter_period(adapted):
   """A standard normal's burn-in step size is near 1: window 2 makes fewer leapfrog steps
   than the warm-up's other transitions (removing adapt's rule makes them equal)."""

@@ -132,6 +132,9 @@ class WarmupResult(NamedTuple):
     num_leapfrog_steps: int, per chain, the leapfrog steps (gradients) of the warm-up's
       transitions: ``num_steps`` per transition, ``scale_num_steps`` per transition of
       window 2 (its Hessians are ``num_hessian_evaluations``).
+    num_steps: the leapfrog steps per transition of the final window (``num_steps``; more
+      where :func:`metaoptax.l2hmc.adapt`'s warm-up lengthened its trajectories:
+      :func:`lengthen_burn_in`); ``None`` where not recorded.
   """
 
   step_size: jax.Array
@@ -148,6 +151,7 @@ class WarmupResult(NamedTuple):
   widest_variance: jax.Array | None = None
   whitened_spread: jax.Array | None = None
   num_leapfrog_steps: jax.Array | None = None
+  num_steps: int | None = None
 
 
 def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length, target, rate,
@@ -521,6 +525,8 @@ class BurnIn(NamedTuple):
     widest_variance: the largest eigenvalue of the chains' correlation matrix over the last
       window's second half (as :attr:`WarmupResult.widest_variance`; 1 without its
       covariance, above ``MOMENTS_MAX_DIM`` coordinates with the diagonal metric).
+    num_steps: the leapfrog steps per transition of its last windows (``burn_in``'s
+      ``num_steps``, more after :func:`lengthen_burn_in`).
   """
 
   states: Any
@@ -531,6 +537,7 @@ class BurnIn(NamedTuple):
   num_divergent: jax.Array
   num_leapfrog_steps: jax.Array
   widest_variance: jax.Array
+  num_steps: int = 0
 
 
 def _lengths(num_iterations: int) -> list[int]:
@@ -589,12 +596,49 @@ def burn_in(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *
   Jit-able with the numbers static."""
   positions = jnp.asarray(positions)
   dim = positions.shape[1]
+  states = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
+  log_h = jnp.log(jnp.asarray(init_step_size, positions.dtype))
+  zero = jnp.zeros((), jnp.int32)
+  start = BurnIn(states, log_h, _diagonal(jnp.ones(dim, positions.dtype)), zero,
+                 jnp.asarray(jnp.inf, positions.dtype), zero, zero,
+                 jnp.ones((), positions.dtype), num_steps)
+  return _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
+                          target_acceptance, adaptation_rate, slopes, scales,
+                          max_burn_in_windows, converged_rhat, jitter, metric, first=True)
+
+
+def lengthen_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
+                     num_steps: int, num_iterations: int = 300,
+                     target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
+                     slopes: str = "squares", scales: str = "pooled",
+                     max_burn_in_windows: int = 4, converged_rhat: float = CONVERGED_RHAT,
+                     jitter: float = 0.5, metric: str = "diagonal") -> BurnIn:
+  """More burn-in windows from the chains, step size and whitening :func:`burn_in` left
+  (``burnt``), with ``num_steps`` leapfrog steps per transition: up to
+  ``max_burn_in_windows`` more, while the chains disagree (``converged_rhat``). Where the
+  burn-in's short trajectories leave the chains apart (a random walk at a small step size),
+  trajectories of a quarter period let them travel; :func:`settle` continues from the result
+  with the same ``num_steps``. Its counts (windows, divergent proposals, leapfrog steps) add
+  to ``burnt``'s. :func:`burn_in`'s other arguments. Jit-able with the numbers static."""
+  start = burnt._replace(rhat=jnp.asarray(jnp.inf, burnt.log_h.dtype), num_steps=num_steps)
+  return _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
+                          target_acceptance, adaptation_rate, slopes, scales,
+                          max_burn_in_windows, converged_rhat, jitter, metric, first=False)
+
+
+def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_iterations,
+                     target_acceptance, adaptation_rate, slopes, scales, max_burn_in_windows,
+                     converged_rhat, jitter, metric, first) -> BurnIn:
+  """Burn-in windows of ``num_steps`` leapfrog steps from ``start`` while the chains disagree,
+  at most ``max_burn_in_windows`` (``first``: at least one, the warm-up's first)."""
+  states = start.states
+  dim = states.position.shape[1]
+  dtype = states.position.dtype
   window = _windows(logdensity_fn, dim, num_steps, jitter, target_acceptance,
                     adaptation_rate, _moments(metric, slopes, dim))
   length = _lengths(num_iterations)[0]
-  states = jax.vmap(lambda x: init(x, logdensity_fn))(positions)
-  log_h = jnp.log(jnp.asarray(init_step_size, positions.dtype))
   keys = jax.random.split(rng_key, 6)
+  last = start.num_windows + max_burn_in_windows
 
   # burn-in: the chains travel to the typical set; it repeats until the chains agree (split
   # R-hat) or max_burn_in_windows are made. Diagonal: the scale re-estimated after each
@@ -606,22 +650,23 @@ def burn_in(rng_key: jax.Array, logdensity_fn: Callable, positions: jax.Array, *
     found = window(key, states, log_h,
                    _travel_whitening(logdensity_fn, metric, states, whitening), length)
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
-    widest = jnp.ones((), positions.dtype)
+    widest = jnp.ones((), dtype)
     if metric == "diagonal" and found[12] is not None:
       widest = _widest_variance(found[12])
     return (states, found[5], _diagonal(_rescaled(found, scales)), count + 1,
             jnp.max(found[11]), divergent + found[14], widest)
 
   def travelling(carry):
-    return (carry[3] < max_burn_in_windows) & ~(carry[4] < converged_rhat)
+    return (carry[3] < last) & ~(carry[4] < converged_rhat)
 
-  inf = jnp.asarray(jnp.inf, positions.dtype)
-  zero = jnp.zeros((), jnp.int32)
+  carry = (states, start.log_h, start.whitening, start.num_windows, start.rhat,
+           start.num_divergent, start.widest_variance)
+  if first:
+    carry = one(carry)
   states, log_h, whitening, count, rhat, divergent, widest = jax.lax.while_loop(
-      travelling, one, one((states, log_h, _diagonal(jnp.ones(dim, positions.dtype)), zero,
-                            inf, zero, jnp.ones((), positions.dtype))))
-  return BurnIn(states, log_h, whitening, count, rhat, divergent, count * length * num_steps,
-                widest)
+      travelling, one, carry)
+  steps = start.num_leapfrog_steps + (count - start.num_windows) * length * num_steps
+  return BurnIn(states, log_h, whitening, count, rhat, divergent, steps, widest, num_steps)
 
 
 def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
@@ -685,4 +730,4 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
                       divergent + final_divergent, widest, spread,
                       burnt.num_leapfrog_steps + lengths[1] * scale_num_steps
-                      + lengths[2] * num_steps)
+                      + lengths[2] * num_steps, num_steps)

@@ -13,7 +13,11 @@ trained sampler. The warm-up runs with ``config.num_steps`` leapfrog steps per t
 typical set, the scales and a step size, and short trajectories do that for fewer gradients;
 its second window, whose draws the whitening is fitted to, makes fewer where a quarter period
 at the burn-in's step size takes fewer
-(:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`, at most the burn-in's).
+(:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`, at most the burn-in's); where
+the burn-in's chains still disagree and a quarter period at its step size needs more than
+``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with that many, at most
+``trajectory_length.LONG_MAX_NUM_STEPS`` (:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`),
+and so do its later windows and the sampler's cap.
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
 the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
 widest whitened coordinate where the low-rank metric leaves one wider than 1

@@ -60,7 +60,7 @@ from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes, trajectory_length
 from metaoptax.l2hmc.adaptation import (CONVERGED_RHAT, SLOPES, BurnIn, _check_arguments,
-                                        burn_in, settle)
+                                        burn_in, lengthen_burn_in, settle)
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, draw_step_scale, init,
@@ -535,6 +535,18 @@ def _jitted_burn_in(logdensity_fn: Callable, num_steps: int, num_iterations: int
 
 
 @functools.cache
+def _jitted_lengthen_burn_in(logdensity_fn: Callable, num_steps: int, num_iterations: int,
+                             slopes: str, scales: str, metric: str, max_burn_in_windows: int,
+                             jitter: float) -> Callable:
+  """The jitted :func:`metaoptax.l2hmc.adaptation.lengthen_burn_in` of one target and
+  configuration."""
+  return jax.jit(lambda burnt, key: lengthen_burn_in(
+      key, logdensity_fn, burnt, num_steps=num_steps, num_iterations=num_iterations,
+      slopes=slopes, scales=scales, metric=metric, max_burn_in_windows=max_burn_in_windows,
+      jitter=jitter))
+
+
+@functools.cache
 def _jitted_settle(logdensity_fn: Callable, num_steps: int, num_iterations: int, slopes: str,
                    scales: str, location: str, metric: str, jitter: float,
                    scale_num_steps: int) -> Callable:
@@ -549,11 +561,15 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                    init_step_size: float, slopes: str = "squares",
                    scales: str = "pooled", location: str = "mean",
                    metric: str = "diagonal", max_burn_in_windows: int = 4,
-                   jitter: float = 0.5, shorten: bool = False) -> Callable:
+                   jitter: float = 0.5, shorten: bool = False,
+                   lengthen: bool = False) -> Callable:
   """The jitted warm-up (:func:`metaoptax.l2hmc.warmup`) of one target and configuration,
   ``(positions, key) -> WarmupResult``, its burn-in and its later windows jitted apart. With
   ``shorten``, window 2 makes the fewer leapfrog steps of a quarter period at the burn-in's
-  step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``."""
+  step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``. With
+  ``lengthen``, where the burn-in's chains still disagree and its step size makes a quarter
+  period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with
+  that many (:func:`_lengthened_num_steps`), and so do windows 2 and 3."""
 
   def run(positions, key):
     _check_arguments(jnp.asarray(positions), num_iterations=num_iterations,
@@ -562,11 +578,32 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                      max_burn_in_windows=max_burn_in_windows, converged_rhat=CONVERGED_RHAT)
     burnt = _jitted_burn_in(logdensity_fn, num_steps, num_iterations, init_step_size, slopes,
                             scales, metric, max_burn_in_windows, jitter)(positions, key)
-    scale_num_steps = _settle_num_steps(burnt, num_steps) if shorten else num_steps
-    return _jitted_settle(logdensity_fn, num_steps, num_iterations, slopes, scales, location,
+    steps = num_steps
+    longer = _lengthened_num_steps(burnt) if lengthen else None
+    if longer is not None and longer > num_steps:
+      steps = longer
+      burnt = _jitted_lengthen_burn_in(logdensity_fn, steps, num_iterations, slopes, scales,
+                                       metric, max_burn_in_windows, jitter)(
+                                           burnt, jax.random.fold_in(key, 1))
+    scale_num_steps = _settle_num_steps(burnt, steps) if shorten else steps
+    return _jitted_settle(logdensity_fn, steps, num_iterations, slopes, scales, location,
                           metric, jitter, scale_num_steps)(burnt, key)
 
   return run
+
+
+def _lengthened_num_steps(burnt: BurnIn) -> int | None:
+  """The burn-in's leapfrog steps from here where its chains still disagree (its split R-hat
+  at least ``CONVERGED_RHAT``) and a quarter period of the widest whitened direction at its
+  step size takes more than ``trajectory_length.MAX_NUM_STEPS`` steps: that quarter period,
+  at most ``trajectory_length.LONG_MAX_NUM_STEPS`` steps (short trajectories at a small step
+  size make a random walk that leaves the chains apart); else ``None``."""
+  if float(burnt.rhat) < CONVERGED_RHAT:
+    return None
+  steps = trajectory_length.num_steps_for(
+      float(jnp.exp(burnt.log_h)), trajectory_length.LONG_MAX_NUM_STEPS,
+      widest_variance=float(burnt.widest_variance))
+  return steps if steps > trajectory_length.MAX_NUM_STEPS else None
 
 
 def _settle_num_steps(burnt: BurnIn, num_steps: int) -> int:
@@ -577,8 +614,9 @@ def _settle_num_steps(burnt: BurnIn, num_steps: int) -> int:
   after the warm-up), at most the burn-in's ``num_steps``. The chains have arrived; a quarter
   period decorrelates the draws the whitening is fitted to, and the burn-in's long
   trajectories, made for travel, would cost more gradients for no better draws."""
-  return min(num_steps, trajectory_length.num_steps_for(
-      float(jnp.exp(burnt.log_h)), widest_variance=float(burnt.widest_variance)))
+  return trajectory_length.num_steps_for(
+      float(jnp.exp(burnt.log_h)), max(num_steps, 1),
+      widest_variance=float(burnt.widest_variance))
 
 
 def init_training(rng_key: jax.Array, target: Target, config: L2HMCConfig = L2HMCConfig(),
@@ -648,8 +686,8 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
                            "midpoint" if config.reflection else "mean",
                            _metric(config, training), _burn_in_windows(config, training),
                            config.jitter,
-                           shorten=choose_num_steps and _metric(config, training) != "low_rank"
-                           )(positions, k_warmup)
+                           shorten=choose_num_steps and _metric(config, training) != "low_rank",
+                           lengthen=choose_num_steps)(positions, k_warmup)
     positions, whitening = found.positions, found.whitening
     step_size = step_size_v = found.step_size
     if choose_num_steps:
@@ -658,12 +696,16 @@ def _initial_state(rng_key, target, config, training, optimizer, positions,
       widest = 1.0
       if training.metric == "diagonal" and found.widest_variance is not None:
         widest = found.widest_variance
+      # the cap: longer where the warm-up lengthened its trajectories (_lengthened_num_steps)
+      cap = trajectory_length.MAX_NUM_STEPS
+      if found.num_steps is not None and int(found.num_steps) > config.num_steps:
+        cap = trajectory_length.LONG_MAX_NUM_STEPS
       if found.whitened_spread is None:
         config = config._replace(num_steps=trajectory_length.num_steps_for(
-            step_size, widest_variance=widest))
+            step_size, cap, widest_variance=widest))
       else:  # from the widest coordinate's quarter period, the one that mixes z^2 best
         num_steps, jitter = trajectory_length.num_steps_for_spread(
-            float(step_size), float(found.whitened_spread), config.jitter)
+            float(step_size), float(found.whitened_spread), config.jitter, cap)
         config = config._replace(num_steps=num_steps, jitter=jitter)
     if config.reflection:  # the leapfrog mixes z^2 within a mode: at most a quarter period
       step_size, step_size_v = rotation_step_sizes(step_size, config.num_steps,

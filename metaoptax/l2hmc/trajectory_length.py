@@ -56,19 +56,34 @@ coordinate's quarter period up to :math:`K_\text{max}`, the one with the most ef
 draws of a unit coordinate's square per gradient, its jitter :math:`j_0/s` scaled by
 :math:`K_s/K` (:math:`K_s` the widest one's quarter period: a unit coordinate's phase
 varies by as much on every trajectory length).
+
+A cap of :math:`K_\text{max} = ` ``MAX_NUM_STEPS`` suits a posterior that the warm-up
+whitens: its chains agree, and :math:`h` is not far below 1. Where the curvature bends
+(a horseshoe's curved ridges, :math:`\beta_j = z_j\tau\lambda_j` pinned by the data) the
+acceptance target makes :math:`h` a hundredth of the scale, and a trajectory capped at
+:math:`K_\text{max}` steps covers a fraction of the quarter period: a random walk that
+leaves the chains apart. So where the warm-up's burn-in ends with its chains disagreeing
+and its step size's quarter period needs more than ``MAX_NUM_STEPS`` steps, the burn-in
+continues with that quarter period, at most ``LONG_MAX_NUM_STEPS`` steps
+(:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`, adapt's choice), and the sampler's
+:math:`K` may reach ``LONG_MAX_NUM_STEPS`` too. Where the burn-in's chains agree, nothing
+changes.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ("MAX_NUM_STEPS", "QUARTER_PERIOD", "num_steps_for", "num_steps_for_spread",
+__all__ = ("LONG_MAX_NUM_STEPS", "MAX_NUM_STEPS", "QUARTER_PERIOD", "num_steps_for", "num_steps_for_spread",
            "square_autocorrelation")
 
 #: The trajectory's length in whitened units: a quarter period of a standard normal.
 QUARTER_PERIOD = 0.5 * math.pi
 #: The most leapfrog steps the rule gives.
 MAX_NUM_STEPS = 16
+#: The most where the warm-up's chains disagree at a step size whose quarter period needs more
+#: than ``MAX_NUM_STEPS`` (``metaoptax.l2hmc.adapt``'s warm-up then lengthens its trajectories).
+LONG_MAX_NUM_STEPS = 128
 
 
 def num_steps_for(step_size: float, max_num_steps: int = MAX_NUM_STEPS,

@@ -277,6 +277,78 @@ def test_window_2_steps_are_the_burn_ins_quarter_period_at_most_its_k(log_h, wid
   assert l2hmc.training._settle_num_steps(burnt, 5) == expected
 
 
+@pytest.mark.parametrize("rhat, log_h, widest, expected", [
+    (1.05, np.log(0.01), 1.0, None),  # the chains agree: the burn-in is done
+    (2.0, np.log(0.2), 1.0, None),  # ceil((pi / 2) / 0.2) = 8: within MAX_NUM_STEPS
+    (2.0, np.log(0.05), 1.0, 32),  # ceil((pi / 2) / 0.05)
+    (2.0, np.log(0.05), 4.0, 63),  # ceil(2 (pi / 2) / 0.05): the widest direction's
+    (2.0, np.log(0.001), 1.0, 128),  # 1571 steps, capped at LONG_MAX_NUM_STEPS
+    (float("inf"), np.log(0.05), 1.0, 32),  # one window that never agreed
+])
+def test_the_burn_in_lengthens_where_its_chains_disagree_at_a_small_step_size(
+    rhat, log_h, widest, expected):
+  burnt = l2hmc.adaptation.BurnIn(None, jnp.float32(log_h), None, 4, jnp.float32(rhat), 0, 0,
+                                  jnp.float32(widest))
+  assert l2hmc.training._lengthened_num_steps(burnt) == expected
+  if expected is not None:  # the quarter period of the widest direction, or the cap
+    length = math.sqrt(widest) * math.pi / 2
+    h = math.exp(log_h)
+    assert expected == l2hmc.trajectory_length.LONG_MAX_NUM_STEPS or (
+        (expected - 1) * h < length <= expected * h)
+
+
+@pytest.mark.system  # two burn-ins compiled (~10 s)
+def test_lengthen_burn_in_continues_the_burn_in_and_adds_its_counts():
+  """One window of single leapfrog steps leaves chains started 60 sds away apart; the
+  continuation with 8 steps per transition brings them together, its windows, leapfrog steps
+  and divergences added to the first's, from its chains and step size."""
+  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  adaptation = l2hmc.adaptation
+  burnt = jax.jit(lambda k, x: adaptation.burn_in(
+      k, logdensity_fn, x, num_steps=1, num_iterations=200, max_burn_in_windows=1))(
+          jax.random.key(1), positions)
+  length = adaptation._lengths(200)[0]
+  assert int(burnt.num_windows) == 1 and not float(burnt.rhat) < 1.1
+  assert int(burnt.num_leapfrog_steps) == length and int(burnt.num_steps) == 1
+  longer = jax.jit(lambda b, k: adaptation.lengthen_burn_in(
+      k, logdensity_fn, b, num_steps=8, num_iterations=200, max_burn_in_windows=6))(
+          burnt, jax.random.key(2))
+  windows = int(longer.num_windows)
+  assert 1 < windows <= 7 and float(longer.rhat) < 1.1
+  assert int(longer.num_leapfrog_steps) == length + (windows - 1) * length * 8
+  assert int(longer.num_steps) == 8 and int(longer.num_divergent) >= int(burnt.num_divergent)
+  np.testing.assert_allclose(jnp.mean(longer.states.position, 0), 30.0, atol=0.25)
+  with pytest.raises(AssertionError):  # without the continuation the chains are still apart
+    np.testing.assert_allclose(jnp.mean(burnt.states.position, 0), 30.0, atol=0.25)
+
+
+@pytest.mark.system  # warm-ups at several K compiled (~1 min)
+@pytest.mark.parametrize("rho, lengthened", [(0.9995, True), (0.0, False)])
+def test_a_warm_up_that_lengthens_its_burn_in_raises_the_sampler_s_cap(rho, lengthened):
+  """A 2-d Gaussian of correlation 0.9995 under the diagonal metric: the step size follows
+  the narrow direction (sd 0.02), five steps random-walk along the long one, the burn-in's
+  chains stay apart, and it lengthens; the sampler's K then exceeds MAX_NUM_STEPS (the quarter
+  period of the widest whitened direction). Uncorrelated, nothing changes: K <= 16."""
+  covariance = np.array([[1.0, rho], [rho, 1.0]])
+  precision = jnp.asarray(np.linalg.inv(covariance), jnp.float32)
+  target = l2hmc.Target("correlated", 2, lambda x: -0.5 * x @ precision @ x)
+  training = l2hmc.training.TrainingConfig(num_chains=16, warmup_iterations=200,
+                                           metric="diagonal")
+  _, found, config = l2hmc.training._initial_state(
+      jax.random.key(0), target, l2hmc.L2HMCConfig(dim=2, num_steps=5), training, None,
+      jax.random.normal(jax.random.key(1), (16, 2)), True)
+  cap = l2hmc.trajectory_length.MAX_NUM_STEPS
+  if lengthened:
+    assert 5 < int(found.num_steps) <= l2hmc.trajectory_length.LONG_MAX_NUM_STEPS
+    assert cap < config.num_steps <= l2hmc.trajectory_length.LONG_MAX_NUM_STEPS
+    assert config.num_steps == l2hmc.trajectory_length.num_steps_for(
+        found.step_size, l2hmc.trajectory_length.LONG_MAX_NUM_STEPS,
+        widest_variance=found.widest_variance)
+  else:
+    assert int(found.num_steps) == 5 and config.num_steps <= cap
+
+
 def test_adapt_draws_window_2_at_the_burn_ins_quarter_period(adapted):
   """A standard normal's burn-in step size is near 1: window 2 makes fewer leapfrog steps
   than the warm-up's other transitions (removing adapt's rule makes them equal)."""

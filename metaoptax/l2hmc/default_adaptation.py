@@ -446,8 +446,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for local scales", screened.transitions, screened.transitions)
       if chosen is not None:
         state, found, run_config, run_training = chosen
-    if choose_retry and not (run_config.use_networks or run_config.local_step_sizes
-                             or run_config.retry_divergent):
+    if choose_retry and not (run_config.use_networks or run_config.retry_divergent):
       run_config = run_config._replace(retry_divergent=RETRY_REFINEMENT)
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=report.training(),

@@ -137,7 +137,7 @@ class L2HMCConfig(NamedTuple):
   integrator: str = "velocity_verlet"
   jitter: float = 0.5
   retry_divergent: int = 0
-  retry_power: float = 8.0
+  retry_power: float = 16.0
 
 
 class L2HMCParams(NamedTuple):

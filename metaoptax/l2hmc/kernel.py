@@ -349,10 +349,19 @@ def retry_probability(acceptance: jax.Array, power: float) -> jax.Array:
   r"""The probability :math:`g(\alpha_1) = (1 - \alpha_1)^k` that a rejected trajectory of
   acceptance probability :math:`\alpha_1` is retried (``config.retry_power`` :math:`= k`).
 
-  1 where the trajectory diverged (:math:`\alpha_1 = 0`), about
-  :math:`1 - k\alpha_1` where it lost much energy, and small where a trajectory that suits
-  the target was rejected by chance (:math:`\alpha_1` near its mean); :math:`k = 1` is
-  Modi, Barnett and Carpenter's probabilistic delayed rejection.
+  1 where the trajectory diverged (:math:`\alpha_1 = 0`), at least :math:`e^{-1}` where it
+  failed (:math:`\alpha_1 \le 1/k`), and small where a trajectory that suits the target
+  was rejected by chance (the default :math:`k = 16`: :math:`g(0.3) < 0.004`). The ghost's
+  factor :math:`(1 - \alpha_1(\eta))^{k+1}` in :func:`retried_acceptance` is the price: a
+  retry whose ghost would likely be accepted is seldom accepted. :math:`k = 0` retries every
+  rejected trajectory (the classic delayed rejection).
+
+  Args:
+    acceptance: :math:`\alpha_1`, the first stage's acceptance probability.
+    power: :math:`k \ge 0`.
+
+  Returns:
+    :math:`g(\alpha_1)`, of ``acceptance``'s shape.
   """
   return (1.0 - acceptance) ** power
 

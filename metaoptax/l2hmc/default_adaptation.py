@@ -78,14 +78,16 @@ measures it better (:func:`_latent_is_better`: its chains agree, and its traject
 fewer leapfrog steps); else the sampler is the first warm-up's.
 
 The sampler retries a trajectory that diverges (``L2HMCConfig(retry_divergent=
-RETRY_REFINEMENT)``, where it allows it: networks off, no local step sizes): from the same
-start and momentum, with every step split into ``RETRY_REFINEMENT`` smaller ones, accepted
-by delayed rejection (``metaoptax.l2hmc.kernel.retried_acceptance``), so that a stiff
-corner of the posterior that a step size suited to the bulk throws the chains out of (the
-tail of a stochastic volatility's persistence, where the volatilities below a tiny return
-make the exponential likelihood steep) is still entered and left. It costs nothing where
-no trajectory diverges, and ``RETRY_REFINEMENT + 1`` trajectories' gradients where one does
-(counted in ``info.num_gradient_evaluations`` and each transition's
+RETRY_REFINEMENT)``, where it allows it: networks off): from the same start and momentum,
+with every step split into ``RETRY_REFINEMENT`` smaller ones, accepted by delayed rejection
+(``metaoptax.l2hmc.kernel.retried_acceptance``), so that a stiff corner of the posterior
+that a step size suited to the bulk throws the chains out of (the tail of a stochastic
+volatility's persistence, where the volatilities below a tiny return make the exponential
+likelihood steep; a funnel's neck) is still entered and left. A rejected trajectory that
+did not diverge is retried with probability :math:`(1 - \alpha)^k` of its acceptance
+probability :math:`\alpha` (``L2HMCConfig.retry_power`` :math:`= k`): seldom where the step
+size suits the target. It costs ``RETRY_REFINEMENT + 1`` trajectories' gradients where one
+is retried (counted in ``info.num_gradient_evaluations`` and each transition's
 ``L2HMCInfo.num_gradient_evaluations``).
 
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
@@ -194,8 +196,8 @@ LATENT_RHAT = 1.1
 # ... and at how many of them each chain's Hessian diagonal gives the fit its log-scale slopes
 NONCENTERING_CURVATURES = 8
 MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
-#: the sampler's retry of a divergent trajectory (``L2HMCConfig.retry_divergent``): its steps
-#: split into this many, each as much smaller
+#: the sampler's retry of a divergent or rejected trajectory (``L2HMCConfig.retry_divergent``):
+#: its steps split into this many, each as much smaller
 RETRY_REFINEMENT = 4
 
 
@@ -324,7 +326,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       scales, sample in the latent coordinates of a non-centering fitted to them (module
       docstring); ``False``: the target's own coordinates.
     choose_retry: give the sampler ``L2HMCConfig(retry_divergent=RETRY_REFINEMENT)`` where
-      it allows it (networks off, no local step sizes) and ``config`` has none: a divergent
+      it allows it (networks off) and ``config`` has none: a divergent
       trajectory is retried with smaller steps (module docstring); ``False``: ``config``
       as it is.
 
@@ -453,8 +455,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for local scales", screened.transitions, screened.transitions)
       if chosen is not None:
         state, found, run_config, run_training = chosen
-    if choose_retry and not (run_config.use_networks or run_config.local_step_sizes
-                             or run_config.retry_divergent):
+    if choose_retry and not (run_config.use_networks or run_config.retry_divergent):
       run_config = run_config._replace(retry_divergent=RETRY_REFINEMENT)
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=report.training(),

@@ -56,6 +56,7 @@ starting point that training moves (:func:`metaoptax.l2hmc.warmup`).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -111,11 +112,15 @@ class L2HMCConfig(NamedTuple):
       :math:`u \sim \mathrm{Uniform}(1 - \mathrm{jitter}, 1 + \mathrm{jitter})`, drawn
       independently of the state (a mixture of exact kernels: still exact), so the
       trajectory's length varies and cannot return to its start on every transition.
-    retry_divergent: ``0``: off; ``r >= 2``: a trajectory that fails (its proposal not
-      finite, or its energy error above ``kernel.RETRY_ENERGY``) is retried once, from the
-      same momentum, direction and jitter, with every
-      step split into ``r`` steps ``r`` times smaller, and accepted by delayed rejection
-      (:mod:`metaoptax.l2hmc.kernel`); networks off and no local step sizes.
+    retry_divergent: ``0``: off; ``r >= 2``: a trajectory whose proposal is rejected is
+      retried once, with probability ``(1 - acceptance) ** retry_power`` (always where it
+      diverged), from the same momentum, direction and jitter, with every step split
+      into ``r`` steps ``r`` times smaller, and accepted by delayed rejection
+      (:mod:`metaoptax.l2hmc.kernel`); networks off.
+    retry_power: :math:`k \ge 0` of the retry's probability :math:`(1 - \alpha_1)^k`
+      (:func:`metaoptax.l2hmc.kernel.retry_probability`): the larger, the fewer retries
+      of trajectories rejected by chance, and the smaller the retry's acceptance where
+      its ghost trajectory (from the retry's end) would be accepted.
   """
 
   dim: int | None = None
@@ -132,6 +137,7 @@ class L2HMCConfig(NamedTuple):
   integrator: str = "velocity_verlet"
   jitter: float = 0.5
   retry_divergent: int = 0
+  retry_power: float = 16.0
 
 
 class L2HMCParams(NamedTuple):
@@ -173,10 +179,11 @@ def validate(config: L2HMCConfig) -> None:
     raise ValueError("scale_move must be >= 0, and > 0 only with local_step_sizes=True.")
   if config.interweaving is not None:
     validate_interweaving(config.interweaving, config.dim)
-  if config.retry_divergent and (config.retry_divergent < 2 or config.use_networks
-                                 or config.local_step_sizes):
+  if config.retry_divergent and (config.retry_divergent < 2 or config.use_networks):
     raise ValueError(f"retry_divergent must be 0 or >= 2, got {config.retry_divergent}, and "
-                     "needs use_networks=False and local_step_sizes=False.")
+                     "needs use_networks=False.")
+  if not 0.0 <= config.retry_power < math.inf:
+    raise ValueError(f"retry_power must be finite and >= 0, got {config.retry_power}.")
   if config.integrator not in INTEGRATORS:
     raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got "
                      f"{config.integrator!r}.")

@@ -16,14 +16,16 @@ position, :math:`\log p`, gradient or log-Jacobian is not finite is also counted
 (``info.is_divergent``, :func:`is_divergent`), as NUTS counts its divergences: the
 trajectory left the region where the log density is defined (or overflowed), and the
 chains cannot enter it.
-With ``config.retry_divergent`` :math:`= r`, a trajectory that fails (diverges, or has an
-energy error above ``RETRY_ENERGY``) is tried again from the same start, momentum,
-direction and jitter with every step split into :math:`r`
-steps :math:`r` times smaller, and accepted by delayed rejection
+With ``config.retry_divergent`` :math:`= r`, a trajectory whose proposal is rejected is
+tried again, with probability :math:`(1 - \alpha_1)^k` (``config.retry_power`` :math:`= k`;
+:func:`retry_probability`), from the same start, momentum, direction and jitter with every
+step split into :math:`r` steps :math:`r` times smaller, and accepted by delayed rejection
 (:func:`retried_acceptance`): where a step size that suits the bulk is too long for a
 stiff corner of the posterior (the tail of a stochastic volatility's persistence), the
-refined trajectory moves where the first one threw the chain out. Vmapped over chains, the
-retry runs only on transitions where some chain's trajectory failed.
+refined trajectory moves where the first one threw the chain out. A divergent trajectory
+(:math:`\alpha_1 = 0`) is always retried; one that a step size suited to the target
+rejects by chance seldom is. Vmapped over chains, the retry runs only on transitions where
+some chain retries.
 
 With ``config.local_step_sizes`` a transition also draws the step sizes' tuning
 variable :math:`w \mid x` and the ratio gains its conditional densities
@@ -94,11 +96,6 @@ __all__ = ("L2HMCState", "L2HMCInfo", "SamplingAlgorithm", "init", "acceptance_p
            "SampleInfo", "sample_chains")
 
 
-#: the energy error above which ``L2HMCConfig.retry_divergent`` retries a trajectory (its
-#: acceptance below exp(-RETRY_ENERGY): a trajectory thrown out, divergent or not)
-RETRY_ENERGY = 10.0
-
-
 class L2HMCState(NamedTuple):
   r"""Position of a chain, with its log density and gradient (carried, not recomputed).
 
@@ -118,7 +115,7 @@ class L2HMCInfo(NamedTuple):
 
   Attributes:
     acceptance_rate: :math:`A(\xi'|\xi)`, the Metropolis acceptance probability of the
-      proposal.
+      proposal (with ``config.retry_divergent``, of the retry's where it retried).
     is_accepted: bool, whether the proposal was accepted.
     direction: the trajectory's direction :math:`d`, +1 or -1.
     log_det_jacobian: :math:`\log|\det \partial\xi'/\partial\xi|` of the proposal's map
@@ -126,12 +123,12 @@ class L2HMCInfo(NamedTuple):
     proposal: :math:`x'`, the proposed position (accepted or not).
     num_gradient_evaluations: int32, the gradients of :math:`\log p` the transition
       evaluated (:func:`gradient_evaluations`, and with ``config.retry_divergent`` :math:`r`,
-      :math:`(r + 1)K` more where it retried a failed trajectory).
+      :math:`(r + 1)K` more where it retried a rejected trajectory).
     is_divergent: bool, the proposal's position, log p, gradient or log-Jacobian is not
       finite (rejected; :func:`is_divergent`); blackjax's name, whose NUTS also counts
       energy errors above 1000. With ``config.retry_divergent``, where the retry could
-      not stand in for the divergent trajectory: its proposal diverged too, or its ghost
-      did not diverge (:func:`retried_acceptance`; acceptance 0).
+      not stand in for the divergent trajectory: its acceptance probability is 0 (its
+      proposal diverged too; :func:`retried_acceptance`).
   """
 
   acceptance_rate: jax.Array
@@ -348,32 +345,57 @@ def refined(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array, factor: 
           jnp.repeat(masks, factor, axis=0))
 
 
+def retry_probability(acceptance: jax.Array, power: float) -> jax.Array:
+  r"""The probability :math:`g(\alpha_1) = (1 - \alpha_1)^k` that a rejected trajectory of
+  acceptance probability :math:`\alpha_1` is retried (``config.retry_power`` :math:`= k`).
+
+  1 where the trajectory diverged (:math:`\alpha_1 = 0`), at least :math:`e^{-1}` where it
+  failed (:math:`\alpha_1 \le 1/k`), and small where a trajectory that suits the target
+  was rejected by chance (the default :math:`k = 16`: :math:`g(0.3) < 0.004`). The ghost's
+  factor :math:`(1 - \alpha_1(\eta))^{k+1}` in :func:`retried_acceptance` is the price: a
+  retry whose ghost would likely be accepted is seldom accepted. :math:`k = 0` retries every
+  rejected trajectory (the classic delayed rejection).
+
+  Args:
+    acceptance: :math:`\alpha_1`, the first stage's acceptance probability.
+    power: :math:`k \ge 0`.
+
+  Returns:
+    :math:`g(\alpha_1)`, of ``acceptance``'s shape.
+  """
+  return (1.0 - acceptance) ** power
+
+
 def retried_acceptance(config: L2HMCConfig, params: L2HMCParams, masks: jax.Array,
                        logdensity_fn: Callable, state: L2HMCState, momentum: jax.Array,
                        direction: jax.Array, first_acceptance: jax.Array,
                        whitening: Whitening | None = None,
-                       step_scale: jax.Array | None = None):
-  r"""The second stage of a trajectory that failed: the proposal of the refined trajectory
+                       step_scale: jax.Array | None = None,
+                       tuning_noise: jax.Array | None = None):
+  r"""The second stage of a rejected trajectory: the proposal of the refined trajectory
   (:func:`refined`, ``config.retry_divergent`` times the steps) from the same start, and
   its delayed-rejection acceptance probability.
 
   The first stage :math:`\Phi_1` (the trajectory of ``config``) and the second
   :math:`\Phi_2` (the refined one) are each an involution of :math:`(x, v, d)` that
-  preserves volume (networks off). The second is tried only where the first failed,
-  :math:`D(\xi) = 1`: its acceptance :math:`\alpha_1(\xi)` below
-  :math:`e^{-\text{RETRY\_ENERGY}}` (an energy error above ``RETRY_ENERGY``, or a
-  divergence). Detailed balance of the second stage (Green and Mira 2001; Modi, Barnett
-  and Carpenter 2023), with the trigger in the ratio, gives
+  preserves volume (networks off). The first is accepted with probability
+  :math:`\alpha_1(\xi)`; where it is rejected, the second is tried with probability
+  :math:`g(\alpha_1(\xi))` (:func:`retry_probability`). Detailed balance of the second
+  stage (Tierney and Mira 1999; Green and Mira 2001; Modi, Barnett and Carpenter 2023),
+  :math:`\pi(\xi)(1 - \alpha_1(\xi))g(\alpha_1(\xi))\alpha_2(\xi) = \pi(\eta)(1 -
+  \alpha_1(\eta))g(\alpha_1(\eta))\alpha_2(\eta)`, holds with
 
   .. math::
 
-    \alpha_2(\xi) = \min\Big(1, \frac{\pi(\eta)\,(1 - \alpha_1(\eta))\,D(\eta)}
-        {\pi(\xi)\,(1 - \alpha_1(\xi))\,D(\xi)}\Big), \qquad \eta = \Phi_2(\xi),
+    \alpha_2(\xi) = \min\Big(1, \frac{\pi(\eta)\,(1 - \alpha_1(\eta))^{k + 1}}
+        {\pi(\xi)\,(1 - \alpha_1(\xi))^{k + 1}}\Big), \qquad \eta = \Phi_2(\xi),
 
-  :math:`\pi` the density of :math:`(x, v)` (:math:`e^{-H}`), and :math:`\alpha_1(\eta)`,
-  :math:`D(\eta)` those of the *ghost* first stage from :math:`\eta` (the trajectory of
-  ``config`` from the refined one's end, direction reversed). It costs
-  ``retry_divergent + 1`` times the trajectory's gradients.
+  :math:`\pi` the density of :math:`(x, v)` (:math:`e^{-H}`), and :math:`\alpha_1(\eta)`
+  that of the *ghost* first stage from :math:`\eta` (the trajectory of ``config`` from the
+  refined one's end, direction reversed). With ``config.local_step_sizes`` the state holds
+  the tuning variable :math:`w` too (:mod:`metaoptax.l2hmc.local_step_sizes`): both stages
+  and the ghost keep the transition's :math:`w`, and :math:`\pi` includes its conditional
+  density. It costs ``retry_divergent + 1`` times the trajectory's gradients.
 
   Args:
     config, params, masks: the sampler (``config.retry_divergent >= 2``).
@@ -382,31 +404,30 @@ def retried_acceptance(config: L2HMCConfig, params: L2HMCParams, masks: jax.Arra
     momentum, direction, step_scale: the transition's draws (those of the first stage).
     first_acceptance: :math:`\alpha_1(\xi)`, the first stage's acceptance probability.
     whitening: the :class:`Whitening` the leapfrog moves in; ``None``: none.
+    tuning_noise: :math:`u` of the local step sizes (:math:`w = \beta^\top z + u` at the
+      start); ``None`` without them.
 
   Returns:
-    ``(proposed_state, acceptance, ghost_failed)``: ``ghost_failed`` is :math:`D(\eta)`
-    (where it is ``False`` the acceptance is 0).
+    ``(proposed_state, acceptance)``: the acceptance is 0 where the refined trajectory
+    diverged (its log ratio not finite) or the ghost's :math:`\alpha_1(\eta) = 1`.
   """
   fine_config, fine_params, fine_masks = refined(config, params, masks,
                                                  config.retry_divergent)
   proposal, _, _, v, log_ratio = _propose(fine_config, fine_params, fine_masks,
                                           logdensity_fn, state, momentum, direction,
-                                          whitening, None, step_scale)
-  ghost, ghost_acceptance, ghost_log_det, _, _ = _propose(
-      config, params, masks, logdensity_fn, proposal, v, -direction, whitening, None,
-      step_scale)
-  ghost_failed = failed(ghost_acceptance) | is_divergent(ghost, ghost_log_det)
+                                          whitening, tuning_noise, step_scale)
+  ghost_noise = None
+  if config.local_step_sizes:  # the ghost keeps w: its u is w - beta^T z at eta
+    whitened = lambda x: x if whitening is None else to_whitened(whitening, x)
+    ghost_noise = tuning_noise + jnp.dot(params.local.slope, whitened(state.position)
+                                         - whitened(proposal.position))
+  ghost_acceptance = _propose(config, params, masks, logdensity_fn, proposal, v, -direction,
+                              whitening, ghost_noise, step_scale)[1]
   # log pi(eta)/pi(xi) is the refined trajectory's log ratio (not finite where it diverged)
-  log_ratio = log_ratio + jnp.log1p(-ghost_acceptance) - jnp.log1p(-first_acceptance)
-  acceptance = jnp.where(ghost_failed & jnp.isfinite(log_ratio),
-                         jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
-  return proposal, acceptance, ghost_failed
-
-
-def failed(acceptance: jax.Array) -> jax.Array:
-  r"""Whether a trajectory failed (``config.retry_divergent`` retries it): its acceptance
-  probability below :math:`e^{-\text{RETRY\_ENERGY}}` (0 where it diverged)."""
-  return acceptance < math.exp(-RETRY_ENERGY)
+  log_ratio = log_ratio + (config.retry_power + 1.0) * (jnp.log1p(-ghost_acceptance)
+                                                        - jnp.log1p(-first_acceptance))
+  acceptance = jnp.where(jnp.isfinite(log_ratio), jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
+  return proposal, acceptance
 
 
 def draw_step_scale(rng_key, config: L2HMCConfig, shape=(), dtype=jnp.float32):
@@ -525,23 +546,29 @@ def build_kernel(config: L2HMCConfig):
                                             momentum, direction, whitening, noise, step_scale)
     divergent = is_divergent(proposal, log_det)
     used = jnp.asarray(gradients, jnp.int32)
+    accepted = jax.random.uniform(k_accept) < acceptance
     if config.retry_divergent:
-      # a loop of at most one pass: vmapped over chains it runs only where one failed
-      def second_stage(carry):
-        _, _, first_acceptance, divergent, used = carry
-        retried, retried_acceptance_, ghost_failed = retried_acceptance(
-            config, params, masks, logdensity_fn, state, momentum, direction,
-            first_acceptance, whitening, step_scale)
-        extra = (config.retry_divergent + 1) * config.num_steps
-        # a divergent first stage stays counted where the retry cannot stand in for it:
-        # its proposal diverged too, or the ghost did not fail (acceptance 0)
-        divergent = divergent & (is_divergent(retried) | ~ghost_failed)
-        return (jnp.zeros((), bool), retried, retried_acceptance_, divergent, used + extra)
+      # a rejected trajectory is retried with probability g(alpha_1) (retry_probability): a
+      # loop of at most one pass, so vmapped over chains it runs only where one retries
+      retry = ~accepted & (jax.random.uniform(jax.random.fold_in(rng_key, 6))
+                           < retry_probability(acceptance, config.retry_power))
 
-      _, proposal, acceptance, divergent, used = jax.lax.while_loop(
+      def second_stage(carry):
+        _, proposal, acceptance, accepted, divergent, used = carry
+        retried, retried_acceptance_ = retried_acceptance(
+            config, params, masks, logdensity_fn, state, momentum, direction, acceptance,
+            whitening, step_scale, noise)
+        accepted = jax.random.uniform(jax.random.fold_in(rng_key, 7)) < retried_acceptance_
+        # a divergent first stage stays counted where the retry cannot stand in for it
+        divergent = divergent & ~(retried_acceptance_ > 0)
+        extra = (config.retry_divergent + 1) * config.num_steps
+        return (jnp.zeros((), bool), retried, retried_acceptance_, accepted, divergent,
+                used + extra)
+
+      _, proposal, acceptance, accepted, divergent, used = jax.lax.while_loop(
           lambda carry: carry[0], second_stage,
-          (failed(acceptance) | divergent, proposal, acceptance, divergent, used))
-    new_state, accepted = _metropolis(k_accept, acceptance, proposal, state)
+          (retry, proposal, acceptance, accepted, divergent, used))
+    new_state = optax.tree_utils.tree_where(accepted, proposal, state)
     info = L2HMCInfo(acceptance, accepted, direction, log_det, proposal.position, used,
                      divergent)
     return new_state, info

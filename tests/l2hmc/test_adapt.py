@@ -454,14 +454,15 @@ def test_a_funnel_gets_local_step_sizes_and_a_scale_move():
 def test_no_screen_above_local_max_dim():
   """A funnel of LOCAL_MAX_DIM + 1 coordinates: no Hessian diagonals (dim^2 products per
   chain), so no local step sizes, and no screen's gradients in the count (the reflection's
-  screen, off here, would add one log p where the chains disagree)."""
+  screen, off here, would add one log p where the chains disagree; the retry, off here,
+  (r + 1) K where the check retries a trajectory)."""
   dim = l2hmc.default_adaptation.LOCAL_MAX_DIM + 1
   target = l2hmc.posteriors.neals_funnel(dim=dim)
   positions = jax.random.normal(jax.random.key(0), (4, dim))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", l2hmc.ConvergenceWarning)
-    _, info = l2hmc.adapt(target.logdensity_fn, progress=None, choose_reflection=False).run(
-        jax.random.key(1), positions, num_steps=100)
+    _, info = l2hmc.adapt(target.logdensity_fn, progress=None, choose_reflection=False,
+                          choose_retry=False).run(jax.random.key(1), positions, num_steps=100)
   assert not info.config.local_step_sizes
   found = info.warmup
   k = info.config.num_steps

@@ -27,6 +27,7 @@ same starts:
   ChEES-HMC with a diagonal metric, adjusted MCLMC (``--samplers`` picks among
   ``sampler_baselines.ANCHORS``).
 * **scale** (``--suite scale``): tuningfork's 503-d stochastic volatility and a 1,006-d
+  and a 10,006-d (``multilevel_regression_10k``)
   non-centered multilevel regression (``_multilevel_regression``, no reference: its rows
   check R-hat, ESS and divergences only), against NUTS with a diagonal and nutpie's
   low-rank metric.
@@ -161,11 +162,12 @@ def _tuningfork_problem(name) -> Problem:
                  dict(zip(names, model.reference_mean)), dict(zip(names, model.reference_sd)))
 
 
-def _multilevel_problem() -> Problem:
-  target = _multilevel_regression.multilevel_regression()
+def _multilevel_problem(groups: int = 1000) -> Problem:
+  target = _multilevel_regression.multilevel_regression(groups)
   starts = lambda key, chains: jax.random.uniform(key, (chains, target.dim), minval=-2.0,
                                                   maxval=2.0)
-  return Problem("multilevel_regression", target.logdensity_fn, starts, lambda x: x, None, None)
+  name = "multilevel_regression" + ("" if groups == 1000 else f"_{groups // 1000}k")
+  return Problem(name, target.logdensity_fn, starts, lambda x: x, None, None)
 
 
 def _horseshoe_data(num_data: int, num_features: int):
@@ -276,7 +278,7 @@ def _own_problem(name, builder) -> Problem:
 def suite_names(suite: str) -> tuple[str, ...]:
   """The suite's targets, in the order its reports list them."""
   if suite == "scale":
-    return ("stochastic_volatility", "multilevel_regression")
+    return ("stochastic_volatility", "multilevel_regression", "multilevel_regression_10k")
   if suite.startswith("tuningfork"):
     return tuple(_tuningfork.NAMES_TUNING if suite == "tuningfork_tuning"
                  else _tuningfork.NAMES_HELD_OUT)
@@ -290,8 +292,9 @@ def suite_names(suite: str) -> tuple[str, ...]:
 def _problem(suite: str, name: str) -> Problem:
   """One of the suite's problems, built."""
   if suite == "scale":
-    return (_multilevel_problem() if name == "multilevel_regression"
-            else _tuningfork_problem(name))
+    if name.startswith("multilevel_regression"):
+      return _multilevel_problem(10_000 if name.endswith("_10k") else 1000)
+    return _tuningfork_problem(name)
   if suite.startswith("tuningfork"):
     return _tuningfork_problem(name)
   own = {"horseshoe": horseshoe_regression, "horseshoe_centered": horseshoe_regression_centered,

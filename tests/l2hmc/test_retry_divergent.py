@@ -225,23 +225,29 @@ def test_the_retrying_kernel_keeps_the_quartic_stationary(power):
     assert scipy.stats.chi2.sf(chi2, 19) > 1e-3, chi2
 
 
+def funnel(z):
+  """A 2-d funnel: v ~ N(0, 3^2), x | v ~ N(0, e^v)."""
+  return -z[0]**2 / 18.0 - 0.5 * z[1]**2 * jnp.exp(-z[0]) - 0.5 * z[0]
+
+
+def _funnel_local_params(config, step_size):
+  """float64 step sizes and local step sizes beta = (0.6, 0), c = (0, 0.8) for ``funnel``."""
+  params = l2hmc.init_params(jax.random.key(0), config, step_size=step_size)
+  return params._replace(
+      log_step_size_x=params.log_step_size_x.astype(jnp.float64),
+      log_step_size_v=params.log_step_size_v.astype(jnp.float64),
+      local=params.local._replace(slope=jnp.array([0.6, 0.0]), exponent=jnp.array([0.0, 0.8])))
+
+
 def test_the_second_stage_keeps_detailed_balance_with_local_step_sizes():
   """float64, a 2-d funnel (v ~ N(0, 3^2), x | v ~ N(0, e^v)) with local step sizes
   (beta = (0.6, 0), c = (0, 0.8)): the tuning variable w = beta^T z + u stays fixed in both
   stages and the ghost, the refined trajectory maps eta back to xi, and the fluxes of the
   augmented target pi(z) N(v; 0, I) N(w; beta^T z, 1) match to 1e-10, both nonzero."""
-  def funnel(z):
-    return -z[0]**2 / 18.0 - 0.5 * z[1]**2 * jnp.exp(-z[0]) - 0.5 * z[0]
-
   with jax.enable_x64(True):
     config = l2hmc.L2HMCConfig(dim=2, num_steps=4, use_networks=False, jitter=0.0,
                                retry_divergent=4, local_step_sizes=True)
-    params = l2hmc.init_params(jax.random.key(0), config, step_size=0.9)
-    params = params._replace(
-        log_step_size_x=params.log_step_size_x.astype(jnp.float64),
-        log_step_size_v=params.log_step_size_v.astype(jnp.float64),
-        local=params.local._replace(slope=jnp.array([0.6, 0.0]),
-                                    exponent=jnp.array([0.0, 0.8])))
+    params = _funnel_local_params(config, step_size=0.9)
     masks = l2hmc.make_masks(jax.random.key(1), config)
     start = l2hmc.init(jnp.array([2.0, 3.0]), funnel)
     v, u = jnp.array([-1.0, 1.0]), jnp.asarray(-0.5)
@@ -279,19 +285,11 @@ def test_the_retrying_kernel_keeps_the_funnel_stationary_with_local_step_sizes()
   retry): v and x e^{-v/2} (standard normal) in 20 equiprobable bins each pass a
   chi-square test at p > 1e-3 (19 degrees of freedom). A ghost that keeps the noise u
   instead of w fails it (p ~ 0)."""
-  def funnel(z):
-    return -z[0]**2 / 18.0 - 0.5 * z[1]**2 * jnp.exp(-z[0]) - 0.5 * z[0]
-
   chains = 20_000
   with jax.enable_x64(True):
     config = l2hmc.L2HMCConfig(dim=2, num_steps=4, use_networks=False, jitter=0.3,
                                retry_divergent=4, local_step_sizes=True)
-    params = l2hmc.init_params(jax.random.key(0), config, step_size=1.2)
-    params = params._replace(
-        log_step_size_x=params.log_step_size_x.astype(jnp.float64),
-        log_step_size_v=params.log_step_size_v.astype(jnp.float64),
-        local=params.local._replace(slope=jnp.array([0.6, 0.0]),
-                                    exponent=jnp.array([0.0, 0.8])))
+    params = _funnel_local_params(config, step_size=1.2)
     masks = l2hmc.make_masks(jax.random.key(1), config)
     kernel = l2hmc.build_kernel(config)
     noise = jax.random.normal(jax.random.key(2), (chains, 2), jnp.float64)

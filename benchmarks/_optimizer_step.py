@@ -84,6 +84,10 @@ def optimizers() -> dict:
       "metaoptax.adamw(trace_dtype=bfloat16)": (metaoptax.adamw(trace_dtype=jnp.bfloat16), None),
       "metaoptax.adamw(trace_dtype=bfloat16, average_dtype=bfloat16)": (
           metaoptax.adamw(trace_dtype=jnp.bfloat16, average_dtype=jnp.bfloat16), None),
+      # and Adam's first moment too: state 2.5x params
+      "metaoptax.adamw(mu_dtype=bfloat16, trace_dtype=bfloat16, average_dtype=bfloat16)": (
+          metaoptax.adamw(mu_dtype=jnp.bfloat16, trace_dtype=jnp.bfloat16,
+                          average_dtype=jnp.bfloat16), None),
       "metaoptax.sgd()": (metaoptax.sgd(), None),
       "metaoptax.overfitting_gate(metaoptax.adamw())": (
           metaoptax.overfitting_gate(metaoptax.adamw()), "validation_loss"),

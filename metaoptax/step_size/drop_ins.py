@@ -188,6 +188,8 @@ def adamw(
       size works. The default ``1e-3`` (``optax.adamw``'s usual rate) trains from the
       first step; from ``1e-6`` the climb takes ~100 steps to reach a useful rate.
     b1, b2, eps, eps_root, mu_dtype, nesterov: as in ``optax.adamw``.
+      ``mu_dtype=jnp.bfloat16`` with ``trace_dtype`` and ``average_dtype`` in bfloat16
+      keeps the state in the bytes of 2.5 params-sized float32 buffers instead of 4.
     weight_decay: decoupled weight decay :math:`\kappa` (scaled by the learned step size).
     mask: as in ``optax.adamw``: which params are decayed.
     meta_step_size: Adam's step on :math:`\log\alpha` after the climb (and on the

@@ -1,4 +1,6 @@
-"""The trace and the average stored in bfloat16 (``trace_dtype``, ``average_dtype``).
+"""The trace and the average stored in bfloat16 (``trace_dtype``, ``average_dtype``), and
+Adam's first moment with them (``mu_dtype``: the drop-in's state at 2.5 params-sized float32
+buffers' bytes).
 
 Oracles:
 
@@ -11,6 +13,13 @@ Oracles:
   3.3 % of the run's largest |s|, correlation 0.9998, the step sizes at step 1,000
   0.04 % apart; the bfloat16 average 0.9 % from the float32 one (relative norm) and its
   loss 0.06 % apart. Tolerances: 5 %, 0.999, 1 %, 2 % and 1 %.
+* the float32 path again for the three buffers in bfloat16, 50 jitted steps of a small
+  MLP with the same params and gradients fed to both. Measured with jax 0.10.2 on CPU:
+  the updates at most 2.6 % apart (relative norm, the largest over the steps), Adam's
+  first moment 0.8 %, the trace 2.4 %, the average 0.4 %, the step size at step 50
+  0.01 %. Tolerances: 5 %, 2 %, 5 %, 1 % and 0.1 %. Adam's first moment is rounded to
+  nearest (optax's ``mu_dtype``): each step adds a tenth of the gradient's difference
+  from it, far above bfloat16's half unit, so nothing accumulates below the rounding.
 """
 
 import jax
@@ -108,6 +117,58 @@ def test_bfloat16_trace_and_average_against_float32():
     assert error <= 0.02 * jnp.linalg.norm(wide_average[name]), name
   np.testing.assert_allclose(_digits_loss(narrow_average, x, y), _digits_loss(wide_average, x, y),
                              rtol=0.01)
+
+
+def _regression_loss(p, x, y):
+  return jnp.mean((jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] - y) ** 2)
+
+
+def _relative_error(narrow, wide):
+  """The largest relative norm of ``narrow - wide`` over the leaves (``narrow`` read as
+  float32)."""
+  return max(float(jnp.linalg.norm(a.astype(jnp.float32) - b) / jnp.linalg.norm(b))
+             for a, b in zip(jax.tree.leaves(narrow), jax.tree.leaves(wide)))
+
+
+@pytest.mark.system  # ~9 s: two optimizers compiled; the state's size and checkpoint: default tier
+def test_bfloat16_first_moment_trace_and_average_against_float32():
+  keys = jax.random.split(jax.random.key(0), 4)
+  x = jax.random.normal(keys[0], (256, 8))
+  y = jnp.sin(x @ jax.random.normal(keys[1], (8, 1)))
+  params = {"w1": jax.random.normal(keys[2], (8, 32)) / 3, "b1": jnp.zeros(32),
+            "w2": jax.random.normal(keys[3], (32, 1)) / 6}
+  wide = metaoptax.adamw()
+  narrow = metaoptax.adamw(mu_dtype=jnp.bfloat16, trace_dtype=jnp.bfloat16,
+                           average_dtype=jnp.bfloat16)
+  wide_state, narrow_state = wide.init(params), narrow.init(params)
+
+  @jax.jit
+  def step(params, wide_state, narrow_state, key):
+    batch = jax.random.randint(key, (32,), 0, x.shape[0])
+    grads = jax.grad(_regression_loss)(params, x[batch], y[batch])
+    updates, wide_state = wide.update(grads, wide_state, params)
+    narrow_updates, narrow_state = narrow.update(grads, narrow_state, params)  # the same params
+    error = optax.tree_utils.tree_norm(jax.tree.map(jnp.subtract, narrow_updates, updates))
+    return (optax.apply_updates(params, updates), wide_state, narrow_state,
+            error / optax.tree_utils.tree_norm(updates))
+
+  errors = []
+  for key in jax.random.split(jax.random.key(1), 50):
+    params, wide_state, narrow_state, error = step(params, wide_state, narrow_state, key)
+    errors.append(float(error))
+  first_moment = lambda state: state[0].base_state.mu
+  for tree in (first_moment(narrow_state), metaoptax.sensitivity_trace(narrow_state),
+               metaoptax.averaged_params(narrow_state)):
+    assert {leaf.dtype for leaf in jax.tree.leaves(tree)} == {jnp.dtype(jnp.bfloat16)}
+  assert max(errors) <= 0.05, max(errors)
+  moment_error = _relative_error(first_moment(narrow_state), first_moment(wide_state))
+  assert 0 < moment_error <= 0.02, moment_error  # rounded, and close
+  assert _relative_error(metaoptax.sensitivity_trace(narrow_state),
+                         metaoptax.sensitivity_trace(wide_state)) <= 0.05
+  assert _relative_error(metaoptax.averaged_params(narrow_state),
+                         metaoptax.averaged_params(wide_state)) <= 0.01
+  np.testing.assert_allclose(metaoptax.step_sizes(narrow_state),
+                             metaoptax.step_sizes(wide_state), rtol=1e-3)
 
 
 @pytest.mark.parametrize("make, message", [

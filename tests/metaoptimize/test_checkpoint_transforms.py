@@ -49,6 +49,11 @@ CASES.update({f"drop-in {name} per_leaf": (lambda f=fn: f(1e-3, blocks="per_leaf
 CASES["drop-in adamw gamma=None"] = (lambda: metaoptax.adamw(1e-3, gamma=None), False)
 CASES["drop-in adamw gamma=None, bfloat16 first moment"] = (
     lambda: metaoptax.adamw(1e-3, gamma=None, mu_dtype=jnp.bfloat16), False)
+# the stored trace, the average and Adam's first moment in bfloat16 (stochastic rounding's bits
+# are a hash of the step count, which the checkpoint holds)
+CASES["drop-in adamw, first moment, trace and average in bfloat16"] = (
+    lambda: metaoptax.adamw(1e-3, mu_dtype=jnp.bfloat16, trace_dtype=jnp.bfloat16,
+                            average_dtype=jnp.bfloat16), False)
 CASES["adamw_adam 2x2"] = (lambda: presets.adamw_adam(1e-3, approximation="2x2"), True)
 CASES["adamw_adam l_approx per_leaf"] = (
     lambda: presets.adamw_adam(1e-3, approximation="l_approx", blocks="per_leaf"), True)

@@ -76,6 +76,32 @@ def _meta_gradient(state, grads):
              zip(jax.tree.leaves(metaoptax.sensitivity_trace(state)), jax.tree.leaves(grads)))
 
 
+def _side_by_side(wide, narrow, loss, params, x, y, *, batch_size, steps):
+  """``wide`` trained for ``steps`` jitted steps on minibatches of ``(x, y)``, and ``narrow``
+  beside it, fed the same params and gradients. Returns both final states, both
+  meta-gradients at each step (``steps x 2``) and the relative distance of ``narrow``'s
+  update from ``wide``'s at each step."""
+  wide_state, narrow_state = wide.init(params), narrow.init(params)
+
+  @jax.jit
+  def step(params, wide_state, narrow_state, key):
+    batch = jax.random.randint(key, (batch_size,), 0, x.shape[0])
+    grads = jax.grad(loss)(params, x[batch], y[batch])
+    s = jnp.stack([_meta_gradient(wide_state, grads), _meta_gradient(narrow_state, grads)])
+    updates, wide_state = wide.update(grads, wide_state, params)
+    narrow_updates, narrow_state = narrow.update(grads, narrow_state, params)  # the same params
+    error = optax.tree_utils.tree_norm(jax.tree.map(jnp.subtract, narrow_updates, updates))
+    return (optax.apply_updates(params, updates), wide_state, narrow_state, s,
+            error / optax.tree_utils.tree_norm(updates))
+
+  meta_gradients, errors = [], []
+  for key in jax.random.split(jax.random.key(1), steps):
+    params, wide_state, narrow_state, s, error = step(params, wide_state, narrow_state, key)
+    meta_gradients.append(np.asarray(s))
+    errors.append(float(error))
+  return wide_state, narrow_state, np.array(meta_gradients), np.array(errors)
+
+
 @pytest.mark.system  # ~14 s: two training runs compiled; the storage's unit tests run in the default tier
 def test_bfloat16_trace_and_average_against_float32():
   x, y = load_digits(return_X_y=True)
@@ -87,22 +113,8 @@ def test_bfloat16_trace_and_average_against_float32():
   wide = metaoptax.adamw(1e-6, weight_decay=1e-2)
   narrow = metaoptax.adamw(1e-6, weight_decay=1e-2, trace_dtype=jnp.bfloat16,
                            average_dtype=jnp.bfloat16)
-  wide_state, narrow_state = wide.init(params), narrow.init(params)
-
-  @jax.jit
-  def step(params, wide_state, narrow_state, key):
-    batch = jax.random.randint(key, (64,), 0, x.shape[0])
-    grads = jax.grad(_digits_loss)(params, x[batch], y[batch])
-    s = jnp.stack([_meta_gradient(wide_state, grads), _meta_gradient(narrow_state, grads)])
-    updates, wide_state = wide.update(grads, wide_state, params)
-    _, narrow_state = narrow.update(grads, narrow_state, params)  # the same params
-    return optax.apply_updates(params, updates), wide_state, narrow_state, s
-
-  meta_gradients = []
-  for key in jax.random.split(jax.random.key(1), 1000):
-    params, wide_state, narrow_state, s = step(params, wide_state, narrow_state, key)
-    meta_gradients.append(np.asarray(s))
-  s = np.array(meta_gradients)
+  wide_state, narrow_state, s, _ = _side_by_side(wide, narrow, _digits_loss, params, x, y,
+                                                  batch_size=64, steps=1000)
   assert metaoptax.sensitivity_trace(narrow_state)["w1"].dtype == jnp.bfloat16
   assert np.abs(s[:, 1] - s[:, 0]).max() <= 0.05 * np.abs(s[:, 0]).max()
   assert np.corrcoef(s[:, 0], s[:, 1])[0, 1] > 0.999
@@ -140,22 +152,8 @@ def test_bfloat16_first_moment_trace_and_average_against_float32():
   wide = metaoptax.adamw()
   narrow = metaoptax.adamw(mu_dtype=jnp.bfloat16, trace_dtype=jnp.bfloat16,
                            average_dtype=jnp.bfloat16)
-  wide_state, narrow_state = wide.init(params), narrow.init(params)
-
-  @jax.jit
-  def step(params, wide_state, narrow_state, key):
-    batch = jax.random.randint(key, (32,), 0, x.shape[0])
-    grads = jax.grad(_regression_loss)(params, x[batch], y[batch])
-    updates, wide_state = wide.update(grads, wide_state, params)
-    narrow_updates, narrow_state = narrow.update(grads, narrow_state, params)  # the same params
-    error = optax.tree_utils.tree_norm(jax.tree.map(jnp.subtract, narrow_updates, updates))
-    return (optax.apply_updates(params, updates), wide_state, narrow_state,
-            error / optax.tree_utils.tree_norm(updates))
-
-  errors = []
-  for key in jax.random.split(jax.random.key(1), 50):
-    params, wide_state, narrow_state, error = step(params, wide_state, narrow_state, key)
-    errors.append(float(error))
+  wide_state, narrow_state, _, errors = _side_by_side(wide, narrow, _regression_loss, params,
+                                                       x, y, batch_size=32, steps=50)
   first_moment = lambda state: state[0].base_state.mu
   for tree in (first_moment(narrow_state), metaoptax.sensitivity_trace(narrow_state),
                metaoptax.averaged_params(narrow_state)):

@@ -243,6 +243,24 @@ def _toward_the_anchor(lam):
                                             metaoptax.sensitivity_trace(state))
 
 
+def _count_sketch_signs(n: int) -> jax.Array:
+  """The sketch's fixed random signs, +-1, one per entry (a hash of the entry's index)."""
+  index = lax.broadcasted_iota(jnp.uint32, (n,), 0)
+  return 1.0 - 2.0 * (_hash(index * jnp.uint32(0x9E3779B1) + jnp.uint32(12345)) >> 31).astype(
+      jnp.float32)
+
+
+def _count_sketch_back(g: jax.Array, ratio: int) -> jax.Array:
+  """:math:`S^\\top S g` for the count sketch :math:`S` of :func:`_sketched_trace`: entry
+  :math:`i` of ``g`` (flattened) into bucket :math:`i \\bmod k`, ``k = ceil(size / ratio)``,
+  with the sign of :func:`_count_sketch_signs`."""
+  n = g.size
+  k = -(-n // ratio)
+  sign = _count_sketch_signs(n).astype(g.dtype)
+  x = jnp.pad(g.reshape(-1) * sign, (0, (-n) % k)).reshape(-1, k)
+  return (jnp.broadcast_to(x.sum(0), x.shape).reshape(-1)[:n] * sign).reshape(g.shape)
+
+
 def _sketched_trace(ratio: int, **kwargs) -> optax.GradientTransformation:
   r"""``metaoptax.adamw(**kwargs)`` whose meta-gradient reads a count sketch of its trace.
 
@@ -257,19 +275,9 @@ def _sketched_trace(ratio: int, **kwargs) -> optax.GradientTransformation:
   design of the ablation only."""
   inner = metaoptax.adamw(weight_decay=WEIGHT_DECAY, **kwargs)
 
-  def sketched_back(g):  # S^T S g, leaf by leaf
-    n = g.size
-    k = -(-n // ratio)
-    index = lax.broadcasted_iota(jnp.uint32, (n,), 0)
-    sign = 1.0 - 2.0 * (_hash(index * jnp.uint32(0x9E3779B1) + jnp.uint32(12345)) >> 31).astype(
-        g.dtype)
-    x = jnp.pad(g.reshape(-1) * sign, (0, (-n) % k)).reshape(-1, k)
-    back = jnp.broadcast_to(x.sum(0), x.shape).reshape(-1)[:n] * sign
-    return back.reshape(g.shape)
-
   def update(grads, state, params=None, **extra):
-    return inner.update(grads, state, params, meta_grads=jax.tree.map(sketched_back, grads),
-                        **extra)
+    meta_grads = jax.tree.map(lambda g: _count_sketch_back(g, ratio), grads)
+    return inner.update(grads, state, params, meta_grads=meta_grads, **extra)
 
   return optax.GradientTransformationExtraArgs(inner.init, update)
 

@@ -19,7 +19,7 @@ Oracles:
   first moment 0.8 %, the trace 2.4 %, the average 0.4 %, the step size at step 50
   0.01 %. Tolerances: 5 %, 2 %, 5 %, 1 % and 0.1 %. Adam's first moment is rounded to
   nearest (optax's ``mu_dtype``): each step adds a tenth of the gradient's difference
-  from it, far above bfloat16's half unit, so nothing accumulates below the rounding.
+  from it, which is lost only when the gradient is within ten half units (~2 %) of it.
 """
 
 import jax

@@ -414,18 +414,34 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
     replaced = ()  # the warm-ups a later one replaced (their slopes still screen)
+    screen_noncentering = (choose_noncentering and not config.local_step_sizes
+                           and dim <= LOCAL_MAX_DIM)
+    transport = None
     if _metric(run_config, run_training) == "dense" and not _agree_on_log_density(found):
-      report("warm-up, diagonal")
-      diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
-                                          run_training, optimizer, flat, found,
-                                          choose_num_steps)
-      cost += retried
-      report("warm-up, diagonal", retried.transitions, retried.transitions)
-      if diagonal is not None:
-        replaced = (found,)
-        state, found, run_config, run_training = diagonal
+      if screen_noncentering and _before_retry(found):
+        # the re-parametrization first: where it is chosen, the fallback is not needed
+        report("screen for a non-centering")
+        chosen, screened = _screen_noncentering(
+            jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
+            run_training, optimizer, state, found, choose_num_steps)
+        cost += screened
+        screen_noncentering = False  # screened once
+        report("screen for a non-centering", screened.transitions, screened.transitions)
+        if chosen is not None:
+          state, found, run_config, target, transport = chosen
+      if transport is None:
+        report("warm-up, diagonal")
+        diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
+                                            run_training, optimizer, flat, found,
+                                            choose_num_steps)
+        cost += retried
+        report("warm-up, diagonal", retried.transitions, retried.transitions)
+        if diagonal is not None:
+          replaced = (found,)
+          state, found, run_config, run_training = diagonal
     reflected = None
-    if choose_reflection and not config.reflection and not config.local_step_sizes:
+    if (transport is None and choose_reflection and not config.reflection
+        and not config.local_step_sizes):
       report("screen for modes")
       reflected, screened = _screen_reflection(
           jax.random.fold_in(k_init, 2), target, config._replace(dim=dim), run_training,
@@ -434,9 +450,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for modes", screened.transitions, screened.transitions)
       if reflected is not None:
         state, found, run_config = reflected
-    transport = None
-    if (reflected is None and choose_noncentering and not config.local_step_sizes
-        and dim <= LOCAL_MAX_DIM):
+    if transport is None and reflected is None and screen_noncentering:
       report("screen for a non-centering")
       chosen, screened = _screen_noncentering(
           jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
@@ -597,6 +611,18 @@ def _shows_drivers(warmups) -> bool:
   return any(found.log_scale_slopes is not None
              and bool(jnp.any(noncentering.structure(found.log_scale_slopes)[0]))
              for found in warmups)
+
+
+def _before_retry(found: WarmupResult) -> bool:
+  r"""Whether ``run`` screens for a non-centering before the dense warm-up's diagonal
+  fallback (``found``: the dense warm-up, whose chains disagree on :math:`\log p`): where its
+  log-scale slopes find a driver (:func:`_shows_drivers`) and its chains are not in separate
+  modes (the largest split R-hat of its final window below ``MODES_RHAT``, the reflection's
+  screen's trigger). Chains apart in a centered hierarchy's neck and mouth disagree under
+  either metric, and the fallback would spend its warm-up (and its lengthened burn-in,
+  :func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`) on the geometry that the
+  non-centering replaces; where the non-centering is chosen, the fallback does not run."""
+  return float(jnp.max(found.rhat)) < MODES_RHAT and _shows_drivers((found,))
 
 
 def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,

@@ -42,7 +42,12 @@ equal density agree on it, and no metric joins them), ``run`` warms up again fro
 starts with the diagonal metric, and keeps that warm-up, with the diagonal metric for the
 rest of the run, where its chains agree better (:func:`_retry_diagonal`); the correlations
 that whitening leaves set the trajectory's length (the quarter period of the widest whitened
-direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted.
+direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted. Where the
+dense warm-up's log-scale slopes also find a driver (a centered hierarchy, whose chains sit
+apart in its neck and mouth under either metric) and its chains are not in separate modes,
+the screen for a non-centering (below) runs first, from the dense warm-up, and the fallback
+only where it does not choose one (:func:`_before_retry`): else the fallback's warm-up, and
+its lengthened burn-in, would be spent on the geometry the non-centering replaces.
 
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
 step size per coordinate cannot suit it everywhere. ``run`` screens for that after the
@@ -70,7 +75,8 @@ diagonal) is read at ``NONCENTERING_CURVATURES`` of them, and where those find d
 target by its latent density: a second warm-up from the chains' latent positions, then the
 training and the check there, and the sampler returned maps its states to and from it
 (:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
-does not run. An independent Gaussian's slopes are 0: there the screen costs nothing (a
+does not run, nor the screen for modes where it ran before the diagonal fallback. It runs
+once: where it ran before the fallback, not again after it. An independent Gaussian's slopes are 0: there the screen costs nothing (a
 correlated one's log squares have slopes, through the conditional means, and the local
 Gaussians then find no driver). Its draws, Hessian diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
 ``LOCAL_MAX_DIM`` coordinates (its Hessian diagonals cost ``dim`` gradients each). The transport is kept only where the second warm-up

@@ -46,7 +46,7 @@ direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted.
 dense warm-up's log-scale slopes also find a driver (a centered hierarchy, whose chains sit
 apart in its neck and mouth under either metric) and its chains are not in separate modes,
 the screen for a non-centering (below) runs first, from the dense warm-up, and the fallback
-only where it does not choose one (:func:`_before_retry`): else the fallback's warm-up, and
+only where it does not choose one (:func:`_noncentering_first`): else the fallback's warm-up, and
 its lengthened burn-in, would be spent on the geometry the non-centering replaces.
 
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
@@ -75,10 +75,11 @@ diagonal) is read at ``NONCENTERING_CURVATURES`` of them, and where those find d
 target by its latent density: a second warm-up from the chains' latent positions, then the
 training and the check there, and the sampler returned maps its states to and from it
 (:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
-does not run, nor the screen for modes where it ran before the diagonal fallback. It runs
-once: where it ran before the fallback, not again after it. An independent Gaussian's slopes are 0: there the screen costs nothing (a
-correlated one's log squares have slopes, through the conditional means, and the local
-Gaussians then find no driver). Its draws, Hessian diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
+does not run, nor the screen for modes where the non-centering was chosen before the diagonal
+fallback. The screen runs once: where it ran before the fallback, not again after it. An
+independent Gaussian's slopes are 0: there the screen costs nothing (a correlated one's
+log squares have slopes, through the conditional means, and the local Gaussians then find no
+driver). Its draws, Hessian diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
 ``LOCAL_MAX_DIM`` coordinates (its Hessian diagonals cost ``dim`` gradients each). The transport is kept only where the second warm-up
 measures it better (:func:`_latent_is_better`: its chains agree, and its trajectory needs
 fewer leapfrog steps); else the sampler is the first warm-up's.
@@ -424,7 +425,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
                            and dim <= LOCAL_MAX_DIM)
     transport = None
     if _metric(run_config, run_training) == "dense" and not _agree_on_log_density(found):
-      if screen_noncentering and _before_retry(found):
+      if screen_noncentering and _noncentering_first(found):
         # the re-parametrization first: where it is chosen, the fallback is not needed
         report("screen for a non-centering")
         chosen, screened = _screen_noncentering(
@@ -619,7 +620,7 @@ def _shows_drivers(warmups) -> bool:
              for found in warmups)
 
 
-def _before_retry(found: WarmupResult) -> bool:
+def _noncentering_first(found: WarmupResult) -> bool:
   r"""Whether ``run`` screens for a non-centering before the dense warm-up's diagonal
   fallback (``found``: the dense warm-up, whose chains disagree on :math:`\log p`): where its
   log-scale slopes find a driver (:func:`_shows_drivers`) and its chains are not in separate

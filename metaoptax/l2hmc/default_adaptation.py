@@ -42,7 +42,12 @@ equal density agree on it, and no metric joins them), ``run`` warms up again fro
 starts with the diagonal metric, and keeps that warm-up, with the diagonal metric for the
 rest of the run, where its chains agree better (:func:`_retry_diagonal`); the correlations
 that whitening leaves set the trajectory's length (the quarter period of the widest whitened
-direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted.
+direction: :mod:`metaoptax.l2hmc.trajectory_length`). Its gradients are counted. Where the
+dense warm-up's log-scale slopes also find a driver (a centered hierarchy, whose chains sit
+apart in its neck and mouth under either metric) and its chains are not in separate modes,
+the screen for a non-centering (below) runs first, from the dense warm-up, and the fallback
+only where it does not choose one (:func:`_noncentering_first`): else the fallback's warm-up, and
+its lengthened burn-in, would be spent on the geometry the non-centering replaces.
 
 Where the posterior's scale changes with the position (a funnel, a centered hierarchy), one
 step size per coordinate cannot suit it everywhere. ``run`` screens for that after the
@@ -70,9 +75,11 @@ diagonal) is read at ``NONCENTERING_CURVATURES`` of them, and where those find d
 target by its latent density: a second warm-up from the chains' latent positions, then the
 training and the check there, and the sampler returned maps its states to and from it
 (:func:`metaoptax.l2hmc.noncentering.transported`). The screen for local step sizes then
-does not run. An independent Gaussian's slopes are 0: there the screen costs nothing (a
-correlated one's log squares have slopes, through the conditional means, and the local
-Gaussians then find no driver). Its draws, Hessian diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
+does not run, nor the screen for modes where the non-centering was chosen before the diagonal
+fallback. The screen runs once: where it ran before the fallback, not again after it. An
+independent Gaussian's slopes are 0: there the screen costs nothing (a correlated one's
+log squares have slopes, through the conditional means, and the local Gaussians then find no
+driver). Its draws, Hessian diagonals and warm-up are counted. Like the screen for local step sizes, it runs up to
 ``LOCAL_MAX_DIM`` coordinates (its Hessian diagonals cost ``dim`` gradients each). The transport is kept only where the second warm-up
 measures it better (:func:`_latent_is_better`: its chains agree, and its trajectory needs
 fewer leapfrog steps); else the sampler is the first warm-up's.
@@ -414,18 +421,34 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
            acceptance=float(found.acceptance), step_size=float(found.step_size),
            divergent=cost.divergent)
     replaced = ()  # the warm-ups a later one replaced (their slopes still screen)
+    screen_noncentering = (choose_noncentering and not config.local_step_sizes
+                           and dim <= LOCAL_MAX_DIM)
+    transport = None
     if _metric(run_config, run_training) == "dense" and not _agree_on_log_density(found):
-      report("warm-up, diagonal")
-      diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
-                                          run_training, optimizer, flat, found,
-                                          choose_num_steps)
-      cost += retried
-      report("warm-up, diagonal", retried.transitions, retried.transitions)
-      if diagonal is not None:
-        replaced = (found,)
-        state, found, run_config, run_training = diagonal
+      if screen_noncentering and _noncentering_first(found):
+        # the re-parametrization first: where it is chosen, the fallback is not needed
+        report("screen for a non-centering")
+        chosen, screened = _screen_noncentering(
+            jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
+            run_training, optimizer, state, found, choose_num_steps)
+        cost += screened
+        screen_noncentering = False  # screened once
+        report("screen for a non-centering", screened.transitions, screened.transitions)
+        if chosen is not None:
+          state, found, run_config, target, transport = chosen
+      if transport is None:
+        report("warm-up, diagonal")
+        diagonal, retried = _retry_diagonal(k_init, target, config._replace(dim=dim),
+                                            run_training, optimizer, flat, found,
+                                            choose_num_steps)
+        cost += retried
+        report("warm-up, diagonal", retried.transitions, retried.transitions)
+        if diagonal is not None:
+          replaced = (found,)
+          state, found, run_config, run_training = diagonal
     reflected = None
-    if choose_reflection and not config.reflection and not config.local_step_sizes:
+    if (transport is None and choose_reflection and not config.reflection
+        and not config.local_step_sizes):
       report("screen for modes")
       reflected, screened = _screen_reflection(
           jax.random.fold_in(k_init, 2), target, config._replace(dim=dim), run_training,
@@ -434,9 +457,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for modes", screened.transitions, screened.transitions)
       if reflected is not None:
         state, found, run_config = reflected
-    transport = None
-    if (reflected is None and choose_noncentering and not config.local_step_sizes
-        and dim <= LOCAL_MAX_DIM):
+    if transport is None and reflected is None and screen_noncentering:
       report("screen for a non-centering")
       chosen, screened = _screen_noncentering(
           jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
@@ -597,6 +618,18 @@ def _shows_drivers(warmups) -> bool:
   return any(found.log_scale_slopes is not None
              and bool(jnp.any(noncentering.structure(found.log_scale_slopes)[0]))
              for found in warmups)
+
+
+def _noncentering_first(found: WarmupResult) -> bool:
+  r"""Whether ``run`` screens for a non-centering before the dense warm-up's diagonal
+  fallback (``found``: the dense warm-up, whose chains disagree on :math:`\log p`): where its
+  log-scale slopes find a driver (:func:`_shows_drivers`) and its chains are not in separate
+  modes (the largest split R-hat of its final window below ``MODES_RHAT``, the reflection's
+  screen's trigger). Chains apart in a centered hierarchy's neck and mouth disagree under
+  either metric, and the fallback would spend its warm-up (and its lengthened burn-in,
+  :func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`) on the geometry that the
+  non-centering replaces; where the non-centering is chosen, the fallback does not run."""
+  return float(jnp.max(found.rhat)) < MODES_RHAT and _shows_drivers((found,))
 
 
 def _latent_is_better(found: WarmupResult, config: L2HMCConfig, latent_found: WarmupResult,

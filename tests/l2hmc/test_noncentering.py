@@ -242,6 +242,72 @@ def test_the_screen_reads_the_slopes_of_the_warm_up_the_diagonal_fallback_replac
     screen(dense)
 
 
+@pytest.mark.parametrize("rhat, slope, chosen, order", [
+    # apart (R-hat 1.5) with a driver: the screen first; chosen, no diagonal fallback
+    (1.5, 1.15, True, ["screen"]),
+    # not chosen: the fallback follows, and the screen does not run again after it
+    (1.5, 1.15, False, ["screen", "fallback"]),
+    # no driver: the fallback, then the screen (which reads its own trigger) as before
+    (1.5, 0.0, False, ["fallback", "screen"]),
+    # in separate modes (R-hat >= MODES_RHAT): the fallback and the screen for modes first
+    (2.5, 1.15, False, ["fallback", "modes", "screen"]),
+])
+def test_a_dense_warm_up_apart_with_drivers_screens_for_a_non_centering_before_its_fallback(
+    monkeypatch, rhat, slope, chosen, order):
+  """Where the dense warm-up's chains disagree on log p and its log-scale slopes find a
+  driver, ``run`` screens for a non-centering before the diagonal fallback, which runs (with
+  its lengthened burn-in) only where the non-centering is not chosen: a centered hierarchy's
+  chains disagree under either metric. The warm-ups, screens and training are stand-ins that
+  record the order."""
+  from metaoptax.l2hmc import default_adaptation
+  calls = []
+
+  class PastTheScreens(Exception):
+    pass
+
+  dim = 3
+  slopes = jnp.zeros((dim, dim)).at[0, 1:].set(slope * noncentering.MIN_SLOPE)
+  found = l2hmc.WarmupResult(
+      jnp.float32(0.5), None, jnp.zeros((4, dim)), jnp.float32(0.8), log_scale_slopes=slopes,
+      rhat=jnp.full(dim + 1, rhat), num_transitions=100, num_hessian_evaluations=0,
+      num_divergent=0, num_leapfrog_steps=500)
+  none = default_adaptation._Cost()
+
+  def initial_state(rng_key, target, config, *args):
+    return None, found, config
+
+  def screen(rng_key, target, config, sampler_config, training, optimizer, state, found_,
+             choose_num_steps, replaced=()):
+    calls.append("screen")
+    if chosen:
+      return (None, found, sampler_config, target, noncentering.identity(
+          jnp.zeros(dim), jnp.ones(dim))), none
+    return None, none
+
+  def fallback(*args):
+    calls.append("fallback")
+    return (None, found, args[2], args[3]._replace(metric="diagonal")), none
+
+  def modes(rng_key, target, config, training, optimizer, found_, choose_num_steps):
+    if float(jnp.max(found_.rhat)) >= default_adaptation.MODES_RHAT:
+      calls.append("modes")
+    return None, none
+
+  def train(*args, **kwargs):
+    raise PastTheScreens
+
+  monkeypatch.setattr(default_adaptation, "_initial_state", initial_state)
+  monkeypatch.setattr(default_adaptation, "_screen_noncentering", screen)
+  monkeypatch.setattr(default_adaptation, "_retry_diagonal", fallback)
+  monkeypatch.setattr(default_adaptation, "_screen_reflection", modes)
+  monkeypatch.setattr(default_adaptation, "_screen_local_step_sizes", lambda *a: (None, none))
+  monkeypatch.setattr(default_adaptation, "train", train)
+  with pytest.raises(PastTheScreens):
+    l2hmc.adapt(lambda x: -0.5 * jnp.sum(x**2), progress=None).run(
+        jax.random.key(0), jnp.zeros((4, dim)), num_steps=100)
+  assert calls == order
+
+
 @pytest.mark.system  # a float64 fit of 2,048 draws (~25 s)
 def test_a_conjugate_members_centre_rests_on_its_location_and_not_its_scale():
   """A centered hierarchy with Gaussian members (mu, log tau, theta_1..3; theta_i ~ N(mu,

@@ -95,7 +95,11 @@ did not diverge is retried with probability :math:`(1 - \alpha)^k` of its accept
 probability :math:`\alpha` (``L2HMCConfig.retry_power`` :math:`= k`): seldom where the step
 size suits the target. It costs ``RETRY_REFINEMENT + 1`` trajectories' gradients where one
 is retried (counted in ``info.num_gradient_evaluations`` and each transition's
-``L2HMCInfo.num_gradient_evaluations``).
+``L2HMCInfo.num_gradient_evaluations``). Where some of the check's proposals still diverge
+(the refined trajectory too coarse to stand in for them: on a curved ridge, a trajectory
+that overflows can leave the refined one an energy error of thousands, whose acceptance is
+0), the sampler ``run`` returns refines by ``DIVERGENT_RETRY_REFINEMENT`` instead; the
+kernel is exact for any refinement.
 
 Where the warm-up leaves the chains in separate modes (the split :math:`\hat R` of some
 coordinate or of :math:`\log p` over its final window at least ``MODES_RHAT``), no
@@ -206,6 +210,9 @@ MAX_LISTED = 3  # the most chains whose failing starts run's ValueError lists
 #: the sampler's retry of a divergent or rejected trajectory (``L2HMCConfig.retry_divergent``):
 #: its steps split into this many, each as much smaller
 RETRY_REFINEMENT = 4
+#: the retry's refinement where some of the check's proposals diverged with the retry at
+#: ``RETRY_REFINEMENT`` (its refined trajectory too coarse to stand in for them)
+DIVERGENT_RETRY_REFINEMENT = 16
 
 
 class AdaptationInfo(NamedTuple):
@@ -239,8 +246,10 @@ class AdaptationInfo(NamedTuple):
       reflection).
     training: the training's :class:`metaoptax.l2hmc.TrainingResult`.
     config: the sampler's :class:`metaoptax.l2hmc.L2HMCConfig` (``dim`` filled, ``num_steps``
-      chosen, and what the screens chose: ``local_step_sizes`` with ``scale_move``, or
-      ``reflection``).
+      chosen, what the screens chose: ``local_step_sizes`` with ``scale_move``, or
+      ``reflection``, and the retry's refinement ``retry_divergent``: the check ran with
+      ``RETRY_REFINEMENT``, the sampler with ``DIVERGENT_RETRY_REFINEMENT`` where some of the
+      check's proposals diverged).
     noncentering: the :class:`metaoptax.l2hmc.noncentering.NonCentering` the sampler moves
       the latent coordinates of, where the screen chose one (else ``None``).
   """
@@ -334,8 +343,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       docstring); ``False``: the target's own coordinates.
     choose_retry: give the sampler ``L2HMCConfig(retry_divergent=RETRY_REFINEMENT)`` where
       it allows it (networks off) and ``config`` has none: a divergent
-      trajectory is retried with smaller steps (module docstring); ``False``: ``config``
-      as it is.
+      trajectory is retried with smaller steps (module docstring), and
+      ``DIVERGENT_RETRY_REFINEMENT`` where the check's proposals still diverge with that;
+      ``False``: ``config`` as it is.
 
   Returns:
     An :class:`Adaptation`, whose ``run(rng_key, positions, num_steps=1000)`` returns
@@ -476,7 +486,9 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       report("screen for local scales", screened.transitions, screened.transitions)
       if chosen is not None:
         state, found, run_config, run_training = chosen
-    if choose_retry and not (run_config.use_networks or run_config.retry_divergent):
+    retry_chosen = choose_retry and not (run_config.use_networks
+                                         or run_config.retry_divergent)
+    if retry_chosen:
       run_config = run_config._replace(retry_divergent=RETRY_REFINEMENT)
     result = train(k_init, target, run_config, run_training, num_iterations=num_training,
                    optimizer=optimizer, init_state=state, progress=report.training(),
@@ -488,6 +500,10 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     report("check", 0, num_check, acceptance=float(jnp.mean(acceptance)),
            divergent=int(divergent))
     report.close()
+    if retry_chosen and int(divergent):
+      # the check's retries could not stand in for some divergent trajectories: the sampler
+      # returned retries with finer steps (an exact kernel for any refinement)
+      run_config = run_config._replace(retry_divergent=DIVERGENT_RETRY_REFINEMENT)
     if transport is not None:  # the latent chains' draws and states, in x
       draws = jax.jit(jax.vmap(jax.vmap(functools.partial(_from_latent_draw, transport))))(draws)
       states = jax.jit(jax.vmap(functools.partial(noncentering.from_latent_state, transport)))(

@@ -558,6 +558,11 @@ def test_a_log_density_that_is_nan_on_part_of_the_posterior_warns_of_divergent_p
   assert warmup > 0 and training > 0 and check > 0
   assert info.num_divergent > warmup + training + check
   assert "divergent" in repr(info) and "warning:" in repr(info)
+  # the check's retries (RETRY_REFINEMENT) could not stand in for its divergent trajectories:
+  # the sampler returned retries with DIVERGENT_RETRY_REFINEMENT times smaller steps
+  defaults = l2hmc.default_adaptation
+  assert defaults.DIVERGENT_RETRY_REFINEMENT > defaults.RETRY_REFINEMENT
+  assert info.config.retry_divergent == defaults.DIVERGENT_RETRY_REFINEMENT
 
 
 def test_a_higher_max_divergent_rate_accepts_them():

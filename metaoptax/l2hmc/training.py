@@ -447,9 +447,9 @@ DENSE_MAX_DIM = 256
 METRICS = ("auto", "dense", "low_rank", "diagonal")
 #: ``TrainingConfig(burn_in_windows=None)``'s most burn-in windows, and with the low-rank metric
 BURN_IN_WINDOWS, LOW_RANK_BURN_IN_WINDOWS = 4, 12
-#: the lengthened burn-in's later windows and the sampler's cap stay long only where its split
-#: R-hat ends at most this fraction of the short burn-in's, or below ``CONVERGED_RHAT``
-#: (:func:`_kept_lengthening`)
+#: the lengthened burn-in continues while each of its windows leaves the split R-hat at most
+#: this fraction of the short burn-in's, and its later windows and the sampler's cap stay long
+#: only where it ends so, or below ``CONVERGED_RHAT`` (:func:`_kept_lengthening`)
 LENGTHENED_RHAT_RATIO = 0.5
 
 
@@ -543,11 +543,12 @@ def _jitted_lengthen_burn_in(logdensity_fn: Callable, num_steps: int, num_iterat
                              slopes: str, scales: str, metric: str, max_burn_in_windows: int,
                              jitter: float) -> Callable:
   """The jitted :func:`metaoptax.l2hmc.adaptation.lengthen_burn_in` of one target and
-  configuration."""
+  configuration, stopped after a window whose split R-hat exceeds ``LENGTHENED_RHAT_RATIO``
+  of the short burn-in's (:func:`_kept_lengthening`)."""
   return jax.jit(lambda burnt, key: lengthen_burn_in(
       key, logdensity_fn, burnt, num_steps=num_steps, num_iterations=num_iterations,
       slopes=slopes, scales=scales, metric=metric, max_burn_in_windows=max_burn_in_windows,
-      jitter=jitter))
+      jitter=jitter, max_rhat_ratio=LENGTHENED_RHAT_RATIO))
 
 
 @functools.cache

@@ -345,6 +345,28 @@ def test_lengthen_burn_in_continues_the_burn_in_and_adds_its_counts():
     np.testing.assert_allclose(jnp.mean(burnt.states.position, 0), 30.0, atol=0.25)
 
 
+@pytest.mark.system  # two burn-ins compiled (~10 s)
+def test_lengthen_burn_in_stops_after_a_window_that_does_not_bring_the_chains_together():
+  """Single leapfrog steps leave chains started 60 sds away apart: with max_rhat_ratio the
+  continuation stops after its first window (its R-hat above the ratio times the burn-in's),
+  without it runs all of max_burn_in_windows; a ratio <= 0 is refused."""
+  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  adaptation = l2hmc.adaptation
+  burnt = jax.jit(lambda k, x: adaptation.burn_in(
+      k, logdensity_fn, x, num_steps=1, num_iterations=200, max_burn_in_windows=1))(
+          jax.random.key(1), positions)
+  assert not float(burnt.rhat) < 1.1
+  for ratio, windows in [(1e-3, 2), (None, 4)]:
+    longer = jax.jit(lambda b, k, ratio=ratio: adaptation.lengthen_burn_in(
+        k, logdensity_fn, b, num_steps=1, num_iterations=200, max_burn_in_windows=3,
+        max_rhat_ratio=ratio))(burnt, jax.random.key(2))
+    assert int(longer.num_windows) == windows and not float(longer.rhat) < 1.1
+  with pytest.raises(ValueError, match="max_rhat_ratio"):
+    adaptation.lengthen_burn_in(jax.random.key(2), logdensity_fn, burnt, num_steps=1,
+                                max_rhat_ratio=0.0)
+
+
 @pytest.mark.system  # warm-ups at several K compiled (~1 min)
 @pytest.mark.parametrize("rho, lengthened", [(0.9995, True), (0.0, False)])
 def test_a_warm_up_that_lengthens_its_burn_in_raises_the_sampler_s_cap(rho, lengthened):

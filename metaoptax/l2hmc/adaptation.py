@@ -612,25 +612,34 @@ def lengthen_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn,
                      target_acceptance: float = 0.8, adaptation_rate: float = 1.0,
                      slopes: str = "squares", scales: str = "pooled",
                      max_burn_in_windows: int = 4, converged_rhat: float = CONVERGED_RHAT,
-                     jitter: float = 0.5, metric: str = "diagonal") -> BurnIn:
+                     jitter: float = 0.5, metric: str = "diagonal",
+                     max_rhat_ratio: float | None = None) -> BurnIn:
   """More burn-in windows from the chains, step size and whitening :func:`burn_in` left
   (``burnt``), with ``num_steps`` leapfrog steps per transition: up to
-  ``max_burn_in_windows`` more, while the chains disagree (``converged_rhat``). Where the
+  ``max_burn_in_windows`` more, while the chains disagree (``converged_rhat``) and, with
+  ``max_rhat_ratio``, while each window's split R-hat is at most that fraction of
+  ``burnt``'s (the long trajectories bring the chains together, or they stop after the
+  window that shows they do not). Where the
   burn-in's short trajectories leave the chains apart (a random walk at a small step size),
   trajectories of a quarter period let them travel; :func:`settle` continues from the result
   with the same ``num_steps``. Its counts (windows, divergent proposals, leapfrog steps) add
   to ``burnt``'s. :func:`burn_in`'s other arguments. Jit-able with the numbers static."""
+  if max_rhat_ratio is not None and not max_rhat_ratio > 0:
+    raise ValueError(f"max_rhat_ratio must be None or > 0, got {max_rhat_ratio}.")
   start = burnt._replace(rhat=jnp.asarray(jnp.inf, burnt.log_h.dtype), num_steps=num_steps)
+  bound = jnp.inf if max_rhat_ratio is None else max_rhat_ratio * burnt.rhat
   return _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
                           target_acceptance, adaptation_rate, slopes, scales,
-                          max_burn_in_windows, converged_rhat, jitter, metric, first=False)
+                          max_burn_in_windows, converged_rhat, jitter, metric, first=True,
+                          max_rhat=bound)
 
 
 def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_iterations,
                      target_acceptance, adaptation_rate, slopes, scales, max_burn_in_windows,
-                     converged_rhat, jitter, metric, first) -> BurnIn:
-  """Burn-in windows of ``num_steps`` leapfrog steps from ``start`` while the chains disagree,
-  at most ``max_burn_in_windows`` (``first``: at least one, the warm-up's first)."""
+                     converged_rhat, jitter, metric, first, max_rhat=jnp.inf) -> BurnIn:
+  """Burn-in windows of ``num_steps`` leapfrog steps from ``start`` while the chains disagree
+  (and their split R-hat is at most ``max_rhat``), at most ``max_burn_in_windows``
+  (``first``: at least one)."""
   states = start.states
   dim = states.position.shape[1]
   dtype = states.position.dtype
@@ -657,7 +666,7 @@ def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_itera
             jnp.max(found[11]), divergent + found[14], widest)
 
   def travelling(carry):
-    return (carry[3] < last) & ~(carry[4] < converged_rhat)
+    return (carry[3] < last) & ~(carry[4] < converged_rhat) & ~(carry[4] > max_rhat)
 
   carry = (states, start.log_h, start.whitening, start.num_windows, start.rhat,
            start.num_divergent, start.widest_variance)

@@ -447,6 +447,10 @@ DENSE_MAX_DIM = 256
 METRICS = ("auto", "dense", "low_rank", "diagonal")
 #: ``TrainingConfig(burn_in_windows=None)``'s most burn-in windows, and with the low-rank metric
 BURN_IN_WINDOWS, LOW_RANK_BURN_IN_WINDOWS = 4, 12
+#: the lengthened burn-in continues while each of its windows leaves the split R-hat at most
+#: this fraction of the short burn-in's, and its later windows and the sampler's cap stay long
+#: only where it ends so, or below ``CONVERGED_RHAT`` (:func:`_kept_lengthening`)
+LENGTHENED_RHAT_RATIO = 0.5
 
 
 def _burn_in_windows(config: L2HMCConfig, training: TrainingConfig) -> int:
@@ -539,11 +543,12 @@ def _jitted_lengthen_burn_in(logdensity_fn: Callable, num_steps: int, num_iterat
                              slopes: str, scales: str, metric: str, max_burn_in_windows: int,
                              jitter: float) -> Callable:
   """The jitted :func:`metaoptax.l2hmc.adaptation.lengthen_burn_in` of one target and
-  configuration."""
+  configuration, stopped after a window whose split R-hat exceeds ``LENGTHENED_RHAT_RATIO``
+  of the short burn-in's (:func:`_kept_lengthening`)."""
   return jax.jit(lambda burnt, key: lengthen_burn_in(
       key, logdensity_fn, burnt, num_steps=num_steps, num_iterations=num_iterations,
       slopes=slopes, scales=scales, metric=metric, max_burn_in_windows=max_burn_in_windows,
-      jitter=jitter))
+      jitter=jitter, max_rhat_ratio=LENGTHENED_RHAT_RATIO))
 
 
 @functools.cache
@@ -569,7 +574,8 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
   step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``. With
   ``lengthen``, where the burn-in's chains still disagree and its step size makes a quarter
   period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with
-  that many (:func:`_lengthened_num_steps`), and so do windows 2 and 3."""
+  that many (:func:`_lengthened_num_steps`), and so do windows 2 and 3 where that brought the
+  chains together (:func:`_kept_lengthening`)."""
 
   def run(positions, key):
     _check_arguments(jnp.asarray(positions), num_iterations=num_iterations,
@@ -581,10 +587,10 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
     steps = num_steps
     longer = _lengthened_num_steps(burnt) if lengthen else None
     if longer is not None and longer > num_steps:
-      steps = longer
-      burnt = _jitted_lengthen_burn_in(logdensity_fn, steps, num_iterations, slopes, scales,
-                                       metric, max_burn_in_windows, jitter)(
-                                           burnt, jax.random.fold_in(key, 1))
+      lengthened = _jitted_lengthen_burn_in(logdensity_fn, longer, num_iterations, slopes,
+                                            scales, metric, max_burn_in_windows, jitter)(
+                                                burnt, jax.random.fold_in(key, 1))
+      burnt, steps = _kept_lengthening(burnt, lengthened, num_steps)
     scale_num_steps = _settle_num_steps(burnt, steps) if shorten else steps
     return _jitted_settle(logdensity_fn, steps, num_iterations, slopes, scales, location,
                           metric, jitter, scale_num_steps)(burnt, key)
@@ -604,6 +610,20 @@ def _lengthened_num_steps(burnt: BurnIn) -> int | None:
       float(jnp.exp(burnt.log_h)), trajectory_length.LONG_MAX_NUM_STEPS,
       widest_variance=float(burnt.widest_variance))
   return steps if steps > trajectory_length.MAX_NUM_STEPS else None
+
+
+def _kept_lengthening(burnt: BurnIn, lengthened: BurnIn, num_steps: int) -> tuple[BurnIn, int]:
+  """The burn-in the warm-up continues from after :func:`_lengthened_num_steps` lengthened
+  ``burnt`` (its ``num_steps``) into ``lengthened``, and the leapfrog steps of its later
+  windows: ``lengthened`` and its steps where they brought the chains together (its split
+  R-hat below ``CONVERGED_RHAT`` or at most ``LENGTHENED_RHAT_RATIO`` times ``burnt``'s),
+  else ``lengthened``'s chains, step size and counts with ``num_steps`` (the long
+  trajectories did not make the chains travel, the chains disagree for another reason, a
+  funnel's neck, and the later windows and the sampler's cap stay short)."""
+  rhat, before = float(lengthened.rhat), float(burnt.rhat)
+  if rhat < CONVERGED_RHAT or rhat <= LENGTHENED_RHAT_RATIO * before:
+    return lengthened, int(lengthened.num_steps)
+  return lengthened._replace(num_steps=num_steps), num_steps
 
 
 def _settle_num_steps(burnt: BurnIn, num_steps: int) -> int:

@@ -65,9 +65,12 @@ acceptance target makes :math:`h` a hundredth of the scale, and a trajectory cap
 leaves the chains apart. So where the warm-up's burn-in ends with its chains disagreeing
 and its step size's quarter period needs more than ``MAX_NUM_STEPS`` steps, the burn-in
 continues with that quarter period, at most ``LONG_MAX_NUM_STEPS`` steps
-(:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`, adapt's choice), and the sampler's
-:math:`K` may reach ``LONG_MAX_NUM_STEPS`` too. Where the burn-in's chains agree, nothing
-changes.
+(:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`, adapt's choice; it stops after a
+window whose split R-hat is above half the short burn-in's), and where that brought the
+chains together (its split R-hat below the threshold or at most half the short burn-in's)
+the sampler's :math:`K` may reach ``LONG_MAX_NUM_STEPS`` too; where it did not
+(a funnel's neck keeps chains apart at any length), the later windows and the sampler stay
+at the short cap. Where the burn-in's chains agree, nothing changes.
 """
 
 from __future__ import annotations

@@ -297,6 +297,28 @@ def test_the_burn_in_lengthens_where_its_chains_disagree_at_a_small_step_size(
         (expected - 1) * h < length <= expected * h)
 
 
+@pytest.mark.parametrize("before, after, kept", [
+    (22.0, 3.7, True),  # the long trajectories brought the chains together (a sixth)
+    (3.0, 1.05, True),  # below CONVERGED_RHAT
+    (3.0, 1.6, False),  # a funnel's neck: more than LENGTHENED_RHAT_RATIO of the short R-hat
+    (1.5, 1.2, False),  # closer, still apart
+])
+def test_the_lengthened_burn_in_keeps_its_steps_only_where_it_brought_the_chains_together(
+    before, after, kept):
+  """The warm-up continues from the lengthened burn-in's chains either way (their gradients
+  are spent); its later windows, and so the sampler's cap, keep the long trajectories only
+  where the lengthened burn-in's split R-hat fell below the threshold or to at most
+  LENGTHENED_RHAT_RATIO of the short one's."""
+  def burn_in(rhat, num_steps, windows):
+    return l2hmc.adaptation.BurnIn(jnp.float32(windows), jnp.float32(-3.0), None, windows,
+                                   jnp.float32(rhat), 0, 100 * windows, jnp.float32(1.0),
+                                   num_steps)
+  short, lengthened = burn_in(before, 5, 4), burn_in(after, 46, 8)
+  burnt, steps = l2hmc.training._kept_lengthening(short, lengthened, 5)
+  assert float(burnt.states) == 8 and int(burnt.num_leapfrog_steps) == 800  # its chains, counts
+  assert (steps, int(burnt.num_steps)) == ((46, 46) if kept else (5, 5))
+
+
 @pytest.mark.system  # two burn-ins compiled (~10 s)
 def test_lengthen_burn_in_continues_the_burn_in_and_adds_its_counts():
   """One window of single leapfrog steps leaves chains started 60 sds away apart; the
@@ -321,6 +343,28 @@ def test_lengthen_burn_in_continues_the_burn_in_and_adds_its_counts():
   np.testing.assert_allclose(jnp.mean(longer.states.position, 0), 30.0, atol=0.25)
   with pytest.raises(AssertionError):  # without the continuation the chains are still apart
     np.testing.assert_allclose(jnp.mean(burnt.states.position, 0), 30.0, atol=0.25)
+
+
+@pytest.mark.system  # two burn-ins compiled (~10 s)
+def test_lengthen_burn_in_stops_after_a_window_that_does_not_bring_the_chains_together():
+  """Single leapfrog steps leave chains started 60 sds away apart: with max_rhat_ratio the
+  continuation stops after its first window (its R-hat above the ratio times the burn-in's),
+  without it runs all of max_burn_in_windows; a ratio <= 0 is refused."""
+  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  adaptation = l2hmc.adaptation
+  burnt = jax.jit(lambda k, x: adaptation.burn_in(
+      k, logdensity_fn, x, num_steps=1, num_iterations=200, max_burn_in_windows=1))(
+          jax.random.key(1), positions)
+  assert not float(burnt.rhat) < 1.1
+  for ratio, windows in [(1e-3, 2), (None, 4)]:
+    longer = jax.jit(lambda b, k, ratio=ratio: adaptation.lengthen_burn_in(
+        k, logdensity_fn, b, num_steps=1, num_iterations=200, max_burn_in_windows=3,
+        max_rhat_ratio=ratio))(burnt, jax.random.key(2))
+    assert int(longer.num_windows) == windows and not float(longer.rhat) < 1.1
+  with pytest.raises(ValueError, match="max_rhat_ratio"):
+    adaptation.lengthen_burn_in(jax.random.key(2), logdensity_fn, burnt, num_steps=1,
+                                max_rhat_ratio=0.0)
 
 
 @pytest.mark.system  # warm-ups at several K compiled (~1 min)

@@ -319,17 +319,24 @@ def test_the_lengthened_burn_in_keeps_its_steps_only_where_it_brought_the_chains
   assert (steps, int(burnt.num_steps)) == ((46, 46) if kept else (5, 5))
 
 
+def _far_gaussian_after_one_window():
+  """A Gaussian of sd 0.5 centred 60 sds from 16 chains' starts, and one burn-in window of
+  single leapfrog steps from them (which leaves the chains apart)."""
+  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
+  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  burnt = jax.jit(lambda k, x: l2hmc.adaptation.burn_in(
+      k, logdensity_fn, x, num_steps=1, num_iterations=200, max_burn_in_windows=1))(
+          jax.random.key(1), positions)
+  return logdensity_fn, burnt
+
+
 @pytest.mark.system  # two burn-ins compiled (~10 s)
 def test_lengthen_burn_in_continues_the_burn_in_and_adds_its_counts():
   """One window of single leapfrog steps leaves chains started 60 sds away apart; the
   continuation with 8 steps per transition brings them together, its windows, leapfrog steps
   and divergences added to the first's, from its chains and step size."""
-  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
-  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  logdensity_fn, burnt = _far_gaussian_after_one_window()
   adaptation = l2hmc.adaptation
-  burnt = jax.jit(lambda k, x: adaptation.burn_in(
-      k, logdensity_fn, x, num_steps=1, num_iterations=200, max_burn_in_windows=1))(
-          jax.random.key(1), positions)
   length = adaptation._lengths(200)[0]
   assert int(burnt.num_windows) == 1 and not float(burnt.rhat) < 1.1
   assert int(burnt.num_leapfrog_steps) == length and int(burnt.num_steps) == 1
@@ -350,12 +357,8 @@ def test_lengthen_burn_in_stops_after_a_window_that_does_not_bring_the_chains_to
   """Single leapfrog steps leave chains started 60 sds away apart: with max_rhat_ratio the
   continuation stops after its first window (its R-hat above the ratio times the burn-in's),
   without it runs all of max_burn_in_windows; a ratio <= 0 is refused."""
-  logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
-  positions = jax.random.normal(jax.random.key(0), (16, 3))
+  logdensity_fn, burnt = _far_gaussian_after_one_window()
   adaptation = l2hmc.adaptation
-  burnt = jax.jit(lambda k, x: adaptation.burn_in(
-      k, logdensity_fn, x, num_steps=1, num_iterations=200, max_burn_in_windows=1))(
-          jax.random.key(1), positions)
   assert not float(burnt.rhat) < 1.1
   for ratio, windows in [(1e-3, 2), (None, 4)]:
     longer = jax.jit(lambda b, k, ratio=ratio: adaptation.lengthen_burn_in(

@@ -254,7 +254,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
 
 def _dense(location, covariance, variance, n):
   r"""The dense whitening of a window's covariance: its correlations shrunk towards the
-  identity as Stan's dense metric is, :math:`rac{n}{n+5} C + rac{5}{n+5} I` (``n`` the
+  identity as Stan's dense metric is, :math:`\frac{n}{n+5} C + \frac{5}{n+5} I` (``n`` the
   draws per coordinate), times the (shrunk) standard deviations; the diagonal whitening
   where the Cholesky factor is not finite (a covariance too ill-conditioned for the
   dtype)."""

@@ -86,6 +86,12 @@ MIN_CORRELATION = 0.3  # local_slopes regresses a row on the coordinates this co
 HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
 RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): a centre shrunk by a
 # fraction f is off by f times its spread, many local sds in a neck
+# fit: the centre's ridge, a fraction of each column's own weighted mean square. A neck divides
+# the centre's error by its scale e^s, down to 1e-4 of the spread (a centered hierarchy's
+# members at small tau), and a ridge shrinks the weights by about its fraction: 1e-4 left a
+# centre many local sds off there
+CENTRE_RIDGE = 1e-6
+CENTRE_RIDGE_FLOOR = 1e-12  # ... of at least this fraction of the weights' sum (a column of 0s)
 FIT_ROUNDS = 3  # the fit's rounds of weighted least squares (fit)
 LOG_CHI2_SHIFT = 0.635  # -E[log chi^2_1] / 2: a standard normal's mean log |u| is -0.635
 SATURATING_ITERATIONS = 300  # Adam's iterations of the saturating scale's fit
@@ -466,10 +472,15 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     def centre_row(columns, w, r, t):
       both = jnp.concatenate([columns, columns])
       x = jnp.concatenate([at_design, r[:, None] * at_design], axis=1) * both
-      count = jnp.maximum(jnp.sum(w > 0), 1)
-      penalty = jnp.where(both, ridge * count, 1.0) * big_eye
-      penalty = penalty.at[0, 0].set(1e-9 * count)
-      return jnp.linalg.solve(x.T @ (x * w[:, None]) + penalty, x.T @ (w * t))
+      gram = x.T @ (x * w[:, None])
+      # the ridge a fraction CENTRE_RIDGE of each column's own weighted mean square: rho's
+      # columns are small where the floor holds little of the precision, a ridge per point
+      # shrinks their weights most, and the intercept takes up what they lose, an error that
+      # the neck's scale e^s divides
+      own = jnp.maximum(jnp.diagonal(gram), CENTRE_RIDGE_FLOOR * jnp.sum(w))
+      penalty = jnp.where(both, CENTRE_RIDGE * own, 1.0) * big_eye
+      penalty = penalty.at[0, 0].set(1e-9 * own[0])
+      return jnp.linalg.solve(gram + penalty, x.T @ (w * t))
 
     coefficients = jax.vmap(centre_row, in_axes=(0, 1, 1, 1))(shift_columns, precision, rho,
                                                               centres)

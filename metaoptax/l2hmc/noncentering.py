@@ -411,7 +411,9 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
   and :math:`(a_i, A_i)` by least squares of :math:`\log|r_i| + 0.635` on the parents
   (:math:`r` the residuals; the log-normal scale model's regression, consistent where the
   draws are the posterior's), ``num_rounds`` rounds from :math:`s = 0`, :math:`\kappa = B'
-  = 0`. Ridge ``ridge`` (per point) on the weights.
+  = 0`. Ridge ``ridge`` (per point) on the weights, but for the centre's with the local
+  Gaussians: ``CENTRE_RIDGE`` of each column's own weighted mean square (a fraction of the
+  weight, which a neck's scale would otherwise magnify into the latent coordinates).
 
   Args:
     draws: ``(n, dim)``, the warm-up's draws.
@@ -423,7 +425,8 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     gradients: ``(m, dim)`` or ``None``, :func:`local_gaussian`'s gradients there.
     curvatures: ``(m, dim)`` or ``None``, :func:`local_gaussian`'s curvatures there.
     num_rounds: the rounds of the fit from the draws alone.
-    ridge: the ridge per point.
+    ridge: the ridge per point (the log-scales' weights; the centre's without the local
+      Gaussians).
 
   Returns:
     A :class:`FitResult`.

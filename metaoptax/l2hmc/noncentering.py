@@ -84,8 +84,8 @@ MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a dri
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
 MIN_CORRELATION = 0.3  # local_slopes regresses a row on the coordinates this correlated with it
 HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
-RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): a centre shrunk by a
-# fraction f is off by f times its spread, many local sds in a neck
+RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): the log-scales', and
+# the centre's without the local Gaussians (with them: CENTRE_RIDGE)
 # fit: the centre's ridge, a fraction of each column's own weighted mean square. A neck divides
 # the centre's error by its scale e^s, down to 1e-4 of the spread (a centered hierarchy's
 # members at small tau), and a ridge shrinks the weights by about its fraction: 1e-4 left a

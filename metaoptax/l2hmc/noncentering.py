@@ -84,6 +84,10 @@ MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a dri
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
 MIN_CORRELATION = 0.3  # local_slopes regresses a row on the coordinates this correlated with it
 HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
+# ... and on which they rest this much at least (summed |centre slopes|, whitened): the funnel's
+# x_i, on which no centre rests, have centre slopes of rounding error, whose ratio made some of
+# them parents left in the funnel (structure)
+MIN_HUB = 0.1
 RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): the log-scales', and
 # the centre's without the local Gaussians (with them: CENTRE_RIDGE)
 # fit: the centre's ridge, a fraction of each column's own weighted mean square. A neck divides
@@ -147,7 +151,7 @@ def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
 
 def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
               min_slope: float = MIN_SLOPE, min_edge: float = MIN_EDGE,
-              hub_ratio: float = HUB_RATIO):
+              hub_ratio: float = HUB_RATIO, min_hub: float = MIN_HUB):
   r"""``(driven, edges)`` from the log-scale slopes ``slopes`` ``(dim, dim)`` (entry
   ``(j, i)``: :math:`H_{ji}`, whitened; module docstring): ``driven`` ``(dim,)`` bool,
   ``edges`` ``(dim, dim)`` bool with entry ``(i, j)`` where parent ``j`` may drive the
@@ -162,9 +166,9 @@ def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
   With ``centre_slopes`` (:math:`C_{ji} = \partial(\text{centre of } z_i)/\partial z_j`,
   :func:`local_slopes`), a driven coordinate on which the others' centres depend
   ``hub_ratio`` times more than its own centre depends on them (summed over the driven
-  ones) stays a parent: the centered schools' :math:`\mu`, whose scale :math:`\tau` also
-  sets, but on which every :math:`\theta_j`'s centre rests (non-centered, :math:`\theta_j =
-  \mu + \tau u_j` needs :math:`\mu` a parent).
+  ones), and at least ``min_hub``, stays a parent: the centered schools' :math:`\mu`, whose
+  scale :math:`\tau` also sets, but on which every :math:`\theta_j`'s centre rests
+  (non-centered, :math:`\theta_j = \mu + \tau u_j` needs :math:`\mu` a parent).
 
   Args:
     slopes: ``(dim, dim)``, the log-scale slopes :math:`H` (``WarmupResult.log_scale_slopes``
@@ -175,6 +179,7 @@ def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
     min_edge: the least slope of a driver on a driven coordinate for an edge.
     hub_ratio: how many times more the others' centres must rest on a driven coordinate than
       its own on them for it to stay a parent.
+    min_hub: how much at least (summed centre slopes) they must rest on it.
 
   Returns:
     ``(driven, edges)`` as above.
@@ -188,7 +193,7 @@ def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
     centre = jnp.abs(jnp.where(jnp.isfinite(centre_slopes), centre_slopes, 0.0))
     centre = centre * (1.0 - jnp.eye(slopes.shape[0], dtype=centre.dtype)) * driven[None, :]
     centre_out, centre_in = jnp.sum(centre, axis=1), jnp.sum(centre, axis=0)
-    driven = driven & ~(centre_out > hub_ratio * centre_in)
+    driven = driven & ~((centre_out > hub_ratio * centre_in) & (centre_out >= min_hub))
   edges = (strength.T >= min_edge) & driven[:, None] & drivers[None, :]
   return driven, edges
 

@@ -197,6 +197,18 @@ def test_structure_keeps_a_hub_a_parent():
   np.testing.assert_array_equal(driven, [True, False, True, True, True])
 
 
+def test_structure_makes_no_hub_of_rounding_error():
+  """Neal's funnel's pattern (v, x_1..3): v sets every x's scale and no centre rests on any x
+  (their centres are 0), so the centre slopes are rounding error only, here 1e-9 out of x_1
+  and 1e-10 into it. Their ratio is above ``HUB_RATIO``, but they sum to less than
+  ``MIN_HUB``: every x stays driven (a parent would be left in the funnel)."""
+  slopes = jnp.zeros((4, 4)).at[0, 1:].set(1.2)
+  centre = jnp.zeros((4, 4)).at[1, 2:].set(1e-9).at[2:, 1].set(1e-10)
+  driven, edges = noncentering.structure(slopes, centre)
+  np.testing.assert_array_equal(driven, [False, True, True, True])
+  np.testing.assert_array_equal(edges[1:], jnp.zeros((3, 4), bool).at[:, 0].set(True))
+
+
 def test_latent_is_kept_only_where_it_measures_better():
   from metaoptax.l2hmc import default_adaptation
   found = lambda rhat: l2hmc.WarmupResult(None, None, None, None, rhat=jnp.array([rhat]))

@@ -90,8 +90,8 @@ HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much mor
 MIN_HUB = 0.1
 RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): the log-scales', and
 # the centre's without the local Gaussians (with them: CENTRE_RIDGE)
-# fit: the centre's ridge, a fraction of each column's own weighted mean square. A neck divides
-# the centre's error by its scale e^s, down to 1e-4 of the spread (a centered hierarchy's
+# fit: the centre's ridge, a fraction of each column's own weighted sum of squares (the normal
+# equations' diagonal). A neck divides the centre's error by its scale e^s, down to 1e-4 of the spread (a centered hierarchy's
 # members at small tau), and a ridge shrinks the weights by about its fraction: 1e-4 left a
 # centre many local sds off there
 CENTRE_RIDGE = 1e-6
@@ -417,8 +417,9 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
   (:math:`r` the residuals; the log-normal scale model's regression, consistent where the
   draws are the posterior's), ``num_rounds`` rounds from :math:`s = 0`, :math:`\kappa = B'
   = 0`. Ridge ``ridge`` (per point) on the weights, but for the centre's with the local
-  Gaussians: ``CENTRE_RIDGE`` of each column's own weighted mean square (a fraction of the
-  weight, which a neck's scale would otherwise magnify into the latent coordinates).
+  Gaussians: ``CENTRE_RIDGE`` of each column's own weighted sum of squares (a shrinkage of
+  the weights by about that fraction, which a neck's scale magnifies in the latent
+  coordinates).
 
   Args:
     draws: ``(n, dim)``, the warm-up's draws.
@@ -481,10 +482,10 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
       both = jnp.concatenate([columns, columns])
       x = jnp.concatenate([at_design, r[:, None] * at_design], axis=1) * both
       gram = x.T @ (x * w[:, None])
-      # the ridge a fraction CENTRE_RIDGE of each column's own weighted mean square: rho's
+      # the ridge a fraction CENTRE_RIDGE of each column's own weighted sum of squares: rho's
       # columns are small where the floor holds little of the precision, a ridge per point
       # shrinks their weights most, and the intercept takes up what they lose, an error that
-      # the neck's scale e^s divides
+      # is divided by the neck's scale e^s in the latent coordinates
       own = jnp.maximum(jnp.diagonal(gram), CENTRE_RIDGE_FLOOR * jnp.sum(w))
       penalty = jnp.where(both, CENTRE_RIDGE * own, 1.0) * big_eye
       penalty = penalty.at[0, 0].set(1e-9 * own[0])

@@ -84,8 +84,18 @@ MIN_SLOPE = 0.3  # the least strongest |log-scale slope| (whitened) out of a dri
 MIN_EDGE = 0.1  # the least |log-scale slope| of an edge driver -> driven (structure)
 MIN_CORRELATION = 0.3  # local_slopes regresses a row on the coordinates this correlated with it
 HUB_RATIO = 2.0  # a driven coordinate the others' centres rest on this much more stays a parent
-RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): a centre shrunk by a
-# fraction f is off by f times its spread, many local sds in a neck
+# ... and on which they rest this much at least (summed |centre slopes|, whitened): the funnel's
+# x_i, on which no centre rests, have centre slopes of rounding error, whose ratio made some of
+# them parents left in the funnel (structure)
+MIN_HUB = 0.1
+RIDGE = 1e-4  # the fit's ridge on the weights (per point, whitened units): the log-scales', and
+# the centre's without the local Gaussians (with them: CENTRE_RIDGE)
+# fit: the centre's ridge, a fraction of each column's own weighted sum of squares (the normal
+# equations' diagonal). A neck divides the centre's error by its scale e^s, down to 1e-4 of the spread (a centered hierarchy's
+# members at small tau), and a ridge shrinks the weights by about its fraction: 1e-4 left a
+# centre many local sds off there
+CENTRE_RIDGE = 1e-6
+CENTRE_RIDGE_FLOOR = 1e-12  # ... of at least this fraction of the weights' sum (a column of 0s)
 FIT_ROUNDS = 3  # the fit's rounds of weighted least squares (fit)
 LOG_CHI2_SHIFT = 0.635  # -E[log chi^2_1] / 2: a standard normal's mean log |u| is -0.635
 SATURATING_ITERATIONS = 300  # Adam's iterations of the saturating scale's fit
@@ -141,7 +151,7 @@ def identity(location: jax.Array, scale: jax.Array) -> NonCentering:
 
 def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
               min_slope: float = MIN_SLOPE, min_edge: float = MIN_EDGE,
-              hub_ratio: float = HUB_RATIO):
+              hub_ratio: float = HUB_RATIO, min_hub: float = MIN_HUB):
   r"""``(driven, edges)`` from the log-scale slopes ``slopes`` ``(dim, dim)`` (entry
   ``(j, i)``: :math:`H_{ji}`, whitened; module docstring): ``driven`` ``(dim,)`` bool,
   ``edges`` ``(dim, dim)`` bool with entry ``(i, j)`` where parent ``j`` may drive the
@@ -156,9 +166,9 @@ def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
   With ``centre_slopes`` (:math:`C_{ji} = \partial(\text{centre of } z_i)/\partial z_j`,
   :func:`local_slopes`), a driven coordinate on which the others' centres depend
   ``hub_ratio`` times more than its own centre depends on them (summed over the driven
-  ones) stays a parent: the centered schools' :math:`\mu`, whose scale :math:`\tau` also
-  sets, but on which every :math:`\theta_j`'s centre rests (non-centered, :math:`\theta_j =
-  \mu + \tau u_j` needs :math:`\mu` a parent).
+  ones), and at least ``min_hub``, stays a parent: the centered schools' :math:`\mu`, whose
+  scale :math:`\tau` also sets, but on which every :math:`\theta_j`'s centre rests
+  (non-centered, :math:`\theta_j = \mu + \tau u_j` needs :math:`\mu` a parent).
 
   Args:
     slopes: ``(dim, dim)``, the log-scale slopes :math:`H` (``WarmupResult.log_scale_slopes``
@@ -169,6 +179,7 @@ def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
     min_edge: the least slope of a driver on a driven coordinate for an edge.
     hub_ratio: how many times more the others' centres must rest on a driven coordinate than
       its own on them for it to stay a parent.
+    min_hub: how much at least (summed centre slopes) they must rest on it.
 
   Returns:
     ``(driven, edges)`` as above.
@@ -182,7 +193,7 @@ def structure(slopes: jax.Array, centre_slopes: jax.Array | None = None,
     centre = jnp.abs(jnp.where(jnp.isfinite(centre_slopes), centre_slopes, 0.0))
     centre = centre * (1.0 - jnp.eye(slopes.shape[0], dtype=centre.dtype)) * driven[None, :]
     centre_out, centre_in = jnp.sum(centre, axis=1), jnp.sum(centre, axis=0)
-    driven = driven & ~(centre_out > hub_ratio * centre_in)
+    driven = driven & ~((centre_out > hub_ratio * centre_in) & (centre_out >= min_hub))
   edges = (strength.T >= min_edge) & driven[:, None] & drivers[None, :]
   return driven, edges
 
@@ -405,7 +416,10 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
   and :math:`(a_i, A_i)` by least squares of :math:`\log|r_i| + 0.635` on the parents
   (:math:`r` the residuals; the log-normal scale model's regression, consistent where the
   draws are the posterior's), ``num_rounds`` rounds from :math:`s = 0`, :math:`\kappa = B'
-  = 0`. Ridge ``ridge`` (per point) on the weights.
+  = 0`. Ridge ``ridge`` (per point) on the weights, but for the centre's with the local
+  Gaussians: ``CENTRE_RIDGE`` of each column's own weighted sum of squares (a shrinkage of
+  the weights by about that fraction, which a neck's scale magnifies in the latent
+  coordinates).
 
   Args:
     draws: ``(n, dim)``, the warm-up's draws.
@@ -417,7 +431,8 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     gradients: ``(m, dim)`` or ``None``, :func:`local_gaussian`'s gradients there.
     curvatures: ``(m, dim)`` or ``None``, :func:`local_gaussian`'s curvatures there.
     num_rounds: the rounds of the fit from the draws alone.
-    ridge: the ridge per point.
+    ridge: the ridge per point (the log-scales' weights; the centre's without the local
+      Gaussians).
 
   Returns:
     A :class:`FitResult`.
@@ -466,10 +481,15 @@ def fit(draws: jax.Array, location: jax.Array, scale: jax.Array, driven: jax.Arr
     def centre_row(columns, w, r, t):
       both = jnp.concatenate([columns, columns])
       x = jnp.concatenate([at_design, r[:, None] * at_design], axis=1) * both
-      count = jnp.maximum(jnp.sum(w > 0), 1)
-      penalty = jnp.where(both, ridge * count, 1.0) * big_eye
-      penalty = penalty.at[0, 0].set(1e-9 * count)
-      return jnp.linalg.solve(x.T @ (x * w[:, None]) + penalty, x.T @ (w * t))
+      gram = x.T @ (x * w[:, None])
+      # the ridge a fraction CENTRE_RIDGE of each column's own weighted sum of squares: rho's
+      # columns are small where the floor holds little of the precision, a ridge per point
+      # shrinks their weights most, and the intercept takes up what they lose, an error that
+      # is divided by the neck's scale e^s in the latent coordinates
+      own = jnp.maximum(jnp.diagonal(gram), CENTRE_RIDGE_FLOOR * jnp.sum(w))
+      penalty = jnp.where(both, CENTRE_RIDGE * own, 1.0) * big_eye
+      penalty = penalty.at[0, 0].set(1e-9 * own[0])
+      return jnp.linalg.solve(gram + penalty, x.T @ (w * t))
 
     coefficients = jax.vmap(centre_row, in_axes=(0, 1, 1, 1))(shift_columns, precision, rho,
                                                               centres)

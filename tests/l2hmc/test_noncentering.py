@@ -197,6 +197,18 @@ def test_structure_keeps_a_hub_a_parent():
   np.testing.assert_array_equal(driven, [True, False, True, True, True])
 
 
+def test_structure_makes_no_hub_of_rounding_error():
+  """Neal's funnel's pattern (v, x_1..3): v sets every x's scale and no centre rests on any x
+  (their centres are 0), so the centre slopes are rounding error only, here 1e-9 out of x_1
+  and 1e-10 into it. Their ratio is above ``HUB_RATIO``, but they sum to less than
+  ``MIN_HUB``: every x stays driven (a parent would be left in the funnel)."""
+  slopes = jnp.zeros((4, 4)).at[0, 1:].set(1.2)
+  centre = jnp.zeros((4, 4)).at[1, 2:].set(1e-9).at[2:, 1].set(1e-10)
+  driven, edges = noncentering.structure(slopes, centre)
+  np.testing.assert_array_equal(driven, [False, True, True, True])
+  np.testing.assert_array_equal(edges[1:], jnp.zeros((3, 4), bool).at[:, 0].set(True))
+
+
 def test_latent_is_kept_only_where_it_measures_better():
   from metaoptax.l2hmc import default_adaptation
   found = lambda rhat: l2hmc.WarmupResult(None, None, None, None, rhat=jnp.array([rhat]))
@@ -349,3 +361,42 @@ def test_a_conjugate_members_centre_rests_on_its_location_and_not_its_scale():
         (jnp.array(at) - location[:2]) / scale[:2], jnp.zeros(3)]))
     exact_mean, exact_sd = conditional(*at)
     np.testing.assert_allclose((x[2:] - exact_mean) / exact_sd, 0.0, atol=tolerance)
+
+
+def test_a_conjugate_members_centre_holds_in_the_neck_beyond_the_draws():
+  """A centered hierarchy with Gaussian members whose data sit far from their location
+  (mu, log tau, theta_1..3; theta_i ~ N(mu, tau), y_i ~ N(theta_i, sigma_i)), its local
+  Gaussians read where a warm-up's chains are (log tau in [-1, 2.5], no draw in the neck):
+  the transport's centre at log tau = -6 and -4 (the neck, where the conditional sd is
+  tau) is the exact conditional mean (mu / tau^2 + y_i / sigma_i^2) / (1 / tau^2 + 1 /
+  sigma_i^2) within 0.05 conditional sds. The error there is the fit's absolute error over
+  tau: with the centre's ridge at 1e-4 per point (rho's small columns shrunk, the intercept
+  taking up the rest) it was many sds at log tau = -6."""
+  y, sigma = jnp.array([28.0, -3.0, 18.0]), jnp.array([15.0, 10.0, 16.0])
+
+  def logdensity(x):
+    mu, log_tau, theta = x[0], x[1], x[2:]
+    return (-0.5 * mu**2 / 25.0 - 0.5 * log_tau**2 + jnp.sum(
+        -0.5 * ((theta - mu) / jnp.exp(log_tau)) ** 2 - log_tau - 0.5 * ((y - theta) / sigma) ** 2))
+
+  def conditional(mu, log_tau):
+    precision = jnp.exp(-2.0 * log_tau) + sigma**-2
+    return (mu * jnp.exp(-2.0 * log_tau) + y * sigma**-2) / precision, precision**-0.5
+
+  keys = jax.random.split(jax.random.key(0), 3)
+  mu = 4.0 + 3.0 * jax.random.normal(keys[0], (256,), jnp.float64)
+  log_tau = jax.random.uniform(keys[1], (256,), jnp.float64, -1.0, 2.5)
+  mean, sd = jax.vmap(conditional)(mu, log_tau)
+  theta = mean + sd * jax.random.normal(keys[2], (256, 3), jnp.float64)
+  draws = jnp.concatenate([mu[:, None], log_tau[:, None], theta], axis=1)
+  driven = jnp.array([False, False, True, True, True])
+  edges = driven[:, None] & (jnp.arange(5) == 1)[None, :]
+  gradients, curvatures = jax.vmap(lambda x: noncentering.local_gaussian(logdensity, x))(draws)
+  location, scale = jnp.mean(draws, 0), jnp.std(draws, 0)
+  transport = noncentering.fit(draws, location, scale, driven, edges, draws, gradients,
+                               curvatures).transport
+  for at in ((4.0, -6.0), (-2.0, -6.0), (10.0, -6.0), (4.0, -4.0), (4.0, 1.0)):
+    x, _ = noncentering.forward(transport, jnp.concatenate([
+        (jnp.array(at) - location[:2]) / scale[:2], jnp.zeros(3)]))
+    exact_mean, exact_sd = conditional(*at)
+    np.testing.assert_allclose((x[2:] - exact_mean) / exact_sd, 0.0, atol=0.05)

@@ -268,6 +268,21 @@ def test_scale_move_about_a_centre_and_fit_centre_by_hand():
                              (w * np.asarray(positions)).sum(0) / w.sum(0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("factor, could", [(0.97, False), (1.03, True)])
+def test_could_vary_bounds_what_the_fit_of_the_slopes_can_keep(factor, could):
+  """One driver (coordinate 0) setting the log scale of the 3 others with slope g (whitened):
+  the fit's shift of each is g z_0 (rank one: s = g sqrt(3), b = 1/sqrt(3), a = e_0), whose sd
+  over the positions is g sd(z_0); fit_caps can raise its exponent 1.5-fold at most, so the
+  local model could pass keep_if_varying where 1.5 g sd(z_0) >= MIN_SPREAD. g 3 % below and
+  above that threshold (the oracle: the closed form of the sd, not the library's fit)."""
+  z = jax.random.normal(jax.random.key(1), (2000, 4))
+  threshold = l2hmc.local_step_sizes.MIN_SPREAD / (
+      max(l2hmc.local_step_sizes.EXPONENT_MULTIPLIERS) * float(jnp.std(z[:, 0])))
+  slopes = jnp.zeros((4, 4)).at[0, 1:].set(factor * threshold)
+  assert bool(l2hmc.local_step_sizes.could_vary(slopes, z)) == could
+  assert not bool(l2hmc.local_step_sizes.could_vary(jnp.zeros((4, 4)), z))  # a Gaussian
+
+
 def test_scales_vary_screens_curvatures():
   """The screen of adapt (MIN_SPREAD = 0.4 on the sd of half the log curvature): constant
   curvatures (a Gaussian) no; the funnel's e^{-v} with v ~ N(0, 9) yes (sd 1.5); the same

@@ -64,9 +64,10 @@ the first warm-up gave. The second warm-up starts from chains already in the typ
 it runs ``SCREEN_WARMUP_SHARE`` of the first one's transitions. Where the screen for a
 non-centering (below) ran first and read the local Gaussians, their slopes of the local
 log-scales on the position are the ones that warm-up's fit follows: where a local model
-fitted to them could not vary its step sizes by ``local_step_sizes.MIN_SPREAD``
-(:func:`metaoptax.l2hmc.local_step_sizes.could_vary`, :func:`_local_model_could_vary`), the
-screen for local step sizes does not run. Both warm-ups' gradients
+fitted to them and to the local scales would not vary its step sizes by
+``local_step_sizes.MIN_SPREAD`` (:func:`metaoptax.l2hmc.local_step_sizes.fit_varies`,
+:func:`_local_model_varies`: the test that switches that warm-up's fit off), the screen for
+local step sizes does not run. Both warm-ups' gradients
 are counted. Above ``LOCAL_MAX_DIM``
 coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
@@ -175,7 +176,7 @@ import optax
 from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress
 from metaoptax.l2hmc import local_step_sizes, noncentering
-from metaoptax.l2hmc.adaptation import CONVERGED_RHAT, WarmupResult, midpoint
+from metaoptax.l2hmc.adaptation import CONVERGED_RHAT, CURVATURE_FLOOR, WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import ConvergenceWarning, split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
@@ -486,7 +487,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
         state, found, run_config, target, transport = chosen
     if (reflected is None and transport is None and choose_local_step_sizes
         and not config.local_step_sizes and dim <= LOCAL_MAX_DIM
-        and _local_model_could_vary(local_gaussians)):
+        and _local_model_varies(local_gaussians)):
       report("screen for local scales")
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
@@ -600,9 +601,10 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   ``replaced`` find driven coordinates (:func:`_shows_drivers`) and the local Gaussians at
   the screen's draws do too (:func:`metaoptax.l2hmc.noncentering.structure`), else
   ``None``; ``cost`` what the draws for the fit and that warm-up cost (a :class:`_Cost`);
-  ``local_gaussians`` the log-scale slopes the local Gaussians gave and the whitened
-  positions they were read at, ``(slopes (dim, dim), positions (n, dim))``, for the screen
-  for local step sizes (:func:`_local_model_could_vary`), ``None`` where none were read."""
+  ``local_gaussians`` the log-scale slopes the local Gaussians gave, the whitened positions
+  they were read at and their log local scales, ``(slopes (dim, dim), positions (n, dim),
+  log scales (n, dim))``, for the screen for local step sizes (:func:`_local_model_varies`),
+  ``None`` where none were read."""
   if not _shows_drivers((found,) + tuple(replaced)):
     return None, _Cost(), None
   k_draws, k_warmup = jax.random.split(rng_key)
@@ -619,7 +621,9 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   location, scale = found.whitening.location, found.whitening.scale
   slopes, centre_slopes = jax.jit(noncentering.local_slopes)(at, gradients, curvatures,
                                                              location, scale)
-  local_gaussians = (slopes, (at - location) / scale)
+  # the log local scales as the local warm-up's final window reads them (whitened, floored)
+  local_gaussians = (slopes, (at - location) / scale,
+                     -0.5 * jnp.log(jnp.maximum(curvatures * scale**2, CURVATURE_FLOOR)))
   driven, edges = noncentering.structure(slopes, centre_slopes)
   if not bool(jnp.any(driven)):
     return None, cost, local_gaussians
@@ -636,19 +640,19 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   return (latent_state, latent_found, latent_config, latent, transport), cost, local_gaussians
 
 
-def _local_model_could_vary(local_gaussians) -> bool:
+def _local_model_varies(local_gaussians) -> bool:
   """Whether the screen for local step sizes runs after the screen for a non-centering
-  read the local Gaussians ``local_gaussians`` (``(slopes, whitened positions)`` of
-  :func:`_screen_noncentering`; ``None``: not read, the screen runs): the slopes of the
-  local log-scales on the position that they measured are those that the local warm-up's
-  fit follows, and where a local model fitted to them could not vary its step sizes enough
-  for :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying` to keep it
-  (:func:`metaoptax.l2hmc.local_step_sizes.could_vary`), the local warm-up, whose final
+  read the local Gaussians ``local_gaussians`` (``(slopes, whitened positions, log local
+  scales)`` of :func:`_screen_noncentering`; ``None``: not read, the screen runs): the
+  slopes of the local log-scales on the position that they measured are those that the
+  local warm-up's fit follows, and where the local model fitted to them would not vary its
+  step sizes enough for :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying` to keep it
+  (:func:`metaoptax.l2hmc.local_step_sizes.fit_varies`), the local warm-up, whose final
   window reads a Hessian diagonal at every transition of its second half, would be spent
   for a fit switched off."""
   if local_gaussians is None:
     return True
-  return bool(local_step_sizes.could_vary(*local_gaussians))
+  return bool(local_step_sizes.fit_varies(*local_gaussians))
 
 
 def _shows_drivers(warmups) -> bool:

@@ -111,7 +111,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ("LocalStepSizes", "fit", "fit_caps", "fit_centre", "keep_if_varying",
-           "could_vary", "scale_move", "scales_vary", "diagonal_curvature")
+           "fit_varies", "scale_move", "scales_vary", "diagonal_curvature")
 
 INIT_EXPONENT = 0.1  # c without a fit: a +-10 % jitter, whose gradient moves beta
 JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
@@ -248,28 +248,30 @@ def _spread(local: LocalStepSizes, positions: jax.Array) -> jax.Array:
   return jnp.max(jnp.std(shifts, axis=0))
 
 
-def could_vary(log_scale_slopes: jax.Array, positions: jax.Array) -> jax.Array:
-  r"""Whether a local model fitted to the log-scale slopes :math:`H` (``(dim, dim)``,
-  whitened, as :func:`fit` takes them) could pass :func:`keep_if_varying` at ``positions``
-  ``(n, dim)`` (whitened): the log-linear fit's largest spread of a log step-size shift,
-  times the largest of ``EXPONENT_MULTIPLIERS`` (the most :func:`fit_caps` can raise an
-  exponent; its caps only lower the spread), at least ``MIN_SPREAD``.
+def fit_varies(log_scale_slopes: jax.Array, positions: jax.Array,
+               log_scales: jax.Array) -> jax.Array:
+  r"""Whether the saturating fit of the log-scale slopes :math:`H` (``(dim, dim)``, whitened,
+  as :func:`fit` takes them) and of the log local scales ``log_scales`` at ``positions``
+  (``(n, dim)`` each, whitened, as :func:`fit_caps` takes them) passes
+  :func:`keep_if_varying` there: :func:`fit`, :func:`fit_caps`, then the largest spread of a
+  coordinate's log step-size shift at least ``MIN_SPREAD``.
 
-  A test before the warm-up that fits local step sizes, from slopes measured already (the
-  local Gaussians of :mod:`metaoptax.l2hmc.noncentering`'s screen: the same slopes of the log
-  local scales on the position that this warm-up's final window measures): where it fails,
-  that warm-up's fit would be switched off by :func:`keep_if_varying`, up to the two
+  A test before the warm-up that fits local step sizes, from local scales measured already
+  (the local Gaussians of :mod:`metaoptax.l2hmc.noncentering`'s screen: the same slopes of
+  the log local scales on the position that this warm-up's final window measures): where it
+  fails, that warm-up's fit would be switched off by :func:`keep_if_varying`, up to the two
   measurements' difference.
 
   Args:
     log_scale_slopes: :math:`H`, ``(dim, dim)``.
-    positions: ``(n, dim)``, whitened positions where the slopes were measured.
+    positions: ``(n, dim)``, whitened positions where the local scales were read.
+    log_scales: ``(n, dim)``, their log local scales.
 
   Returns:
     A bool scalar.
   """
-  spread = _spread(fit(log_scale_slopes), positions)
-  return max(EXPONENT_MULTIPLIERS) * spread >= MIN_SPREAD
+  local = fit_caps(fit(log_scale_slopes), positions, log_scales)
+  return _spread(local, positions) >= MIN_SPREAD
 
 
 def diagonal_curvature(logdensity_fn, position):

@@ -268,19 +268,21 @@ def test_scale_move_about_a_centre_and_fit_centre_by_hand():
                              (w * np.asarray(positions)).sum(0) / w.sum(0), rtol=1e-6)
 
 
-@pytest.mark.parametrize("factor, could", [(0.97, False), (1.03, True)])
-def test_could_vary_bounds_what_the_fit_of_the_slopes_can_keep(factor, could):
-  """One driver (coordinate 0) setting the log scale of the 3 others with slope g (whitened):
-  the fit's shift of each is g z_0 (rank one: s = g sqrt(3), b = 1/sqrt(3), a = e_0), whose sd
-  over the positions is g sd(z_0); fit_caps can raise its exponent 1.5-fold at most, so the
-  local model could pass keep_if_varying where 1.5 g sd(z_0) >= MIN_SPREAD. g 3 % below and
-  above that threshold (the oracle: the closed form of the sd, not the library's fit)."""
+@pytest.mark.parametrize("factor, varies", [(0.97, False), (1.03, True)])
+def test_fit_varies_where_the_fitted_shifts_spread_by_min_spread(factor, varies):
+  """One driver (coordinate 0) setting the log scale of the 3 others with slope g (whitened),
+  the log local scales exactly g z_0 (log-linear, no cap): the fit's shift of each is g z_0
+  (rank one: s = g sqrt(3), b = 1/sqrt(3), a = e_0; fit_caps keeps no cap and the exponent),
+  whose sd over the positions is g sd(z_0), kept by keep_if_varying where >= MIN_SPREAD. g 3 %
+  below and above that threshold (the oracle: the closed form of the sd); flat slopes and
+  scales (a Gaussian) do not vary."""
   z = jax.random.normal(jax.random.key(1), (2000, 4))
-  threshold = l2hmc.local_step_sizes.MIN_SPREAD / (
-      max(l2hmc.local_step_sizes.EXPONENT_MULTIPLIERS) * float(jnp.std(z[:, 0])))
-  slopes = jnp.zeros((4, 4)).at[0, 1:].set(factor * threshold)
-  assert bool(l2hmc.local_step_sizes.could_vary(slopes, z)) == could
-  assert not bool(l2hmc.local_step_sizes.could_vary(jnp.zeros((4, 4)), z))  # a Gaussian
+  threshold = l2hmc.local_step_sizes.MIN_SPREAD / float(jnp.std(z[:, 0]))
+  g = factor * threshold
+  slopes = jnp.zeros((4, 4)).at[0, 1:].set(g)
+  log_scales = jnp.concatenate([jnp.zeros((2000, 1)), jnp.repeat(g * z[:, :1], 3, 1)], 1)
+  assert bool(l2hmc.local_step_sizes.fit_varies(slopes, z, log_scales)) == varies
+  assert not bool(l2hmc.local_step_sizes.fit_varies(jnp.zeros((4, 4)), z, jnp.zeros_like(z)))
 
 
 def test_scales_vary_screens_curvatures():

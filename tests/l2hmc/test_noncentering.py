@@ -313,7 +313,7 @@ def test_the_screen_for_local_step_sizes_runs_where_the_local_gaussians_let_it_v
     monkeypatch, slope, local_screen):
   """Where the screen for a non-centering read the local Gaussians and chose nothing, their
   log-scale slopes decide whether the warm-up for local step sizes runs
-  (local_step_sizes.could_vary): not where they are flat (slope 0: its fit would be switched
+  (local_step_sizes.fit_varies): not where they are flat (slope 0: its fit would be switched
   off), where a driver sets the others' scales with slope 1 (whitened; spread 1 > MIN_SPREAD)
   yes. The warm-ups, screens and training are stand-ins that record what ran."""
   from metaoptax.l2hmc import default_adaptation
@@ -329,8 +329,9 @@ def test_the_screen_for_local_step_sizes_runs_where_the_local_gaussians_let_it_v
       rhat=jnp.full(dim + 1, 1.01), num_transitions=100, num_hessian_evaluations=0,
       num_divergent=0, num_leapfrog_steps=500)
   none = default_adaptation._Cost()
-  measured = (jnp.zeros((dim, dim)).at[0, 1:].set(slope),
-              jax.random.normal(jax.random.key(0), (256, dim)))
+  z = jax.random.normal(jax.random.key(0), (256, dim))
+  measured = (jnp.zeros((dim, dim)).at[0, 1:].set(slope), z,
+              jnp.concatenate([jnp.zeros((256, 1)), jnp.repeat(slope * z[:, :1], 2, 1)], 1))
 
   def screen(*args):
     calls.append("noncentering")

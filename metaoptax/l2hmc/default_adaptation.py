@@ -17,8 +17,8 @@ at the burn-in's step size takes fewer
 the burn-in's chains still disagree and a quarter period at its step size needs more than
 ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with that many, at most
 ``trajectory_length.LONG_MAX_NUM_STEPS`` (:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`),
-each later window with a quarter period at the step size the window before it ended with,
-while each of its windows brings the chains together (its split R-hat at most
+each later window with a quarter period at the step size the window before it ended with
+(at most the first window's steps), while each of its windows brings the chains together (its split R-hat at most
 ``training.LENGTHENED_RHAT_RATIO`` of the short burn-in's), and where it ends so (or below
 the threshold) its later windows and the sampler's cap keep its last window's steps.
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in

@@ -575,7 +575,8 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
   ``lengthen``, where the burn-in's chains still disagree and its step size makes a quarter
   period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with
   that many (:func:`_lengthened_num_steps`), each later window a quarter period at the step
-  size the one before it ended with (:func:`_lengthen_by_quarter_periods`), and windows 2 and
+  size the one before it ended with, at most the first's (:func:`_lengthen_by_quarter_periods`),
+  and windows 2 and
   3 keep its last window's steps where that brought the chains together
   (:func:`_kept_lengthening`)."""
 
@@ -621,13 +622,15 @@ def _lengthen_by_quarter_periods(logdensity_fn: Callable, burnt: BurnIn, longer:
   """The lengthened burn-in (:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`) from
   ``burnt``, one window at a time, up to ``max_burn_in_windows``: the first with ``longer``
   leapfrog steps per transition (:func:`_lengthened_num_steps`), each later one with a
-  quarter period at the step size the window before it ended with
+  quarter period at the step size the window before it ended with, at most ``longer``
   (:func:`_lengthened_window_num_steps`); it stops after a window whose chains agree (split
   R-hat below ``CONVERGED_RHAT``) or whose split R-hat exceeds ``LENGTHENED_RHAT_RATIO`` of
   ``burnt``'s (the long trajectories do not bring the chains together). The burn-in's step
   size grows as its whitening (the dense metric's Newton metrics, the diagonal one's scales)
   fits the chains' spread better, and a trajectory of the first window's length would then
-  run past the quarter period that lets the chains travel, for more gradients."""
+  run past the quarter period that lets the chains travel, for more gradients; where it
+  falls (chains still crossing a steeper region), the trajectory stays the first window's,
+  so that no window costs more than the first."""
   bound = LENGTHENED_RHAT_RATIO * float(burnt.rhat)
   lengthened, steps = burnt, longer
   for _ in range(max_burn_in_windows):
@@ -636,17 +639,17 @@ def _lengthen_by_quarter_periods(logdensity_fn: Callable, burnt: BurnIn, longer:
     rhat = float(lengthened.rhat)
     if rhat < CONVERGED_RHAT or not rhat <= bound:
       break
-    steps = _lengthened_window_num_steps(lengthened, num_steps)
+    steps = _lengthened_window_num_steps(lengthened, num_steps, longer)
   return lengthened
 
 
-def _lengthened_window_num_steps(lengthened: BurnIn, num_steps: int) -> int:
+def _lengthened_window_num_steps(lengthened: BurnIn, num_steps: int, longer: int) -> int:
   """The leapfrog steps per transition of the lengthened burn-in's next window: a quarter
   period of the widest whitened direction at the step size its last window ended with
   (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), between the short burn-in's
-  ``num_steps`` and ``trajectory_length.LONG_MAX_NUM_STEPS``."""
+  ``num_steps`` and the first lengthened window's ``longer``."""
   return max(num_steps, trajectory_length.num_steps_for(
-      float(jnp.exp(lengthened.log_h)), trajectory_length.LONG_MAX_NUM_STEPS,
+      float(jnp.exp(lengthened.log_h)), longer,
       widest_variance=float(lengthened.widest_variance)))
 
 

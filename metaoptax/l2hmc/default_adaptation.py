@@ -17,9 +17,10 @@ at the burn-in's step size takes fewer
 the burn-in's chains still disagree and a quarter period at its step size needs more than
 ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with that many, at most
 ``trajectory_length.LONG_MAX_NUM_STEPS`` (:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`),
-while each of its windows brings the chains together (its split R-hat at most
+each later window with a quarter period at the step size the window before it ended with
+(at most the first window's steps), while each of its windows brings the chains together (its split R-hat at most
 ``training.LENGTHENED_RHAT_RATIO`` of the short burn-in's), and where it ends so (or below
-the threshold) its later windows and the sampler's cap keep that many.
+the threshold) its later windows and the sampler's cap keep its last window's steps.
 The sampler's steps follow from the warm-up's step size, a trajectory of a quarter period in
 the whitened coordinates (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), of the
 widest whitened coordinate where the low-rank metric leaves one wider than 1
@@ -61,7 +62,13 @@ sampler gets them with a scale move of sd ``LOCAL_SCALE_MOVE`` (``L2HMCConfig.sc
 unless that fit finds the step sizes would hardly vary
 (:func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying`). Elsewhere the sampler is the one
 the first warm-up gave. The second warm-up starts from chains already in the typical set, so
-it runs ``SCREEN_WARMUP_SHARE`` of the first one's transitions. Both warm-ups' gradients
+it runs ``SCREEN_WARMUP_SHARE`` of the first one's transitions. Where the screen for a
+non-centering (below) ran first and read the local Gaussians, their slopes of the local
+log-scales on the position are the ones that warm-up's fit follows: where a local model
+fitted to them and to the local scales would not vary its step sizes by
+``local_step_sizes.MIN_SPREAD`` (:func:`metaoptax.l2hmc.local_step_sizes.fit_varies`,
+:func:`_local_model_varies`: the test that switches that warm-up's fit off), the screen for
+local step sizes does not run. Both warm-ups' gradients
 are counted. Above ``LOCAL_MAX_DIM``
 coordinates there is no screen (its Hessian diagonals would cost dim gradients each).
 
@@ -170,7 +177,7 @@ import optax
 from metaoptax._src.multihost import is_main_process
 from metaoptax._src.progress import Bar, Progress
 from metaoptax.l2hmc import local_step_sizes, noncentering
-from metaoptax.l2hmc.adaptation import CONVERGED_RHAT, WarmupResult, midpoint
+from metaoptax.l2hmc.adaptation import CONVERGED_RHAT, CURVATURE_FLOOR, WarmupResult, midpoint
 from metaoptax.l2hmc.diagnostics import ConvergenceWarning, split_rhat
 from metaoptax.l2hmc.dynamics import L2HMCConfig
 from metaoptax.l2hmc.ess import geyer_ess
@@ -436,11 +443,12 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
     screen_noncentering = (choose_noncentering and not config.local_step_sizes
                            and dim <= LOCAL_MAX_DIM)
     transport = None
+    local_gaussians = None  # the non-centering screen's log-scale slopes, where it read them
     if _metric(run_config, run_training) == "dense" and not _agree_on_log_density(found):
       if screen_noncentering and _noncentering_first(found):
         # the re-parametrization first: where it is chosen, the fallback is not needed
         report("screen for a non-centering")
-        chosen, screened = _screen_noncentering(
+        chosen, screened, local_gaussians = _screen_noncentering(
             jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
             run_training, optimizer, state, found, choose_num_steps)
         cost += screened
@@ -471,7 +479,7 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
         state, found, run_config = reflected
     if transport is None and reflected is None and screen_noncentering:
       report("screen for a non-centering")
-      chosen, screened = _screen_noncentering(
+      chosen, screened, local_gaussians = _screen_noncentering(
           jax.random.fold_in(k_init, 3), target, config._replace(dim=dim), run_config,
           run_training, optimizer, state, found, choose_num_steps, replaced)
       cost += screened
@@ -479,7 +487,8 @@ def adapt(logdensity_fn: Callable, config: L2HMCConfig | None = None,
       if chosen is not None:
         state, found, run_config, target, transport = chosen
     if (reflected is None and transport is None and choose_local_step_sizes
-        and not config.local_step_sizes and dim <= LOCAL_MAX_DIM):
+        and not config.local_step_sizes and dim <= LOCAL_MAX_DIM
+        and _local_model_varies(local_gaussians)):
       report("screen for local scales")
       chosen, screened = _screen_local_step_sizes(
           jax.random.fold_in(k_init, 1), target, config._replace(dim=dim), run_training,
@@ -587,14 +596,18 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
                          state, found: WarmupResult, choose_num_steps: bool,
                          replaced: tuple[WarmupResult, ...] = ()):
   """The screen for a non-centering (module docstring) from the warm-up's ``state`` and
-  result ``found`` (``sampler_config``: the sampler it chose): ``(chosen, cost)``, ``chosen`` the
-  second warm-up's ``(state, found, config, latent target, transport)`` where the
-  log-scale slopes of ``found`` or of a warm-up it ``replaced`` find driven coordinates
-  (:func:`_shows_drivers`) and the local Gaussians at the screen's draws do too
-  (:func:`metaoptax.l2hmc.noncentering.structure`), else ``None``; ``cost`` what the
-  draws for the fit and that warm-up cost (a :class:`_Cost`)."""
+  result ``found`` (``sampler_config``: the sampler it chose): ``(chosen, cost,
+  local_gaussians)``, ``chosen`` the second warm-up's ``(state, found, config, latent
+  target, transport)`` where the log-scale slopes of ``found`` or of a warm-up it
+  ``replaced`` find driven coordinates (:func:`_shows_drivers`) and the local Gaussians at
+  the screen's draws do too (:func:`metaoptax.l2hmc.noncentering.structure`), else
+  ``None``; ``cost`` what the draws for the fit and that warm-up cost (a :class:`_Cost`);
+  ``local_gaussians`` the log-scale slopes the local Gaussians gave, the whitened positions
+  they were read at and their log local scales, ``(slopes (dim, dim), positions (n, dim),
+  log scales (n, dim))``, for the screen for local step sizes (:func:`_local_model_varies`),
+  ``None`` where none were read."""
   if not _shows_drivers((found,) + tuple(replaced)):
-    return None, _Cost()
+    return None, _Cost(), None
   k_draws, k_warmup = jax.random.split(rng_key)
   sampler = l2hmc(target.logdensity_fn, sampler_config, state.params, state.masks,
                   state.whitening)
@@ -607,10 +620,14 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
   cost = _Cost(NONCENTERING_DRAWS * gradient_evaluations(sampler_config)
                + NONCENTERING_CURVATURES * config.dim, NONCENTERING_DRAWS)
   location, scale = found.whitening.location, found.whitening.scale
-  driven, edges = noncentering.structure(*jax.jit(noncentering.local_slopes)(
-      at, gradients, curvatures, location, scale))
+  slopes, centre_slopes = jax.jit(noncentering.local_slopes)(at, gradients, curvatures,
+                                                             location, scale)
+  # the log local scales as the local warm-up's final window reads them (whitened, floored)
+  local_gaussians = (slopes, (at - location) / scale,
+                     -0.5 * jnp.log(jnp.maximum(curvatures * scale**2, CURVATURE_FLOOR)))
+  driven, edges = noncentering.structure(slopes, centre_slopes)
   if not bool(jnp.any(driven)):
-    return None, cost
+    return None, cost, local_gaussians
   transport = _fit_noncentering(draws.reshape(-1, config.dim), location, scale, driven, edges,
                                 at, gradients, curvatures).transport
   latent = Target(f"{target.name}-latent", config.dim,
@@ -620,8 +637,23 @@ def _screen_noncentering(rng_key, target: Target, config: L2HMCConfig,
       k_warmup, latent, config, training, optimizer, starts, choose_num_steps)
   cost += _warmup_cost(latent_found, config.dim)
   if not _latent_is_better(found, sampler_config, latent_found, latent_config):
-    return None, cost
-  return (latent_state, latent_found, latent_config, latent, transport), cost
+    return None, cost, local_gaussians
+  return (latent_state, latent_found, latent_config, latent, transport), cost, local_gaussians
+
+
+def _local_model_varies(local_gaussians) -> bool:
+  """Whether the screen for local step sizes runs after the screen for a non-centering
+  read the local Gaussians ``local_gaussians`` (``(slopes, whitened positions, log local
+  scales)`` of :func:`_screen_noncentering`; ``None``: not read, the screen runs): the
+  slopes of the local log-scales on the position that they measured are those that the
+  local warm-up's fit follows, and where the local model fitted to them would not vary its
+  step sizes enough for :func:`metaoptax.l2hmc.local_step_sizes.keep_if_varying` to keep it
+  (:func:`metaoptax.l2hmc.local_step_sizes.fit_varies`), the local warm-up, whose final
+  window reads a Hessian diagonal at every transition of its second half, would be spent
+  for a fit switched off."""
+  if local_gaussians is None:
+    return True
+  return bool(local_step_sizes.fit_varies(*local_gaussians))
 
 
 def _shows_drivers(warmups) -> bool:

@@ -111,7 +111,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ("LocalStepSizes", "fit", "fit_caps", "fit_centre", "keep_if_varying",
-           "scale_move", "scales_vary", "diagonal_curvature")
+           "fit_varies", "scale_move", "scales_vary", "diagonal_curvature")
 
 INIT_EXPONENT = 0.1  # c without a fit: a +-10 % jitter, whose gradient moves beta
 JITTER = 0.5  # largest |c_i| of a fit: the sd of log eps_i given z
@@ -232,14 +232,46 @@ def keep_if_varying(local: LocalStepSizes, positions: jax.Array) -> LocalStepSiz
   Returns:
     ``local``, or a copy with zero slopes and exponents.
   """
-  w = positions @ local.slope
+  spread = _spread(local, positions)
   zero = jnp.zeros_like(local.exponent)
-  shifts = shifted_log_step_sizes(local, zero, w[:, None])
-  spread = jnp.max(jnp.std(shifts, axis=0))
   off = LocalStepSizes(zero, zero, None if local.cap is None else jnp.full_like(local.cap,
                                                                                  jnp.inf),
                        local.centre)
   return jax.tree.map(lambda on, off: jnp.where(spread >= MIN_SPREAD, on, off), local, off)
+
+
+def _spread(local: LocalStepSizes, positions: jax.Array) -> jax.Array:
+  """The largest standard deviation over ``positions`` ``(n, dim)`` (whitened) of a
+  coordinate's log step-size shift (noise-free, :math:`w = \beta^\top z`)."""
+  w = positions @ local.slope
+  shifts = shifted_log_step_sizes(local, jnp.zeros_like(local.exponent), w[:, None])
+  return jnp.max(jnp.std(shifts, axis=0))
+
+
+def fit_varies(log_scale_slopes: jax.Array, positions: jax.Array,
+               log_scales: jax.Array) -> jax.Array:
+  r"""Whether the saturating fit of the log-scale slopes :math:`H` (``(dim, dim)``, whitened,
+  as :func:`fit` takes them) and of the log local scales ``log_scales`` at ``positions``
+  (``(n, dim)`` each, whitened, as :func:`fit_caps` takes them) passes
+  :func:`keep_if_varying` there: :func:`fit`, :func:`fit_caps`, then the largest spread of a
+  coordinate's log step-size shift at least ``MIN_SPREAD``.
+
+  A test before the warm-up that fits local step sizes, from local scales measured already
+  (the local Gaussians of :mod:`metaoptax.l2hmc.noncentering`'s screen: the same slopes of
+  the log local scales on the position that this warm-up's final window measures): where it
+  fails, that warm-up's fit would be switched off by :func:`keep_if_varying`, up to the two
+  measurements' difference.
+
+  Args:
+    log_scale_slopes: :math:`H`, ``(dim, dim)``.
+    positions: ``(n, dim)``, whitened positions where the local scales were read.
+    log_scales: ``(n, dim)``, their log local scales.
+
+  Returns:
+    A bool scalar.
+  """
+  local = fit_caps(fit(log_scale_slopes), positions, log_scales)
+  return _spread(local, positions) >= MIN_SPREAD
 
 
 def diagonal_curvature(logdensity_fn, position):

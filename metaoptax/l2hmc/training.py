@@ -574,8 +574,11 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
   step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``. With
   ``lengthen``, where the burn-in's chains still disagree and its step size makes a quarter
   period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with
-  that many (:func:`_lengthened_num_steps`), and so do windows 2 and 3 where that brought the
-  chains together (:func:`_kept_lengthening`)."""
+  that many (:func:`_lengthened_num_steps`), each later window a quarter period at the step
+  size the one before it ended with, at most the first's (:func:`_lengthen_by_quarter_periods`),
+  and windows 2 and
+  3 keep its last window's steps where that brought the chains together
+  (:func:`_kept_lengthening`)."""
 
   def run(positions, key):
     _check_arguments(jnp.asarray(positions), num_iterations=num_iterations,
@@ -587,9 +590,9 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
     steps = num_steps
     longer = _lengthened_num_steps(burnt) if lengthen else None
     if longer is not None and longer > num_steps:
-      lengthened = _jitted_lengthen_burn_in(logdensity_fn, longer, num_iterations, slopes,
-                                            scales, metric, max_burn_in_windows, jitter)(
-                                                burnt, jax.random.fold_in(key, 1))
+      lengthened = _lengthen_by_quarter_periods(
+          logdensity_fn, burnt, longer, num_steps, num_iterations, slopes, scales, metric,
+          max_burn_in_windows, jitter, jax.random.fold_in(key, 1))
       burnt, steps = _kept_lengthening(burnt, lengthened, num_steps)
     scale_num_steps = _settle_num_steps(burnt, steps) if shorten else steps
     return _jitted_settle(logdensity_fn, steps, num_iterations, slopes, scales, location,
@@ -610,6 +613,44 @@ def _lengthened_num_steps(burnt: BurnIn) -> int | None:
       float(jnp.exp(burnt.log_h)), trajectory_length.LONG_MAX_NUM_STEPS,
       widest_variance=float(burnt.widest_variance))
   return steps if steps > trajectory_length.MAX_NUM_STEPS else None
+
+
+def _lengthen_by_quarter_periods(logdensity_fn: Callable, burnt: BurnIn, longer: int,
+                                 num_steps: int, num_iterations: int, slopes: str, scales: str,
+                                 metric: str, max_burn_in_windows: int, jitter: float,
+                                 key: jax.Array) -> BurnIn:
+  """The lengthened burn-in (:func:`metaoptax.l2hmc.adaptation.lengthen_burn_in`) from
+  ``burnt``, one window at a time, up to ``max_burn_in_windows``: the first with ``longer``
+  leapfrog steps per transition (:func:`_lengthened_num_steps`), each later one with a
+  quarter period at the step size the window before it ended with, at most ``longer``
+  (:func:`_lengthened_window_num_steps`); it stops after a window whose chains agree (split
+  R-hat below ``CONVERGED_RHAT``) or whose split R-hat exceeds ``LENGTHENED_RHAT_RATIO`` of
+  ``burnt``'s (the long trajectories do not bring the chains together). The burn-in's step
+  size grows as its whitening (the dense metric's Newton metrics, the diagonal one's scales)
+  fits the chains' spread better, and a trajectory of the first window's length would then
+  run past the quarter period that lets the chains travel, for more gradients; where it
+  falls (chains still crossing a steeper region), the trajectory stays the first window's,
+  so that no window costs more than the first."""
+  bound = LENGTHENED_RHAT_RATIO * float(burnt.rhat)
+  lengthened, steps = burnt, longer
+  for _ in range(max_burn_in_windows):
+    lengthened = _jitted_lengthen_burn_in(logdensity_fn, steps, num_iterations, slopes, scales,
+                                          metric, 1, jitter)(lengthened, key)
+    rhat = float(lengthened.rhat)
+    if rhat < CONVERGED_RHAT or not rhat <= bound:
+      break
+    steps = _lengthened_window_num_steps(lengthened, num_steps, longer)
+  return lengthened
+
+
+def _lengthened_window_num_steps(lengthened: BurnIn, num_steps: int, longer: int) -> int:
+  """The leapfrog steps per transition of the lengthened burn-in's next window: a quarter
+  period of the widest whitened direction at the step size its last window ended with
+  (:func:`metaoptax.l2hmc.trajectory_length.num_steps_for`), between the short burn-in's
+  ``num_steps`` and the first lengthened window's ``longer``."""
+  return max(num_steps, trajectory_length.num_steps_for(
+      float(jnp.exp(lengthened.log_h)), longer,
+      widest_variance=float(lengthened.widest_variance)))
 
 
 def _kept_lengthening(burnt: BurnIn, lengthened: BurnIn, num_steps: int) -> tuple[BurnIn, int]:

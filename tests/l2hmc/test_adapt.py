@@ -319,6 +319,49 @@ def test_the_lengthened_burn_in_keeps_its_steps_only_where_it_brought_the_chains
   assert (steps, int(burnt.num_steps)) == ((46, 46) if kept else (5, 5))
 
 
+@pytest.mark.parametrize("rhats, step_sizes, expected_steps", [
+    # each window a quarter period at the step size the one before ended with: 0.11 -> 15,
+    # 0.2 -> 8, 0.5 -> 4 (at least the short burn-in's 5); all four windows (the R-hat falls)
+    ((5.9, 1.7, 1.3, 1.4), (0.11, 0.2, 0.5, 0.5), [28, 15, 8, 5]),
+    # a step size that falls (0.014 -> 113 steps) keeps the first window's 28 at most
+    ((5.9, 1.7, 1.3, 1.4), (0.014, 0.2, 0.5, 0.5), [28, 28, 8, 5]),
+    ((5.9, 1.05), (0.11, 0.2), [28, 15]),  # the chains agree after the second: it stops there
+    ((12.0,), (0.11,), [28]),  # above LENGTHENED_RHAT_RATIO of the short burn-in's 17: one
+])
+def test_the_lengthened_burn_in_rechooses_its_quarter_period_after_each_window(
+    monkeypatch, rhats, step_sizes, expected_steps):
+  """The lengthened burn-in's windows each run a quarter period at the step size the window
+  before it ended with (the oracle: ceil((pi / 2) / h)), where the step size grows as the
+  chains arrive, at most the first window's steps; its stops as before. The windows are
+  stand-ins that record their steps."""
+  training = l2hmc.training
+  log_hs = iter(np.log(step_sizes))
+  calls = []
+
+  def jitted(logdensity_fn, num_steps, num_iterations, slopes, scales, metric, windows, jitter):
+    assert windows == 1  # one window per call
+
+    def run(burnt, key):
+      rhat = rhats[len(calls)]
+      calls.append(num_steps)
+      return burnt._replace(log_h=jnp.float32(next(log_hs)), rhat=jnp.float32(rhat),
+                            num_windows=burnt.num_windows + 1, num_steps=num_steps)
+
+    return run
+
+  monkeypatch.setattr(training, "_jitted_lengthen_burn_in", jitted)
+  short = l2hmc.adaptation.BurnIn(None, jnp.float32(np.log(0.057)), None, 4,
+                                  jnp.float32(17.3), 0, 2000, jnp.float32(1.0), 5)
+  longer = training._lengthened_num_steps(short)
+  assert longer == 28  # ceil((pi / 2) / 0.057)
+  lengthened = training._lengthen_by_quarter_periods(
+      None, short, longer, 5, 400, "squares", "pooled", "dense", 4, 0.5, jax.random.key(0))
+  assert calls == expected_steps
+  assert int(lengthened.num_windows) == 4 + len(expected_steps)
+  for steps, h in zip(expected_steps[1:], step_sizes):
+    assert steps == min(28, max(5, math.ceil(math.pi / 2 / h)))
+
+
 def _far_gaussian_after_one_window():
   """A Gaussian of sd 0.5 centred 60 sds from 16 chains' starts, and one burn-in window of
   single leapfrog steps from them (which leaves the chains apart)."""

@@ -268,6 +268,23 @@ def test_scale_move_about_a_centre_and_fit_centre_by_hand():
                              (w * np.asarray(positions)).sum(0) / w.sum(0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("factor, varies", [(0.97, False), (1.03, True)])
+def test_fit_varies_where_the_fitted_shifts_spread_by_min_spread(factor, varies):
+  """One driver (coordinate 0) setting the log scale of the 3 others with slope g (whitened),
+  the log local scales exactly g z_0 (log-linear, no cap): the fit's shift of each is g z_0
+  (rank one: s = g sqrt(3), b = 1/sqrt(3), a = e_0; fit_caps keeps no cap and the exponent),
+  whose sd over the positions is g sd(z_0), kept by keep_if_varying where >= MIN_SPREAD. g 3 %
+  below and above that threshold (the oracle: the closed form of the sd); flat slopes and
+  scales (a Gaussian) do not vary."""
+  z = jax.random.normal(jax.random.key(1), (2000, 4))
+  threshold = l2hmc.local_step_sizes.MIN_SPREAD / float(jnp.std(z[:, 0]))
+  g = factor * threshold
+  slopes = jnp.zeros((4, 4)).at[0, 1:].set(g)
+  log_scales = jnp.concatenate([jnp.zeros((2000, 1)), jnp.repeat(g * z[:, :1], 3, 1)], 1)
+  assert bool(l2hmc.local_step_sizes.fit_varies(slopes, z, log_scales)) == varies
+  assert not bool(l2hmc.local_step_sizes.fit_varies(jnp.zeros((4, 4)), z, jnp.zeros_like(z)))
+
+
 def test_scales_vary_screens_curvatures():
   """The screen of adapt (MIN_SPREAD = 0.4 on the sd of half the log curvature): constant
   curvatures (a Gaussian) no; the funnel's e^{-v} with v ~ N(0, 9) yes (sd 1.5); the same

@@ -249,7 +249,7 @@ def test_the_screen_reads_the_slopes_of_the_warm_up_the_diagonal_fallback_replac
   screen = lambda *replaced: default_adaptation._screen_noncentering(
       jax.random.key(0), target, l2hmc.L2HMCConfig(dim=3), l2hmc.L2HMCConfig(dim=3), None,
       None, state, diagonal, True, replaced)
-  assert screen() == (None, default_adaptation._Cost())
+  assert screen() == (None, default_adaptation._Cost(), None)
   with pytest.raises(PastTheTrigger):
     screen(dense)
 
@@ -293,8 +293,8 @@ def test_a_dense_warm_up_apart_with_drivers_screens_for_a_non_centering_before_i
     calls.append("screen")
     if chosen:
       return (None, found, sampler_config, target, noncentering.identity(
-          jnp.zeros(dim), jnp.ones(dim))), none
-    return None, none
+          jnp.zeros(dim), jnp.ones(dim))), none, None
+    return None, none, None
 
   def fallback(*args):
     calls.append("fallback")
@@ -318,6 +318,54 @@ def test_a_dense_warm_up_apart_with_drivers_screens_for_a_non_centering_before_i
     l2hmc.adapt(lambda x: -0.5 * jnp.sum(x**2), progress=None).run(
         jax.random.key(0), jnp.zeros((4, dim)), num_steps=100)
   assert calls == order
+
+
+@pytest.mark.parametrize("slope, local_screen", [(0.0, False), (1.0, True)])
+def test_the_screen_for_local_step_sizes_runs_where_the_local_gaussians_let_it_vary(
+    monkeypatch, slope, local_screen):
+  """Where the screen for a non-centering read the local Gaussians and chose nothing, their
+  log-scale slopes decide whether the warm-up for local step sizes runs
+  (local_step_sizes.fit_varies): not where they are flat (slope 0: its fit would be switched
+  off), where a driver sets the others' scales with slope 1 (whitened; spread 1 > MIN_SPREAD)
+  yes. The warm-ups, screens and training are stand-ins that record what ran."""
+  from metaoptax.l2hmc import default_adaptation
+  calls = []
+
+  class PastTheScreens(Exception):
+    pass
+
+  dim = 3
+  found = l2hmc.WarmupResult(
+      jnp.float32(0.5), None, jnp.zeros((4, dim)), jnp.float32(0.8),
+      log_scale_slopes=jnp.zeros((dim, dim)).at[0, 1:].set(1.15 * noncentering.MIN_SLOPE),
+      rhat=jnp.full(dim + 1, 1.01), num_transitions=100, num_hessian_evaluations=0,
+      num_divergent=0, num_leapfrog_steps=500)
+  none = default_adaptation._Cost()
+  z = jax.random.normal(jax.random.key(0), (256, dim))
+  measured = (jnp.zeros((dim, dim)).at[0, 1:].set(slope), z,
+              jnp.concatenate([jnp.zeros((256, 1)), jnp.repeat(slope * z[:, :1], 2, 1)], 1))
+
+  def screen(*args):
+    calls.append("noncentering")
+    return None, none, measured
+
+  def local(*args):
+    calls.append("local")
+    return None, none
+
+  def train(*args, **kwargs):
+    raise PastTheScreens
+
+  monkeypatch.setattr(default_adaptation, "_initial_state",
+                      lambda rng_key, target, config, *args: (None, found, config))
+  monkeypatch.setattr(default_adaptation, "_screen_noncentering", screen)
+  monkeypatch.setattr(default_adaptation, "_screen_reflection", lambda *a: (None, none))
+  monkeypatch.setattr(default_adaptation, "_screen_local_step_sizes", local)
+  monkeypatch.setattr(default_adaptation, "train", train)
+  with pytest.raises(PastTheScreens):
+    l2hmc.adapt(lambda x: -0.5 * jnp.sum(x**2), progress=None).run(
+        jax.random.key(0), jnp.zeros((4, dim)), num_steps=100)
+  assert calls == ["noncentering"] + (["local"] if local_screen else [])
 
 
 @pytest.mark.system  # a float64 fit of 2,048 draws (~25 s)

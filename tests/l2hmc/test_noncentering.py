@@ -368,6 +368,23 @@ def test_the_screen_for_local_step_sizes_runs_where_the_local_gaussians_let_it_v
   assert calls == ["noncentering"] + (["local"] if local_screen else [])
 
 
+
+def _centered_members(y, sigma):
+  """A centered hierarchy with Gaussian members (mu, log tau, theta_i; theta_i ~ N(mu, tau),
+  y_i ~ N(theta_i, sigma_i)): its log density and each theta_i's exact conditional mean and
+  sd given (mu, log tau)."""
+
+  def logdensity(x):
+    mu, log_tau, theta = x[0], x[1], x[2:]
+    return (-0.5 * mu**2 / 25.0 - 0.5 * log_tau**2 + jnp.sum(
+        -0.5 * ((theta - mu) / jnp.exp(log_tau)) ** 2 - log_tau - 0.5 * ((y - theta) / sigma) ** 2))
+
+  def conditional(mu, log_tau):
+    precision = jnp.exp(-2.0 * log_tau) + sigma**-2
+    return (mu * jnp.exp(-2.0 * log_tau) + y * sigma**-2) / precision, precision**-0.5
+
+  return logdensity, conditional
+
 @pytest.mark.system  # a float64 fit of 2,048 draws (~25 s)
 def test_a_conjugate_members_centre_rests_on_its_location_and_not_its_scale():
   """A centered hierarchy with Gaussian members (mu, log tau, theta_1..3; theta_i ~ N(mu,
@@ -380,14 +397,7 @@ def test_a_conjugate_members_centre_rests_on_its_location_and_not_its_scale():
   inside)."""
   y, sigma = jnp.array([3.0, -1.0, 8.0]), jnp.array([2.0, 1.0, 4.0])
 
-  def logdensity(x):
-    mu, log_tau, theta = x[0], x[1], x[2:]
-    return (-0.5 * mu**2 / 25.0 - 0.5 * log_tau**2 + jnp.sum(
-        -0.5 * ((theta - mu) / jnp.exp(log_tau)) ** 2 - log_tau - 0.5 * ((y - theta) / sigma) ** 2))
-
-  def conditional(mu, log_tau):
-    precision = jnp.exp(-2.0 * log_tau) + sigma**-2
-    return (mu * jnp.exp(-2.0 * log_tau) + y * sigma**-2) / precision, precision**-0.5
+  logdensity, conditional = _centered_members(y, sigma)
 
   keys = jax.random.split(jax.random.key(0), 3)
   mu = 2.0 * jax.random.normal(keys[0], (2048,), jnp.float64)
@@ -402,8 +412,6 @@ def test_a_conjugate_members_centre_rests_on_its_location_and_not_its_scale():
   location, scale = jnp.mean(draws, 0), jnp.std(draws, 0)
   transport = noncentering.fit(draws, location, scale, driven, edges, draws[:512], gradients,
                                curvatures).transport
-  pass
-  pass
   for at, tolerance in (((0.5, -1.0), 0.01), ((1.0, 4.0), 0.3), ((-3.0, 4.0), 0.3)):
     x, _ = noncentering.forward(transport, jnp.concatenate([
         (jnp.array(at) - location[:2]) / scale[:2], jnp.zeros(3)]))
@@ -422,14 +430,7 @@ def test_a_conjugate_members_centre_holds_in_the_neck_beyond_the_draws():
   taking up the rest) it was many sds at log tau = -6."""
   y, sigma = jnp.array([28.0, -3.0, 18.0]), jnp.array([15.0, 10.0, 16.0])
 
-  def logdensity(x):
-    mu, log_tau, theta = x[0], x[1], x[2:]
-    return (-0.5 * mu**2 / 25.0 - 0.5 * log_tau**2 + jnp.sum(
-        -0.5 * ((theta - mu) / jnp.exp(log_tau)) ** 2 - log_tau - 0.5 * ((y - theta) / sigma) ** 2))
-
-  def conditional(mu, log_tau):
-    precision = jnp.exp(-2.0 * log_tau) + sigma**-2
-    return (mu * jnp.exp(-2.0 * log_tau) + y * sigma**-2) / precision, precision**-0.5
+  logdensity, conditional = _centered_members(y, sigma)
 
   keys = jax.random.split(jax.random.key(0), 3)
   mu = 4.0 + 3.0 * jax.random.normal(keys[0], (256,), jnp.float64)

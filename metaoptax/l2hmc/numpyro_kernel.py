@@ -32,6 +32,12 @@ chain, are therefore
   :func:`metaoptax.l2hmc.gradient_evaluations` of the adapted configuration; collect it
   with ``mcmc.run(..., extra_fields=("num_gradient_evaluations",))``).
 
+A draw whose proposal diverged (its log density or gradient not finite) is rejected and
+marked in the ``diverging`` field, which ``print_summary`` counts; a run's first one warns
+(:class:`metaoptax.l2hmc.ConvergenceWarning`), as :func:`metaoptax.l2hmc.sample_chains`
+warns. The warning is a host callback inside the step, made only at a run's first draw and
+where a chain diverged.
+
 After ``run``, ``kernel.adaptation_info`` is ``adapt``'s
 :class:`metaoptax.l2hmc.AdaptationInfo`; where a check failed ``adapt`` has warned
 (:class:`metaoptax.l2hmc.ConvergenceWarning`) and ``adaptation_info.converged`` is
@@ -49,6 +55,7 @@ This module imports numpyro; :mod:`metaoptax.l2hmc` imports it only on first acc
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -60,6 +67,7 @@ from numpyro.util import is_prng_key
 
 from metaoptax.l2hmc.default_adaptation import AdaptationInfo, adapt
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams
+from metaoptax.l2hmc.diagnostics import ConvergenceWarning
 from metaoptax.l2hmc.kernel import L2HMCState, l2hmc
 from metaoptax.l2hmc.training import TrainingConfig
 from metaoptax.l2hmc.whitening import Whitening
@@ -180,6 +188,7 @@ class NumPyroL2HMC(MCMCKernel):
     self._potential_fn_gen = None  # with a model: (*model_args, **model_kwargs) -> U
     self._postprocess_fn_gen = None
     self._sample_fn = None  # numpyro's MCMC skips init where it is set (post_warmup_state)
+    self._warned = False  # this run's divergences warned already (host side)
     self.adaptation_info: AdaptationInfo | None = None
 
   @property
@@ -261,10 +270,35 @@ class NumPyroL2HMC(MCMCKernel):
           num_gradient_evaluations=info.num_gradient_evaluations.astype(jnp.int32),
           diverging=info.is_divergent, rng_key=keys[:, 0])
 
+    def warn_if_divergent(state):  # a host call at a run's first draw and where one diverged
+      i = state.i[0] - 1
+      jax.lax.cond(jnp.any(state.diverging) | (i == static.num_warmup),
+                   lambda: jax.debug.callback(self._warn_divergent, i,
+                                              jnp.sum(state.diverging), static.num_warmup),
+                   lambda: None)
+      return state
+
     def wait(state):  # the warm-up's calls: the adaptation ran in init
       return state._replace(i=state.i + 1)
 
-    return jax.lax.cond(state.i[0] >= static.num_warmup, move, wait, state)
+    return jax.lax.cond(state.i[0] >= static.num_warmup,
+                        lambda state: warn_if_divergent(move(state)), wait, state)
+
+  def _warn_divergent(self, i, num_divergent, num_warmup):
+    """Warns of a run's first divergent transition, as :func:`metaoptax.l2hmc.sample_chains`
+    warns (a run starts at transition ``num_warmup``; one continued from
+    ``mcmc.last_state`` is the same run); ``print_summary`` counts them all."""
+    if int(i) == int(num_warmup):
+      self._warned = False
+    if self._warned or not int(num_divergent):
+      return
+    self._warned = True
+    warnings.warn(
+        f"NumPyroL2HMC: at draw {int(i) - int(num_warmup)}, {int(num_divergent)} chain(s)' "
+        "proposals diverged (log p or its gradient not finite; rejected): where the sampler "
+        "could not step, the draws may under-sample the posterior. mcmc.print_summary() "
+        "counts the run's divergences; mcmc.get_extra_fields()['diverging'] marks them.",
+        ConvergenceWarning, stacklevel=2)
 
   def sample(self, state: NumPyroL2HMCState, model_args, model_kwargs) -> NumPyroL2HMCState:
     """One transition of every chain; during the first ``num_warmup`` calls, none."""

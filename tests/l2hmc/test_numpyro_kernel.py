@@ -20,6 +20,8 @@ from numpyro.diagnostics import effective_sample_size
 from numpyro.infer import MCMC, NUTS
 
 from metaoptax import l2hmc
+from metaoptax.l2hmc.numpyro_kernel import _AdaptedSampler, _Static
+from tests.l2hmc.paper import paper_config
 
 FAST = dict(progress=None, choose_local_step_sizes=False, choose_reflection=False)
 
@@ -71,6 +73,49 @@ def test_bad_use_raises_before_any_adaptation():
               progress_bar=False)
   with pytest.raises(ValueError, match="init_params"):
     mcmc.run(jax.random.key(0))
+
+
+def _adapted_state(kernel, potential_fn, start, chains, num_warmup):
+  """The state ``init`` would return after an adaptation that left the chains at ``start``
+  with random networks (no adaptation runs: the test is of the draws' transitions)."""
+  config = paper_config(dim=start.shape[-1], num_steps=2)
+  sampler = _AdaptedSampler(l2hmc.init_params(jax.random.key(0), config),
+                            l2hmc.make_masks(jax.random.key(1), config), None,
+                            _Static(config, num_warmup))
+  z = jnp.tile(start, (chains, 1))
+  zeros = jnp.zeros(chains)
+  kernel._sample_fn = kernel._transition  # pylint: disable=protected-access
+  return l2hmc.NumPyroL2HMCState(
+      i=jnp.full(chains, num_warmup, jnp.int32), z=z,
+      potential_energy=jax.vmap(potential_fn)(z), z_grad=jax.vmap(jax.grad(potential_fn))(z),
+      accept_prob=zeros, mean_accept_prob=zeros,
+      num_gradient_evaluations=jnp.zeros(chains, jnp.int32),
+      diverging=jnp.zeros(chains, bool), sampler=sampler,
+      rng_key=jax.random.split(jax.random.key(2), chains))
+
+
+def test_divergent_draws_warn_once_per_run_and_are_counted(capsys):
+  """Draws whose proposals diverge warn (``ConvergenceWarning``, once per run, as
+  ``sample_chains`` warns) and ``print_summary`` counts them. (The system tier's MCMC run
+  checks that draws without one do not warn.)"""
+  wall = lambda z: jnp.where(z[0] > 0.5, jnp.nan, 0.5 * z @ z)  # the potential, -log p
+  kernel = l2hmc.NumPyroL2HMC(potential_fn=wall, progress=None)
+  mcmc = MCMC(kernel, num_warmup=100, num_samples=30, num_chains=4,
+              chain_method="vectorized", progress_bar=False)
+  for run in range(2):  # the second run from the same state warns again
+    mcmc.post_warmup_state = _adapted_state(kernel, wall, jnp.array([0.4, 0.0]), 4, 100)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      mcmc.run(jax.random.key(run))
+      jax.effects_barrier()
+    divergent = np.asarray(mcmc.get_extra_fields()["diverging"])
+    assert 0 < divergent.sum() < divergent.size
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, l2hmc.ConvergenceWarning)]
+    assert len(messages) == 1 and "diverged" in messages[0], messages
+  assert np.all(np.asarray(mcmc.get_samples())[:, 0] <= 0.5)  # every divergent one rejected
+  mcmc.print_summary()
+  assert f"Number of divergences: {divergent.sum()}" in capsys.readouterr().out
 
 
 @pytest.mark.system  # a whole MCMC run (~29 s); the class doctest runs MCMC in the default tier

@@ -41,7 +41,8 @@ if not FULL_OPTIMIZATION:
 _DOCS = pathlib.Path(__file__).resolve().parent / "docs"
 
 #: Docstring examples in the ``system`` tier: ``l2hmc.adapt``'s whole default on a target.
-SYSTEM_DOCTESTS = ("metaoptax.l2hmc.default_adaptation.adapt",)
+SYSTEM_DOCTESTS = ("metaoptax.l2hmc.default_adaptation.adapt",
+                   "metaoptax.l2hmc.numpyro_kernel.NumPyroL2HMC")
 
 
 def pytest_collection_modifyitems(items):

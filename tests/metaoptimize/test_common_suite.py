@@ -17,6 +17,9 @@ import metaoptax
 from metaoptax.step_size.drop_ins import DROP_INS
 from metaoptax.step_size.presets import PRESETS
 
+# tens of seconds in all: the file runs first (tests/conftest.py), not last on one worker
+pytestmark = pytest.mark.slow
+
 # The transformation's own state: the drop-ins without their average of the weights
 # (tests/metaoptimize/test_averaging.py tests it).
 FACTORIES = {**PRESETS, **{name: functools.partial(drop_in, average=None)
@@ -31,6 +34,15 @@ VARIANTS = [(name, "hessian_free") for name in FACTORIES] + [
     ("lion_lion", "2x2"),
 ]
 IDS = [f"{n}-{a}" for n, a in VARIANTS]
+# The jit/dtype test's slow cases (system tier): presets whose base and meta optimizers
+# each run in one of its fast cases (Adam, Lion and SGD bases; Adam, Lion and SGD metas).
+SYSTEM_TIER = {("adamw_lion", "hessian_free"), ("lion_lion", "hessian_free"),
+               ("rmsprop_adam", "hessian_free"), ("sgd_momentum_adam", "hessian_free"),
+               ("amsgrad_adam", "hessian_free"), ("sgd_adam", "hessian_free")}
+JIT_CASES = [pytest.param(n, a, id=f"{n}-{a}",
+                          marks=[pytest.mark.system] if (n, a) in SYSTEM_TIER else [])
+             for n, a in VARIANTS]
+assert SYSTEM_TIER <= set(VARIANTS)
 
 
 def make(name, approximation, **kwargs):
@@ -55,7 +67,7 @@ def dtypes(tree):
   return jax.tree.map(lambda x: jnp.asarray(x).dtype, tree)
 
 
-@pytest.mark.parametrize("name,approximation", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("name,approximation", JIT_CASES)
 def test_jit_dtypes_chain_multisteps_and_unknown_extra_args(name, approximation):
   """One jitted train step, called twice (the second call must not recompile), that
   also runs its first update through ``optax.chain`` (with extra keyword arguments,

@@ -22,6 +22,9 @@ import metaoptax
 from metaoptax.step_size import drop_ins
 from tests import conftest as unroll_lib
 
+# tens of seconds in all: the file runs first (tests/conftest.py), not last on one worker
+pytestmark = pytest.mark.slow
+
 
 def reference_climb(meta_grads, rate, decay, inner_updates, backoff=1.0):
   """Plain-Python rule: + rate while the running mean of sum(s) <= 0; at the first

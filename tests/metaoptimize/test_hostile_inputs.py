@@ -41,6 +41,9 @@ from metaoptax import l2o
 from metaoptax._src import exact as exact_variants
 from metaoptax.step_size.presets import PRESETS
 
+# tens of seconds in all: the file runs first (tests/conftest.py), not last on one worker
+pytestmark = pytest.mark.slow
+
 
 def hostile_settings(max_examples):
   return settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,

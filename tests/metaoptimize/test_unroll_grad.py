@@ -18,7 +18,8 @@ from metaoptax import l2o
 from metaoptax.l2o import training as l2o_training
 from tests.conftest import H, HYPER, RTOL, check_against_fd, metaoptimize_from, unroll
 
-pytestmark = pytest.mark.usefixtures("float64")
+# tens of seconds in all: the file runs first (tests/conftest.py), not last on one worker
+pytestmark = [pytest.mark.usefixtures("float64"), pytest.mark.slow]
 
 
 @pytest.mark.parametrize("approximation,blocks", [

@@ -29,7 +29,12 @@ second half is below 0.05 restarts from the state of a chain drawn at random
 among the others: one shared :math:`h` suits the chains in the bulk, and a chain
 started where the gradients are large (a standard normal start on a posterior
 with sds ~0.1) can reject every proposal at that :math:`h`, never move, and spoil
-the scales of the next window. The warm-up's positions are starting points, not
+the scales of the next window. So does a chain whose mean :math:`\log p` over the window's
+second half is more than ``BEHIND_NATS`` per coordinate below the median chain's: it moves,
+but in a minor mode (or still far out) that the others left, whose mass beside theirs is
+negligible unless it is :math:`e^{20}` times wider in every coordinate; it can stay
+there (each chain's own Newton metric in the dense burn-in never crosses to the bulk) and
+its spread would spoil the whitening. The warm-up's positions are starting points, not
 draws, so moving them leaves the sampler exact.
 
 In every window :math:`\log h` follows the chains' mean acceptance probability

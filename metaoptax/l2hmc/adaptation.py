@@ -29,7 +29,12 @@ second half is below 0.05 restarts from the state of a chain drawn at random
 among the others: one shared :math:`h` suits the chains in the bulk, and a chain
 started where the gradients are large (a standard normal start on a posterior
 with sds ~0.1) can reject every proposal at that :math:`h`, never move, and spoil
-the scales of the next window. The warm-up's positions are starting points, not
+the scales of the next window. So does a chain whose mean :math:`\log p` over the window's
+second half is more than ``BEHIND_NATS`` per coordinate below the median chain's: it moves,
+but in a minor mode (or still far out) that the others left, whose mass beside theirs is
+negligible unless it is :math:`e^{20}` times wider in every coordinate; it can stay
+there (each chain's own Newton metric in the dense burn-in never crosses to the bulk) and
+its spread would spoil the whitening. The warm-up's positions are starting points, not
 draws, so moving them leaves the sampler exact.
 
 In every window :math:`\log h` follows the chains' mean acceptance probability
@@ -89,6 +94,11 @@ LOW_RANK_DRAWS = 64  # the most transitions (of every chain) the low-rank fit ke
 CURVATURE_FLOOR = 1e-4  # least curvature of a whitened coordinate (log scale 4.6) in the fit
 NEWTON_FLOOR = 1e-4  # least |curvature| of the burn-in's Newton metrics (sd at most 100)
 STUCK = 0.05  # a chain's mean acceptance over a window's second half below which it restarts
+# ... and a chain whose mean log p there is below the median chain's by more than this many nats
+# per coordinate, left in a minor mode (or still far out): a mode whose chains' log p sits that
+# far below the others' holds as much mass only where it is e^BEHIND_NATS (5e8) times wider in
+# every coordinate. A funnel's mouth sits a few nats per coordinate below its neck
+BEHIND_NATS = 20.0
 CONVERGED_RHAT = 1.1  # the split R-hat below which the chains have found the typical set
 
 
@@ -249,7 +259,7 @@ def _window(logdensity_fn, kernel, masks, key, states, log_h, whitening, length,
   rhat = _split_rhat(quarters, half // 2, half - half // 2)
   return (states, log_h, mean, variance, within, s_log_h / half, s_acc / half,
           s_chain / half, slopes, kept, midpoint(shift + c1 / half, mean), rhat, covariance,
-          n, divergent, draws or None)
+          n, divergent, draws or None, _behind(quarters, half))
 
 
 def _dense(location, covariance, variance, n):
@@ -318,6 +328,15 @@ def _split_rhat(quarters, n_third, n_fourth):
   return jnp.sqrt(pooled / jnp.maximum(within, jnp.finfo(quarters.dtype).tiny))
 
 
+def _behind(quarters, half):
+  """The chains whose mean log p over a window's second half (``half`` transitions; from the
+  split R-hat's sums, ``quarters``) is below the median chain's by more than ``BEHIND_NATS``
+  per coordinate: ``(chains,)`` bool."""
+  means = jnp.sum(quarters[0, :, :, -1], 0) / half  # (chains,), less the common anchor
+  dim = quarters.shape[-1] - 1
+  return means < jnp.median(means) - BEHIND_NATS * dim
+
+
 def _newton_whitening(logdensity_fn, position, floor=NEWTON_FLOOR):
   r"""A chain's own metric for travelling: the inverse of its negative Hessian at
   ``position``, each eigenvalue's magnitude clipped below at ``floor`` (a variance of at most
@@ -361,10 +380,13 @@ def _whitened(slopes, scale):
   return slopes * scale[:, None]
 
 
-def _restart_stuck(key, states, chain_acceptance):
-  """Chains whose mean acceptance is below ``STUCK`` move to the state of a moving chain
-  drawn at random (all kept if none moves)."""
+def _restart_stuck(key, states, chain_acceptance, behind=None):
+  """Chains whose mean acceptance is below ``STUCK``, or that are ``behind`` (:func:`_behind`;
+  ``None``: none), move to the state of a moving chain drawn at random among the others
+  (all kept if none moves)."""
   stuck = chain_acceptance < STUCK
+  if behind is not None:
+    stuck = stuck | behind
   moving = jnp.logical_not(stuck)
   weights = jnp.where(jnp.any(moving), moving.astype(jnp.float32), 1.0)
   donor = jax.random.choice(key, stuck.shape[0], stuck.shape, p=weights / jnp.sum(weights))
@@ -658,7 +680,7 @@ def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_itera
     key = jax.random.fold_in(keys[0], count)
     found = window(key, states, log_h,
                    _travel_whitening(logdensity_fn, metric, states, whitening), length)
-    states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
+    states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7], found[16])
     widest = jnp.ones((), dtype)
     if metric == "diagonal" and found[12] is not None:
       widest = _widest_variance(found[12])
@@ -712,11 +734,11 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   found = scale_window(keys[1], states, log_h,
                        _travel_whitening(logdensity_fn, metric, states, whitening), lengths[1],
                  keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
-  states = _restart_stuck(keys[4], found[0], found[7])
+  states = _restart_stuck(keys[4], found[0], found[7], found[16])
   scale, log_h, whitening = _rescaled(found, scales), found[5], whitening_of(found)
   divergent = burnt.num_divergent + found[14]
   (states, _, mean, _, _, mean_log_h, acceptance, chain_acceptance, fitted, kept, midpoint,
-   rhat, covariance, _, final_divergent, final_draws) = window(
+   rhat, covariance, _, final_divergent, final_draws, behind) = window(
        keys[2], states, log_h, whitening, lengths[2], curvature=slopes == "curvature",
        keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   widest = None
@@ -726,7 +748,7 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   if metric == "low_rank":  # the widest whitened coordinate: what the fit left uncorrected
     spread = jnp.max(jnp.std(to_whitened(whitening._replace(location=mean), final_draws[0]),
                              axis=(0, 1)))
-  states = _restart_stuck(keys[5], states, chain_acceptance)
+  states = _restart_stuck(keys[5], states, chain_acceptance, behind)
   samples = None
   if kept is not None:  # whitened positions and log local scales (halved log variances)
     samples = ((kept[0] - mean) / scale, 0.5 * kept[1] - jnp.log(scale))

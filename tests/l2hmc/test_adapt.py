@@ -226,14 +226,16 @@ def test_the_diagonal_warm_up_measures_the_widest_whitened_direction(dim, rho):
 
 @pytest.mark.system  # an adaptation (~8 s)
 def test_the_burn_in_repeats_until_the_chains_agree():
-  # the same far target with a burn-in window of 25 transitions: one is not enough
+  # the same far target with a burn-in window of 50 transitions: one is not enough (25 left
+  # split R-hats over 6-transition sequences that stay near 1.2-1.5 however many windows run,
+  # and whether a window went below the first one's was up to XLA's rounding)
   logdensity_fn = lambda x: -0.5 * jnp.sum(((x - 30.0) / 0.5) ** 2)
   positions = jax.random.normal(jax.random.key(0), (16, 3))
-  run = jax.jit(lambda k, x, n: l2hmc.warmup(k, logdensity_fn, x, num_iterations=100,
+  run = jax.jit(lambda k, x, n: l2hmc.warmup(k, logdensity_fn, x, num_iterations=200,
                                              max_burn_in_windows=n), static_argnums=2)
   once, repeated = run(jax.random.key(1), positions, 1), run(jax.random.key(1), positions, 8)
-  assert int(once.num_transitions) == 100
-  assert int(repeated.num_transitions) > 100
+  assert int(once.num_transitions) == 200
+  assert int(repeated.num_transitions) > 200
   assert float(repeated.burn_in_rhat) < float(once.burn_in_rhat)
 
 

@@ -44,3 +44,32 @@ def test_warmup_from_a_far_chain_ends_in_the_bulk():
                        num_iterations=60)
   assert float(jnp.max(jnp.abs(found.positions))) < 1.0
   np.testing.assert_allclose(found.whitening.scale, [0.1, 0.1], rtol=0.3)
+
+
+def _minor_mode_mixture(x):
+  """A standard normal at 0 with a minor mode of the same width at (40, 40), e^-500 the mass
+  (the bulk's own density there e^-1600): no leapfrog at a unit step size crosses between
+  them."""
+  far = -500.0 - 0.5 * jnp.sum((x - 40.0) ** 2)
+  return jnp.logaddexp(-0.5 * jnp.sum(x**2), far)
+
+
+def test_behind_marks_chains_far_below_the_median_log_density():
+  half, dim = 10, 2
+  # the median -1.0; the bound 20 nats per coordinate below it, -41.0
+  means = jnp.array([-1.0, -0.5, -1.0, -1.5, -42.0, -40.0])
+  quarters = jnp.zeros((2, 2, 6, dim + 1)).at[0, 0, :, -1].set(means * half)
+  np.testing.assert_array_equal(adaptation._behind(quarters, half),
+                                [False, False, False, False, True, False])
+
+
+def test_warmup_restarts_chains_left_in_a_minor_mode():
+  # 28 chains in the bulk, 4 in the minor mode (500 nats below): they move there (acceptance
+  # near the bulk's), so only their log p tells them apart. The dense metric's burn-in moves
+  # each chain with its own Newton metric (the adapt default's up to DENSE_MAX_DIM)
+  positions = 0.5 * jax.random.normal(jax.random.key(1), (32, 2))
+  positions = positions.at[:4].add(40.0)
+  found = l2hmc.warmup(jax.random.key(0), _minor_mode_mixture, positions, num_steps=3,
+                       num_iterations=200, metric="dense")
+  assert float(jnp.max(jnp.abs(found.positions))) < 5.0
+  assert float(found.rhat[-1]) < 1.5  # log p's: hundreds where chains stay in both modes

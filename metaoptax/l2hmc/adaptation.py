@@ -634,12 +634,42 @@ def lengthen_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn,
                           max_rhat=bound)
 
 
+def pool_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
+                 num_steps: int, num_iterations: int = 300, target_acceptance: float = 0.8,
+                 adaptation_rate: float = 1.0, slopes: str = "squares",
+                 max_burn_in_windows: int = 8, converged_rhat: float = CONVERGED_RHAT,
+                 jitter: float = 0.5) -> BurnIn:
+  """More dense burn-in windows from the chains, step size and counts :func:`burn_in`
+  (``metric="dense"``) left (``burnt``), with ``num_steps`` leapfrog steps per transition,
+  while the chains disagree (``converged_rhat``), at most ``max_burn_in_windows``: the first
+  moves each chain with its Newton metric, as the burn-in's windows do, and each later one
+  every chain with the dense whitening of the chains' pooled covariance over the second half
+  of the window before (:func:`_dense`, as :func:`settle`'s final window). A chain's Newton
+  metric fits the curvature where its window starts; where that curvature changes along the
+  chains' way (a hierarchy's scales, which set the curvature of the coordinates they scale),
+  a step size that suits every chain's metric stays small and the chains creep, while the
+  pooled covariance fits the region the chains span, their spread along their way included
+  (a spread between chains in transit gives long steps along it, as the diagonal burn-in's
+  scales do). Its counts add to ``burnt``'s; the result's whitening is the diagonal of the
+  last window's spread, as :func:`burn_in`'s. :func:`burn_in`'s other arguments. Jit-able
+  with the numbers static."""
+  start = burnt._replace(rhat=jnp.asarray(jnp.inf, burnt.log_h.dtype), num_steps=num_steps)
+  pooled = _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
+                            target_acceptance, adaptation_rate, slopes, "pooled",
+                            max_burn_in_windows, converged_rhat, jitter, "dense", first=True,
+                            pooled=True)
+  return pooled._replace(whitening=_diagonal(pooled.whitening.scale))
+
+
 def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_iterations,
                      target_acceptance, adaptation_rate, slopes, scales, max_burn_in_windows,
-                     converged_rhat, jitter, metric, first, max_rhat=jnp.inf) -> BurnIn:
+                     converged_rhat, jitter, metric, first, max_rhat=jnp.inf,
+                     pooled=False) -> BurnIn:
   """Burn-in windows of ``num_steps`` leapfrog steps from ``start`` while the chains disagree
   (and their split R-hat is at most ``max_rhat``), at most ``max_burn_in_windows``
-  (``first``: at least one)."""
+  (``first``: at least one). With ``pooled`` (``metric="dense"``), the windows after the
+  first move with the dense whitening of the window before's pooled covariance
+  (:func:`pool_burn_in`)."""
   states = start.states
   dim = states.position.shape[1]
   dtype = states.position.dtype
@@ -656,14 +686,19 @@ def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_itera
   def one(carry):
     states, log_h, whitening, count, _, divergent, _ = carry
     key = jax.random.fold_in(keys[0], count)
-    found = window(key, states, log_h,
-                   _travel_whitening(logdensity_fn, metric, states, whitening), length)
+    # pooled: the window before's dense whitening where there is one (not the first window's)
+    travel = (whitening if pooled and whitening.cholesky is not None
+              else _travel_whitening(logdensity_fn, metric, states, whitening))
+    found = window(key, states, log_h, travel, length)
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7])
     widest = jnp.ones((), dtype)
     if metric == "diagonal" and found[12] is not None:
       widest = _widest_variance(found[12])
-    return (states, found[5], _diagonal(_rescaled(found, scales)), count + 1,
-            jnp.max(found[11]), divergent + found[14], widest)
+    spread = _diagonal(_rescaled(found, scales))
+    if pooled:
+      spread = _dense(jnp.zeros_like(spread.scale), found[12], found[3], found[13])
+    return (states, found[5], spread, count + 1, jnp.max(found[11]), divergent + found[14],
+            widest)
 
   def travelling(carry):
     return (carry[3] < last) & ~(carry[4] < converged_rhat) & ~(carry[4] > max_rhat)

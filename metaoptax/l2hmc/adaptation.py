@@ -113,7 +113,8 @@ class WarmupResult(NamedTuple):
     num_transitions: int, the transitions the warm-up made.
     burn_in_rhat: the largest split R-hat of the last burn-in window.
     num_hessian_evaluations: int, the Hessians of :math:`\log p` each chain evaluated
-      (the dense metric's Newton metrics: one per burn-in window and one for window 2;
+      (the dense metric's Newton metrics: one per burn-in window but those that moved
+      with the chains' pooled covariance, :func:`pool_burn_in`, and one for window 2;
       the curvature slopes' diagonal: one per transition of the final window's second
       half), each ``dim`` forward-over-reverse products.
     num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
@@ -527,6 +528,8 @@ class BurnIn(NamedTuple):
       covariance, above ``MOMENTS_MAX_DIM`` coordinates with the diagonal metric).
     num_steps: the leapfrog steps per transition of its last windows (``burn_in``'s
       ``num_steps``, more after :func:`lengthen_burn_in`).
+    num_pooled_windows: int, the windows that moved with the chains' pooled covariance
+      (:func:`pool_burn_in`) rather than Newton metrics (they evaluate no Hessian).
   """
 
   states: Any
@@ -538,6 +541,7 @@ class BurnIn(NamedTuple):
   num_leapfrog_steps: jax.Array
   widest_variance: jax.Array
   num_steps: int = 0
+  num_pooled_windows: Any = 0
 
 
 def _lengths(num_iterations: int) -> list[int]:
@@ -710,7 +714,10 @@ def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_itera
   states, log_h, whitening, count, rhat, divergent, widest = jax.lax.while_loop(
       travelling, one, carry)
   steps = start.num_leapfrog_steps + (count - start.num_windows) * length * num_steps
-  return BurnIn(states, log_h, whitening, count, rhat, divergent, steps, widest, num_steps)
+  # pooled: every window but the first moved without Newton metrics
+  pooled_windows = start.num_pooled_windows + pooled * (count - start.num_windows - 1)
+  return BurnIn(states, log_h, whitening, count, rhat, divergent, steps, widest, num_steps,
+                pooled_windows)
 
 
 def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
@@ -770,7 +777,7 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, None if fitted is None else _whitened(fitted, scale),
                       samples, rhat, count * lengths[0] + lengths[1] + lengths[2], burnt.rhat,
-                      (count + 1) * (metric == "dense")
+                      (count + 1 - burnt.num_pooled_windows) * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
                       divergent + final_divergent, widest, spread,
                       burnt.num_leapfrog_steps + lengths[1] * scale_num_steps

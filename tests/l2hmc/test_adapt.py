@@ -425,7 +425,7 @@ def test_the_pooled_covariance_brings_together_chains_that_newton_metrics_leave_
   From there, at most four windows with the chains' pooled covariance (pool_burn_in, the
   first with the Newton metrics) bring them together at a step size over twice that of four
   with the Newton metrics (lengthen_burn_in at the same steps). Its counts add to the
-  burn-in's."""
+  burn-in's, and the warm-up counts no Hessian for its pooled windows."""
   adaptation = l2hmc.adaptation
   logdensity_fn = lambda x: -0.25 * jnp.sum((x - 3.0) ** 4)
   positions = jax.random.uniform(jax.random.key(seed), (16, 4), minval=-2.0, maxval=2.0)
@@ -446,6 +446,12 @@ def test_the_pooled_covariance_brings_together_chains_that_newton_metrics_leave_
   assert int(pooled.num_leapfrog_steps) == (
       int(burnt.num_leapfrog_steps) + windows * adaptation._lengths(200)[0] * 5)
   assert pooled.whitening.cholesky is None  # the diagonal of its spread, as burn_in's
+  # a Newton metric per window but the pooled ones (the first's is), and one for window 2
+  assert int(pooled.num_pooled_windows) == windows - 1
+  found = jax.jit(lambda b, k: adaptation.settle(
+      k, logdensity_fn, b, num_steps=5, num_iterations=200, metric="dense"))(
+          pooled, jax.random.key(3))
+  assert int(found.num_hessian_evaluations) == int(pooled.num_windows) - (windows - 1) + 1
 
 
 def _far_gaussian_after_one_window():

@@ -588,7 +588,11 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
   ``shorten``, window 2 makes the fewer leapfrog steps of a quarter period at the burn-in's
   step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``. With
   ``lengthen``, where the burn-in's chains still disagree and its step size makes a quarter
-  period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with
+  period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the dense burn-in first
+  continues with the chains' pooled covariance (:func:`metaoptax.l2hmc.adaptation.pool_burn_in`,
+  at most ``POOLED_BURN_IN_WINDOWS`` windows of ``num_steps``: the Newton metrics' small step
+  size, not the trajectory's length, left the chains apart), and where its chains still
+  disagree at such a step size (the diagonal burn-in's at once), the burn-in continues with
   that many (:func:`_lengthened_num_steps`), each later window a quarter period at the step
   size the one before it ended with, at most the first's (:func:`_lengthen_by_quarter_periods`),
   and windows 2 and

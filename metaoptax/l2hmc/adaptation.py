@@ -114,7 +114,8 @@ class WarmupResult(NamedTuple):
     burn_in_rhat: the largest split R-hat of the last burn-in window.
     num_hessian_evaluations: int, the Hessians of :math:`\log p` each chain evaluated
       (the dense metric's Newton metrics: one per burn-in window but those that moved
-      with the chains' pooled covariance, :func:`pool_burn_in`, and one for window 2;
+      with the chains' pooled covariance, :func:`pool_burn_in`, and one for window 2 but
+      after those;
       the curvature slopes' diagonal: one per transition of the final window's second
       half), each ``dim`` forward-over-reverse products.
     num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
@@ -518,7 +519,8 @@ class BurnIn(NamedTuple):
   Attributes:
     states: the chains' HMC states ``(chains, ...)``.
     log_h: :math:`\log h`, the step size's log at the burn-in's end.
-    whitening: the diagonal whitening of the last burn-in window's spread.
+    whitening: the diagonal whitening of the last burn-in window's spread (after
+      :func:`pool_burn_in`, the dense one of its covariance).
     num_windows: int, the burn-in windows made.
     rhat: the largest split R-hat of the last burn-in window.
     num_divergent: int, the burn-in's divergent proposals, over every chain.
@@ -654,15 +656,16 @@ def pool_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   a step size that suits every chain's metric stays small and the chains creep, while the
   pooled covariance fits the region the chains span, their spread along their way included
   (a spread between chains in transit gives long steps along it, as the diagonal burn-in's
-  scales do). Its counts add to ``burnt``'s; the result's whitening is the diagonal of the
-  last window's spread, as :func:`burn_in`'s. :func:`burn_in`'s other arguments. Jit-able
-  with the numbers static."""
+  scales do). Its counts add to ``burnt``'s; the result's whitening is the dense one of the
+  last window's covariance, with which :func:`settle`'s window 2 moves the chains (the
+  Newton metrics' small step size would have them creep again). :func:`burn_in`'s other
+  arguments. Jit-able with the numbers static."""
   start = burnt._replace(rhat=jnp.asarray(jnp.inf, burnt.log_h.dtype), num_steps=num_steps)
   pooled = _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
                             target_acceptance, adaptation_rate, slopes, "pooled",
                             max_burn_in_windows, converged_rhat, jitter, "dense", first=True,
                             pooled=True)
-  return pooled._replace(whitening=_diagonal(pooled.whitening.scale))
+  return pooled
 
 
 def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_iterations,
@@ -750,9 +753,12 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
       return _low_rank(jax.random.fold_in(keys[1], 1), *found[15], scale)
     return _diagonal(scale)
 
-  # the whitening from chains that found the typical set: one window, then the final one
-  found = scale_window(keys[1], states, log_h,
-                       _travel_whitening(logdensity_fn, metric, states, whitening), lengths[1],
+  # the whitening from chains that found the typical set: one window, then the final one;
+  # window 2 moves with the pooled burn-in's dense whitening where it left one
+  pooled_travel = whitening.cholesky is not None
+  travel = (whitening if pooled_travel
+            else _travel_whitening(logdensity_fn, metric, states, whitening))
+  found = scale_window(keys[1], states, log_h, travel, lengths[1],
                  keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   states = _restart_stuck(keys[4], found[0], found[7])
   scale, log_h, whitening = _rescaled(found, scales), found[5], whitening_of(found)
@@ -777,7 +783,8 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, None if fitted is None else _whitened(fitted, scale),
                       samples, rhat, count * lengths[0] + lengths[1] + lengths[2], burnt.rhat,
-                      (count + 1 - burnt.num_pooled_windows) * (metric == "dense")
+                      (count - burnt.num_pooled_windows + (not pooled_travel))
+                      * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
                       divergent + final_divergent, widest, spread,
                       burnt.num_leapfrog_steps + lengths[1] * scale_num_steps

@@ -123,7 +123,9 @@ class WarmupResult(NamedTuple):
     num_transitions: int, the transitions the warm-up made.
     burn_in_rhat: the largest split R-hat of the last burn-in window.
     num_hessian_evaluations: int, the Hessians of :math:`\log p` each chain evaluated
-      (the dense metric's Newton metrics: one per burn-in window and one for window 2;
+      (the dense metric's Newton metrics: one per burn-in window but those that moved
+      with the chains' pooled covariance, :func:`pool_burn_in`, and one for window 2 but
+      after those;
       the curvature slopes' diagonal: one per transition of the final window's second
       half), each ``dim`` forward-over-reverse products.
     num_divergent: int, the warm-up's proposals that diverged (not finite, rejected), over
@@ -539,7 +541,8 @@ class BurnIn(NamedTuple):
   Attributes:
     states: the chains' HMC states ``(chains, ...)``.
     log_h: :math:`\log h`, the step size's log at the burn-in's end.
-    whitening: the diagonal whitening of the last burn-in window's spread.
+    whitening: the diagonal whitening of the last burn-in window's spread (after
+      :func:`pool_burn_in`, the dense one of its covariance).
     num_windows: int, the burn-in windows made.
     rhat: the largest split R-hat of the last burn-in window.
     num_divergent: int, the burn-in's divergent proposals, over every chain.
@@ -549,6 +552,8 @@ class BurnIn(NamedTuple):
       covariance, above ``MOMENTS_MAX_DIM`` coordinates with the diagonal metric).
     num_steps: the leapfrog steps per transition of its last windows (``burn_in``'s
       ``num_steps``, more after :func:`lengthen_burn_in`).
+    num_pooled_windows: int, the windows that moved with the chains' pooled covariance
+      (:func:`pool_burn_in`) rather than Newton metrics (they evaluate no Hessian).
   """
 
   states: Any
@@ -560,6 +565,7 @@ class BurnIn(NamedTuple):
   num_leapfrog_steps: jax.Array
   widest_variance: jax.Array
   num_steps: int = 0
+  num_pooled_windows: Any = 0
 
 
 def _lengths(num_iterations: int) -> list[int]:
@@ -656,12 +662,43 @@ def lengthen_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn,
                           max_rhat=bound)
 
 
+def pool_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
+                 num_steps: int, num_iterations: int = 300, target_acceptance: float = 0.8,
+                 adaptation_rate: float = 1.0, slopes: str = "squares",
+                 max_burn_in_windows: int = 8, converged_rhat: float = CONVERGED_RHAT,
+                 jitter: float = 0.5) -> BurnIn:
+  """More dense burn-in windows from the chains, step size and counts :func:`burn_in`
+  (``metric="dense"``) left (``burnt``), with ``num_steps`` leapfrog steps per transition,
+  while the chains disagree (``converged_rhat``), at most ``max_burn_in_windows``: the first
+  moves each chain with its Newton metric, as the burn-in's windows do, and each later one
+  every chain with the dense whitening of the chains' pooled covariance over the second half
+  of the window before (:func:`_dense`, as :func:`settle`'s final window). A chain's Newton
+  metric fits the curvature where its window starts; where that curvature changes along the
+  chains' way (a hierarchy's scales, which set the curvature of the coordinates they scale),
+  a step size that suits every chain's metric stays small and the chains creep, while the
+  pooled covariance fits the region the chains span, their spread along their way included
+  (a spread between chains in transit gives long steps along it, as the diagonal burn-in's
+  scales do). Its counts add to ``burnt``'s; the result's whitening is the dense one of the
+  last window's covariance, with which :func:`settle`'s window 2 moves the chains (the
+  Newton metrics' small step size would have them creep again). :func:`burn_in`'s other
+  arguments. Jit-able with the numbers static."""
+  start = burnt._replace(rhat=jnp.asarray(jnp.inf, burnt.log_h.dtype), num_steps=num_steps)
+  pooled = _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
+                            target_acceptance, adaptation_rate, slopes, "pooled",
+                            max_burn_in_windows, converged_rhat, jitter, "dense", first=True,
+                            pooled=True)
+  return pooled
+
+
 def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_iterations,
                      target_acceptance, adaptation_rate, slopes, scales, max_burn_in_windows,
-                     converged_rhat, jitter, metric, first, max_rhat=jnp.inf) -> BurnIn:
+                     converged_rhat, jitter, metric, first, max_rhat=jnp.inf,
+                     pooled=False) -> BurnIn:
   """Burn-in windows of ``num_steps`` leapfrog steps from ``start`` while the chains disagree
   (and their split R-hat is at most ``max_rhat``), at most ``max_burn_in_windows``
-  (``first``: at least one)."""
+  (``first``: at least one). With ``pooled`` (``metric="dense"``), the windows after the
+  first move with the dense whitening of the window before's pooled covariance
+  (:func:`pool_burn_in`)."""
   states = start.states
   dim = states.position.shape[1]
   dtype = states.position.dtype
@@ -678,14 +715,19 @@ def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_itera
   def one(carry):
     states, log_h, whitening, count, _, divergent, _ = carry
     key = jax.random.fold_in(keys[0], count)
-    found = window(key, states, log_h,
-                   _travel_whitening(logdensity_fn, metric, states, whitening), length)
+    # pooled: the window before's dense whitening where there is one (not the first window's)
+    travel = (whitening if pooled and whitening.cholesky is not None
+              else _travel_whitening(logdensity_fn, metric, states, whitening))
+    found = window(key, states, log_h, travel, length)
     states = _restart_stuck(jax.random.fold_in(keys[3], count), found[0], found[7], found[16])
     widest = jnp.ones((), dtype)
     if metric == "diagonal" and found[12] is not None:
       widest = _widest_variance(found[12])
-    return (states, found[5], _diagonal(_rescaled(found, scales)), count + 1,
-            jnp.max(found[11]), divergent + found[14], widest)
+    spread = _diagonal(_rescaled(found, scales))
+    if pooled:
+      spread = _dense(jnp.zeros_like(spread.scale), found[12], found[3], found[13])
+    return (states, found[5], spread, count + 1, jnp.max(found[11]), divergent + found[14],
+            widest)
 
   def travelling(carry):
     return (carry[3] < last) & ~(carry[4] < converged_rhat) & ~(carry[4] > max_rhat)
@@ -697,7 +739,10 @@ def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_itera
   states, log_h, whitening, count, rhat, divergent, widest = jax.lax.while_loop(
       travelling, one, carry)
   steps = start.num_leapfrog_steps + (count - start.num_windows) * length * num_steps
-  return BurnIn(states, log_h, whitening, count, rhat, divergent, steps, widest, num_steps)
+  # pooled: every window but the first moved without Newton metrics
+  pooled_windows = start.num_pooled_windows + pooled * (count - start.num_windows - 1)
+  return BurnIn(states, log_h, whitening, count, rhat, divergent, steps, widest, num_steps,
+                pooled_windows)
 
 
 def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
@@ -730,9 +775,12 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
       return _low_rank(jax.random.fold_in(keys[1], 1), *found[15], scale)
     return _diagonal(scale)
 
-  # the whitening from chains that found the typical set: one window, then the final one
-  found = scale_window(keys[1], states, log_h,
-                       _travel_whitening(logdensity_fn, metric, states, whitening), lengths[1],
+  # the whitening from chains that found the typical set: one window, then the final one;
+  # window 2 moves with the pooled burn-in's dense whitening where it left one
+  pooled_travel = whitening.cholesky is not None
+  travel = (whitening if pooled_travel
+            else _travel_whitening(logdensity_fn, metric, states, whitening))
+  found = scale_window(keys[1], states, log_h, travel, lengths[1],
                  keep_draws=LOW_RANK_DRAWS if metric == "low_rank" else 0)
   states = _restart_stuck(keys[4], found[0], found[7], found[16])
   scale, log_h, whitening = _rescaled(found, scales), found[5], whitening_of(found)
@@ -757,7 +805,8 @@ def settle(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   return WarmupResult(jnp.exp(mean_log_h), whitening._replace(location=centre), states.position,
                       acceptance, None if fitted is None else _whitened(fitted, scale),
                       samples, rhat, count * lengths[0] + lengths[1] + lengths[2], burnt.rhat,
-                      (count + 1) * (metric == "dense")
+                      (count - burnt.num_pooled_windows + (not pooled_travel))
+                      * (metric == "dense")
                       + (slopes == "curvature") * (lengths[2] - lengths[2] // 2),
                       divergent + final_divergent, widest, spread,
                       burnt.num_leapfrog_steps + lengths[1] * scale_num_steps

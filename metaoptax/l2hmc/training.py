@@ -60,7 +60,7 @@ from metaoptax._src.finite_update import apply_if_finite
 from metaoptax._src.progress import Progress
 from metaoptax.l2hmc import local_step_sizes, trajectory_length
 from metaoptax.l2hmc.adaptation import (CONVERGED_RHAT, SLOPES, BurnIn, _check_arguments,
-                                        burn_in, lengthen_burn_in, settle)
+                                        burn_in, lengthen_burn_in, pool_burn_in, settle)
 from metaoptax.l2hmc.dynamics import L2HMCConfig, L2HMCParams, init_params, make_masks
 from metaoptax.l2hmc.integrators import INTEGRATORS
 from metaoptax.l2hmc.kernel import (L2HMCState, SamplingAlgorithm, draw_step_scale, init,
@@ -451,6 +451,11 @@ BURN_IN_WINDOWS, LOW_RANK_BURN_IN_WINDOWS = 4, 12
 #: this fraction of the short burn-in's, and its later windows and the sampler's cap stay long
 #: only where it ends so, or below ``CONVERGED_RHAT`` (:func:`_kept_lengthening`)
 LENGTHENED_RHAT_RATIO = 0.5
+#: the most windows of the dense burn-in's pooled continuation (:func:`_jitted_warmup`): where
+#: the Newton metrics leave the chains apart at a small step size, the pooled covariance's
+#: step size grows within a window or two and the chains then need a few windows at a
+#: quarter period each to agree; twice the short burn-in's windows bound its cost
+POOLED_BURN_IN_WINDOWS = 2 * BURN_IN_WINDOWS
 
 
 def _burn_in_windows(config: L2HMCConfig, training: TrainingConfig) -> int:
@@ -552,6 +557,16 @@ def _jitted_lengthen_burn_in(logdensity_fn: Callable, num_steps: int, num_iterat
 
 
 @functools.cache
+def _jitted_pool_burn_in(logdensity_fn: Callable, num_steps: int, num_iterations: int,
+                         slopes: str, jitter: float) -> Callable:
+  """The jitted :func:`metaoptax.l2hmc.adaptation.pool_burn_in` of one target and
+  configuration, at most ``POOLED_BURN_IN_WINDOWS`` windows."""
+  return jax.jit(lambda burnt, key: pool_burn_in(
+      key, logdensity_fn, burnt, num_steps=num_steps, num_iterations=num_iterations,
+      slopes=slopes, max_burn_in_windows=POOLED_BURN_IN_WINDOWS, jitter=jitter))
+
+
+@functools.cache
 def _jitted_settle(logdensity_fn: Callable, num_steps: int, num_iterations: int, slopes: str,
                    scales: str, location: str, metric: str, jitter: float,
                    scale_num_steps: int) -> Callable:
@@ -573,7 +588,11 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
   ``shorten``, window 2 makes the fewer leapfrog steps of a quarter period at the burn-in's
   step size (:func:`_settle_num_steps`), where that is fewer than ``num_steps``. With
   ``lengthen``, where the burn-in's chains still disagree and its step size makes a quarter
-  period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the burn-in continues with
+  period longer than ``trajectory_length.MAX_NUM_STEPS`` steps, the dense burn-in first
+  continues with the chains' pooled covariance (:func:`metaoptax.l2hmc.adaptation.pool_burn_in`,
+  at most ``POOLED_BURN_IN_WINDOWS`` windows of ``num_steps``: the Newton metrics' small step
+  size, not the trajectory's length, left the chains apart), and where its chains still
+  disagree at such a step size (the diagonal burn-in's at once), the burn-in continues with
   that many (:func:`_lengthened_num_steps`), each later window a quarter period at the step
   size the one before it ended with, at most the first's (:func:`_lengthen_by_quarter_periods`),
   and windows 2 and
@@ -589,6 +608,12 @@ def _jitted_warmup(logdensity_fn: Callable, num_steps: int, num_iterations: int,
                             scales, metric, max_burn_in_windows, jitter)(positions, key)
     steps = num_steps
     longer = _lengthened_num_steps(burnt) if lengthen else None
+    if longer is not None and longer > num_steps and metric == "dense":
+      # the Newton metrics' small step size: the pooled covariance first, longer trajectories
+      # only where its chains still disagree at a small step size
+      burnt = _jitted_pool_burn_in(logdensity_fn, num_steps, num_iterations, slopes,
+                                   jitter)(burnt, jax.random.fold_in(key, 2))
+      longer = _lengthened_num_steps(burnt)
     if longer is not None and longer > num_steps:
       lengthened = _lengthen_by_quarter_periods(
           logdensity_fn, burnt, longer, num_steps, num_iterations, slopes, scales, metric,

@@ -364,6 +364,100 @@ def test_the_lengthened_burn_in_rechooses_its_quarter_period_after_each_window(
     assert steps == min(28, max(5, math.ceil(math.pi / 2 / h)))
 
 
+@pytest.mark.parametrize("metric, pooled_rhat, pooled_log_h, expected", [
+    # the pooled covariance brought the chains together: no lengthening
+    ("dense", 1.05, np.log(0.3), ["burn_in", "pool", "settle 5"]),
+    # apart at a large step size (a funnel's neck): no lengthening either
+    ("dense", 1.6, np.log(0.3), ["burn_in", "pool", "settle 5"]),
+    # apart at a small step size: lengthened from the pooled chains, ceil((pi / 2) / 0.05)
+    ("dense", 1.6, np.log(0.05), ["burn_in", "pool", "lengthen 32", "settle 32"]),
+    # the diagonal metric lengthens at once (its scales are the chains' spread already)
+    ("diagonal", None, None, ["burn_in", "lengthen 28", "settle 28"]),
+])
+def test_the_dense_burn_in_pools_its_chains_before_it_lengthens(
+    monkeypatch, metric, pooled_rhat, pooled_log_h, expected):
+  """Where the dense burn-in's Newton metrics leave the chains apart at a small step size
+  (a quarter period longer than MAX_NUM_STEPS), the warm-up first continues the burn-in
+  with the chains' pooled covariance, and lengthens only where that too leaves them apart
+  at a small step size; the diagonal burn-in lengthens directly. Its phases are stand-ins
+  that record their order."""
+  training = l2hmc.training
+  calls = []
+  short = l2hmc.adaptation.BurnIn(None, jnp.float32(np.log(0.057)), None, 4,
+                                  jnp.float32(17.3), 0, 2000, jnp.float32(1.0), 5)
+
+  def jitted_burn_in(*args):
+    return lambda positions, key: calls.append("burn_in") or short
+
+  def jitted_pool(logdensity_fn, num_steps, num_iterations, slopes, jitter):
+    assert num_steps == 5  # the short burn-in's steps
+
+    def run(burnt, key):
+      calls.append("pool")
+      return burnt._replace(log_h=jnp.float32(pooled_log_h), rhat=jnp.float32(pooled_rhat),
+                            num_windows=burnt.num_windows + 8)
+
+    return run
+
+  def jitted_lengthen(logdensity_fn, num_steps, num_iterations, slopes, scales, metric, windows,
+                      jitter):
+    def run(burnt, key):
+      calls.append(f"lengthen {num_steps}")
+      return burnt._replace(rhat=jnp.float32(1.05), num_steps=num_steps)
+
+    return run
+
+  def jitted_settle(logdensity_fn, num_steps, *args):
+    return lambda burnt, key: calls.append(f"settle {num_steps}")
+
+  monkeypatch.setattr(training, "_jitted_burn_in", jitted_burn_in)
+  monkeypatch.setattr(training, "_jitted_pool_burn_in", jitted_pool)
+  monkeypatch.setattr(training, "_jitted_lengthen_burn_in", jitted_lengthen)
+  monkeypatch.setattr(training, "_jitted_settle", jitted_settle)
+  training._jitted_warmup(None, 5, 400, 0.1, metric=metric, shorten=False, lengthen=True)(
+      jnp.zeros((4, 2)), jax.random.key(0))
+  assert calls == expected
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_pooled_covariance_brings_together_chains_that_newton_metrics_leave_apart(seed):
+  """A quartic well, log p = -(x - 3)^4 / 4 per coordinate: a chain's Newton metric (the
+  inverse of its curvature 3 (x - 3)^2) is wide where the curvature vanishes, near the mode,
+  and one step size must suit every chain's; a dense burn-in window leaves 16 chains apart.
+  From there, at most four windows with the chains' pooled covariance (pool_burn_in, the
+  first with the Newton metrics) bring them together at a step size over twice that of four
+  with the Newton metrics (lengthen_burn_in at the same steps). Its counts add to the
+  burn-in's, and the warm-up counts no Hessian for its pooled windows, nor for window 2, which
+  moves with the pooled whitening."""
+  adaptation = l2hmc.adaptation
+  logdensity_fn = lambda x: -0.25 * jnp.sum((x - 3.0) ** 4)
+  positions = jax.random.uniform(jax.random.key(seed), (16, 4), minval=-2.0, maxval=2.0)
+  burnt = jax.jit(lambda k, x: adaptation.burn_in(
+      k, logdensity_fn, x, num_steps=5, num_iterations=200, metric="dense",
+      max_burn_in_windows=1))(jax.random.key(1), positions)
+  assert not float(burnt.rhat) < adaptation.CONVERGED_RHAT
+  pooled = jax.jit(lambda b, k: adaptation.pool_burn_in(
+      k, logdensity_fn, b, num_steps=5, num_iterations=200, max_burn_in_windows=4))(
+          burnt, jax.random.key(2))
+  newton = jax.jit(lambda b, k: adaptation.lengthen_burn_in(
+      k, logdensity_fn, b, num_steps=5, num_iterations=200, metric="dense",
+      max_burn_in_windows=4))(burnt, jax.random.key(2))
+  assert float(pooled.rhat) < adaptation.CONVERGED_RHAT
+  assert float(pooled.log_h) > float(newton.log_h) + np.log(2.0)
+  windows = int(pooled.num_windows) - int(burnt.num_windows)
+  assert 1 < windows <= 4 and int(pooled.num_steps) == 5
+  assert int(pooled.num_leapfrog_steps) == (
+      int(burnt.num_leapfrog_steps) + windows * adaptation._lengths(200)[0] * 5)
+  assert pooled.whitening.cholesky is not None  # its last window's dense whitening
+  # a Newton metric per window but the pooled ones (the first's is); window 2 moves with the
+  # pooled whitening (none for it)
+  assert int(pooled.num_pooled_windows) == windows - 1
+  found = jax.jit(lambda b, k: adaptation.settle(
+      k, logdensity_fn, b, num_steps=5, num_iterations=200, metric="dense"))(
+          pooled, jax.random.key(3))
+  assert int(found.num_hessian_evaluations) == int(pooled.num_windows) - (windows - 1)
+
+
 def _far_gaussian_after_one_window():
   """A Gaussian of sd 0.5 centred 60 sds from 16 chains' starts, and one burn-in window of
   single leapfrog steps from them (which leaves the chains apart)."""

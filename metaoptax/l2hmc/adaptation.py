@@ -683,11 +683,10 @@ def pool_burn_in(rng_key: jax.Array, logdensity_fn: Callable, burnt: BurnIn, *,
   Newton metrics' small step size would have them creep again). :func:`burn_in`'s other
   arguments. Jit-able with the numbers static."""
   start = burnt._replace(rhat=jnp.asarray(jnp.inf, burnt.log_h.dtype), num_steps=num_steps)
-  pooled = _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
-                            target_acceptance, adaptation_rate, slopes, "pooled",
-                            max_burn_in_windows, converged_rhat, jitter, "dense", first=True,
-                            pooled=True)
-  return pooled
+  return _burn_in_windows(rng_key, logdensity_fn, start, num_steps, num_iterations,
+                          target_acceptance, adaptation_rate, slopes, "pooled",
+                          max_burn_in_windows, converged_rhat, jitter, "dense", first=True,
+                          pooled=True)
 
 
 def _burn_in_windows(rng_key, logdensity_fn, start: BurnIn, num_steps, num_iterations,
